@@ -1,0 +1,169 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the server's whole configuration, from flags whose defaults come
+// from LATCHKEY_* environment variables.
+type Config struct {
+	Addr            string
+	RedisURL        string
+	RedisTimeout    time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        slog.Level
+	AdminKey        string
+	Dev             bool
+	KeyPrefix       string
+	DefaultTTL      time.Duration
+	MaxTTL          time.Duration
+	MaxBodyBytes    int64
+
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+}
+
+// envFlags registers flags whose defaults come from the environment and
+// remembers which environment values could not be parsed.
+type envFlags struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	errs   []error
+}
+
+func (e *envFlags) str(p *string, name, env, def, usage string) {
+	if v := e.getenv(env); v != "" {
+		def = v
+	}
+	e.fs.StringVar(p, name, def, usage+" ("+env+")")
+}
+
+func (e *envFlags) dur(p *time.Duration, name, env string, def time.Duration, usage string) {
+	if v := e.getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s=%q is not a duration such as 5s or 250ms", env, v))
+		} else {
+			def = d
+		}
+	}
+	e.fs.DurationVar(p, name, def, usage+" ("+env+")")
+}
+
+func (e *envFlags) boolean(p *bool, name, env string, def bool, usage string) {
+	if v := e.getenv(env); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s=%q is not true or false", env, v))
+		} else {
+			def = b
+		}
+	}
+	e.fs.BoolVar(p, name, def, usage+" ("+env+")")
+}
+
+func (e *envFlags) int64(p *int64, name, env string, def int64, usage string) {
+	if v := e.getenv(env); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s=%q is not a whole number", env, v))
+		} else {
+			def = n
+		}
+	}
+	e.fs.Int64Var(p, name, def, usage+" ("+env+")")
+}
+
+// parseConfig reads flags from args with environment defaults and validates
+// the result. Usage and errors go to out.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	var c Config
+	var logLevel string
+	fs := flag.NewFlagSet("latchkey", flag.ContinueOnError)
+	fs.SetOutput(out)
+	e := &envFlags{fs: fs, getenv: getenv}
+	e.str(&c.Addr, "addr", "LATCHKEY_ADDR", "127.0.0.1:8080", "listen address")
+	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://); empty runs on the embedded in-memory store")
+	e.dur(&c.RedisTimeout, "redis-timeout", "LATCHKEY_REDIS_TIMEOUT", 2*time.Second, "bound on every Redis call; past it a request gets 503")
+	e.dur(&c.ShutdownTimeout, "shutdown-timeout", "LATCHKEY_SHUTDOWN_TIMEOUT", 15*time.Second, "how long shutdown waits for in-flight requests")
+	e.str(&logLevel, "log-level", "LATCHKEY_LOG_LEVEL", "info", "debug, info, warn or error")
+	e.str(&c.AdminKey, "admin-key", "LATCHKEY_ADMIN_KEY", "", "bearer credential for admin actions (force-release); empty disables them")
+	e.boolean(&c.Dev, "dev", "LATCHKEY_DEV", false, "allow the embedded store on a non-loopback address")
+	e.str(&c.KeyPrefix, "key-prefix", "LATCHKEY_KEY_PREFIX", "latchkey:", "prefix of every Redis key")
+	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
+	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", time.Hour, "largest lease TTL a request may ask for")
+	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
+	e.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LATCHKEY_READ_HEADER_TIMEOUT", 5*time.Second, "HTTP read-header timeout")
+	e.dur(&c.ReadTimeout, "read-timeout", "LATCHKEY_READ_TIMEOUT", 30*time.Second, "HTTP read timeout")
+	e.dur(&c.WriteTimeout, "write-timeout", "LATCHKEY_WRITE_TIMEOUT", 90*time.Second, "HTTP write timeout")
+	e.dur(&c.IdleTimeout, "idle-timeout", "LATCHKEY_IDLE_TIMEOUT", 120*time.Second, "HTTP keep-alive idle timeout")
+	if err := errors.Join(e.errs...); err != nil {
+		return Config{}, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return Config{}, fmt.Errorf("log level %q: want debug, info, warn or error", logLevel)
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every setting that cannot work, each named by its flag.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("-addr %q: want host:port, e.g. 127.0.0.1:8080 or :8080", c.Addr))
+	}
+	positive := map[string]time.Duration{
+		"-redis-timeout": c.RedisTimeout, "-shutdown-timeout": c.ShutdownTimeout,
+		"-default-ttl": c.DefaultTTL, "-max-ttl": c.MaxTTL,
+		"-read-header-timeout": c.ReadHeaderTimeout, "-read-timeout": c.ReadTimeout,
+		"-write-timeout": c.WriteTimeout, "-idle-timeout": c.IdleTimeout,
+	}
+	for _, name := range []string{"-redis-timeout", "-shutdown-timeout", "-default-ttl", "-max-ttl",
+		"-read-header-timeout", "-read-timeout", "-write-timeout", "-idle-timeout"} {
+		check(positive[name] <= 0, "%s must be positive, got %s", name, positive[name])
+	}
+	check(c.DefaultTTL > c.MaxTTL, "-default-ttl %s is above -max-ttl %s", c.DefaultTTL, c.MaxTTL)
+	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
+	check(c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} \t\r\n"),
+		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)
+	check(c.AdminKey != "" && len(c.AdminKey) < 16, "-admin-key must be at least 16 characters")
+	if c.RedisURL == "" && !c.Dev && !isLoopback(c.Addr) {
+		errs = append(errs, fmt.Errorf("-addr %s is not a loopback address: the embedded store is for trying Latchkey out; "+
+			"set -redis-url (LATCHKEY_REDIS_URL) or pass -dev", c.Addr))
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether addr listens only on a loopback interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

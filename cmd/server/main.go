@@ -1,0 +1,128 @@
+// Command server runs Latchkey: distributed lock leases and rate-limit
+// decisions over HTTP, with Redis as the single source of truth.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "latchkey:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts Latchkey and serves until ctx ends or SIGINT/SIGTERM arrives,
+// then drains in-flight requests for up to the shutdown timeout.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	rdb, store, closeStore, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := service.New(rdb, service.Config{
+		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout,
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.LoadScripts(ctx); err != nil {
+		if !errors.Is(err, service.ErrUnavailable) {
+			return fmt.Errorf("start-up: %w", err)
+		}
+		log.Warn("redis is not reachable yet; serving 503 until it is", "err", err)
+	}
+
+	router := handlers.NewRouter(svc, handlers.Config{
+		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: store,
+	})
+	srv := &http.Server{
+		Handler:           router,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "store", store)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// openStore connects to Redis, or starts the embedded store when no URL is
+// configured. It returns the client, the store's name for /readyz and a
+// function that closes both.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (redis.UniversalClient, string, func(), error) {
+	store := "redis"
+	url := cfg.RedisURL
+	stopEmbedded := func() {}
+	if url == "" {
+		addr, stop, err := startEmbedded(ctx)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		url, store, stopEmbedded = "redis://"+addr, "embedded", stop
+		log.Warn("no LATCHKEY_REDIS_URL: running on the embedded in-memory store; " +
+			"state is lost on exit and not shared with other instances: use it to try Latchkey out, not in production")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		stopEmbedded()
+		return nil, "", nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	opts.DialTimeout = cfg.RedisTimeout
+	opts.ReadTimeout = cfg.RedisTimeout
+	opts.WriteTimeout = cfg.RedisTimeout
+	opts.PoolTimeout = cfg.RedisTimeout
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = 1
+	rdb := redis.NewClient(opts)
+	return rdb, store, func() { _ = rdb.Close(); stopEmbedded() }, nil
+}

@@ -1,0 +1,213 @@
+package handlers
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/latchkey/latchkey/service"
+)
+
+// acquireRequest is the body of POST /v1/locks/{name}; every field is optional.
+type acquireRequest struct {
+	TTL       string `json:"ttl" validate:"omitempty,posduration"`
+	Wait      string `json:"wait" validate:"omitempty,duration"`
+	Keepalive *bool  `json:"keepalive"`
+	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
+	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
+	Fair      *bool  `json:"fair"`
+}
+
+// renewRequest is the body of POST /v1/locks/{name}/renew.
+type renewRequest struct {
+	TTL string `json:"ttl" validate:"omitempty,posduration"`
+}
+
+// leaseResponse is a granted or renewed lease.
+type leaseResponse struct {
+	Name      string    `json:"name"`
+	Token     string    `json:"token,omitempty"`
+	Fence     int64     `json:"fence"`
+	HoldCount int64     `json:"hold_count"`
+	TTLMS     int64     `json:"ttl_ms"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Reentrant bool      `json:"reentrant"`
+}
+
+// lockStateResponse is the answer to GET /v1/locks/{name}. It never holds a token.
+type lockStateResponse struct {
+	Name      string     `json:"name"`
+	Held      bool       `json:"held"`
+	HoldCount int64      `json:"hold_count"`
+	TTLMS     int64      `json:"ttl_ms"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Fence     int64      `json:"fence"`
+	Owned     *bool      `json:"owned,omitempty"`
+}
+
+// releaseResponse is the answer to DELETE /v1/locks/{name}.
+type releaseResponse struct {
+	Released  bool  `json:"released"`
+	HoldCount int64 `json:"hold_count"`
+}
+
+func toLeaseResponse(l service.Lease, withToken bool) leaseResponse {
+	resp := leaseResponse{Name: l.Name, Fence: l.Fence, HoldCount: l.HoldCount,
+		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant}
+	if withToken {
+		resp.Token = l.Token
+	}
+	return resp
+}
+
+func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
+
+// unsupported lists acquire fields this server accepts in the schema but does
+// not act on yet; a request using one gets a 400 rather than silent misbehaviour.
+func (req acquireRequest) unsupported() error {
+	switch {
+	case req.Wait != "" && parseDuration(req.Wait) != 0:
+		return badRequest("wait", "unsupported", "wait is not supported by this server yet; retry after Retry-After")
+	case req.Keepalive != nil && *req.Keepalive:
+		return badRequest("keepalive", "unsupported", "keepalive is not supported by this server yet; renew the lease yourself")
+	case req.MaxHold != "":
+		return badRequest("max_hold", "unsupported", "max_hold is not supported by this server yet")
+	case req.Heartbeat != "":
+		return badRequest("heartbeat", "unsupported", "heartbeat is not supported by this server yet")
+	case req.Fair != nil && *req.Fair:
+		return badRequest("fair", "unsupported", "fair locks are not supported by this server yet")
+	}
+	return nil
+}
+
+// handleAcquireLock implements operationId acquireLock.
+func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
+	var req acquireRequest
+	if err := a.decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	if err := req.unsupported(); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	name := chi.URLParam(r, "name")
+	lease, err := a.svc.Acquire(r.Context(), name, service.AcquireRequest{
+		Token: r.Header.Get("Lock-Token"),
+		TTL:   parseDuration(req.TTL),
+	})
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	w.Header().Set("Lock-Token", lease.Token)
+	w.Header().Set("Location", lockLocation(name))
+	status := http.StatusCreated
+	if lease.Reentrant {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, toLeaseResponse(lease, true))
+}
+
+// handleGetLock implements operationId getLock.
+func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
+	token := r.Header.Get("Lock-Token")
+	st, err := a.svc.Inspect(r.Context(), chi.URLParam(r, "name"), token)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	resp := lockStateResponse{Name: st.Name, Held: st.Held, HoldCount: st.HoldCount,
+		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence}
+	if st.Held {
+		resp.ExpiresAt = &st.ExpiresAt
+	}
+	if token != "" {
+		resp.Owned = &st.Owned
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// handleRenewLock implements operationId renewLock.
+func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) {
+	var req renewRequest
+	if err := a.decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	token, err := requireToken(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	lease, err := a.svc.Renew(r.Context(), chi.URLParam(r, "name"), token, parseDuration(req.TTL))
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toLeaseResponse(lease, false))
+}
+
+// handleReleaseLock implements operationId releaseLock, and with
+// ?force=true the admin force-release.
+func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	force := false
+	if v := r.URL.Query().Get("force"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, r, a.log, badRequest("force", "boolean", "force must be true or false, got "+strconv.Quote(v)))
+			return
+		}
+		force = b
+	}
+	if force {
+		if err := a.checkAdmin(r); err != nil {
+			writeError(w, r, a.log, err)
+			return
+		}
+		if _, err := a.svc.ForceRelease(r.Context(), name); err != nil {
+			writeError(w, r, a.log, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	token, err := requireToken(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	rel, err := a.svc.Release(r.Context(), name, token)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount})
+}
+
+func requireToken(r *http.Request) (string, error) {
+	token := r.Header.Get("Lock-Token")
+	if token == "" {
+		return "", badRequest("Lock-Token", "required", "the Lock-Token header is required: send the token returned by acquire")
+	}
+	return token, nil
+}
+
+// checkAdmin requires Authorization: Bearer <admin key>.
+func (a *api) checkAdmin(r *http.Request) error {
+	if a.cfg.AdminKey == "" {
+		return &httpError{status: http.StatusForbidden, typ: "forbidden",
+			detail: "admin actions are disabled: the server has no admin key configured (LATCHKEY_ADMIN_KEY)"}
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminKey)) != 1 {
+		return &httpError{status: http.StatusForbidden, typ: "forbidden",
+			detail: "force-release needs the admin credential: Authorization: Bearer <admin key>"}
+	}
+	return nil
+}

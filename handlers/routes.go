@@ -1,0 +1,83 @@
+// Package handlers is Latchkey's HTTP layer: chi routes, request decoding and
+// validation, and the one mapping from service errors to problem+json.
+package handlers
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-playground/validator/v10"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config tunes the router. Zero values fall back to defaults.
+type Config struct {
+	// Logger receives request logs; nil discards them.
+	Logger *slog.Logger
+	// Registry receives the HTTP metrics and is served at /metrics; nil
+	// gives a private registry.
+	Registry *prometheus.Registry
+	// AdminKey is the bearer credential for admin actions; empty disables them.
+	AdminKey string
+	// MaxBodyBytes bounds request bodies. Default 64 KiB.
+	MaxBodyBytes int64
+	// Store names the backing store reported by /readyz ("redis" or "embedded").
+	Store string
+}
+
+// api holds what every handler needs.
+type api struct {
+	svc      Service
+	cfg      Config
+	log      *slog.Logger
+	validate *validator.Validate
+}
+
+// NewRouter returns the whole HTTP surface of Latchkey: the v1 routes, the
+// OpenAPI document and Swagger UI, health, readiness and metrics.
+func NewRouter(svc Service, cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 10
+	}
+	if cfg.Store == "" {
+		cfg.Store = "redis"
+	}
+	a := &api{svc: svc, cfg: cfg, log: cfg.Logger, validate: newValidator()}
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.Use(requestLogger(a.log))
+	r.Use(recoverer(a.log))
+	r.Use(newHTTPMetrics(cfg.Registry).middleware)
+
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, a.log, &httpError{status: http.StatusNotFound, typ: "not-found",
+			detail: "no route for " + r.Method + " " + r.URL.Path})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, a.log, &httpError{status: http.StatusMethodNotAllowed, typ: "method-not-allowed",
+			detail: "method " + r.Method + " is not allowed on " + r.URL.Path})
+	})
+
+	r.Get("/healthz", a.handleHealthz)
+	r.Get("/readyz", a.handleReadyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	r.Get("/openapi.yaml", handleOpenAPI)
+	r.Get("/docs", redirectToDocs)
+	r.Get("/docs/*", docsHandler())
+
+	r.Post("/v1/locks/{name}", a.handleAcquireLock)
+	r.Get("/v1/locks/{name}", a.handleGetLock)
+	r.Delete("/v1/locks/{name}", a.handleReleaseLock)
+	r.Post("/v1/locks/{name}/renew", a.handleRenewLock)
+	return r
+}

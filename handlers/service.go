@@ -1,0 +1,19 @@
+package handlers
+
+import (
+	"context"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+)
+
+// Service is what the HTTP layer needs from the domain. *service.Service
+// satisfies it; tests use a fake.
+type Service interface {
+	Acquire(ctx context.Context, name string, req service.AcquireRequest) (service.Lease, error)
+	Renew(ctx context.Context, name, token string, ttl time.Duration) (service.Lease, error)
+	Release(ctx context.Context, name, token string) (service.Released, error)
+	ForceRelease(ctx context.Context, name string) (bool, error)
+	Inspect(ctx context.Context, name, token string) (service.LockState, error)
+	Ready(ctx context.Context) error
+}

@@ -1,0 +1,30 @@
+// Package lua holds Latchkey's Redis scripts, one file per operation. Each
+// file opens with a comment listing its KEYS, ARGV and reply.
+package lua
+
+import _ "embed"
+
+// Acquire takes a lock lease or re-enters it with the owning token.
+//
+//go:embed acquire.lua
+var Acquire string
+
+// Release drops one hold of a lease and frees the lock on the last one.
+//
+//go:embed release.lua
+var Release string
+
+// Renew extends the TTL of a lease held by a token.
+//
+//go:embed renew.lua
+var Renew string
+
+// Inspect reads the state of a lock without changing it.
+//
+//go:embed inspect.lua
+var Inspect string
+
+// ForceRelease removes a lease whoever holds it and bumps the fence.
+//
+//go:embed force_release.lua
+var ForceRelease string

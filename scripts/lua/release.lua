@@ -1,0 +1,25 @@
+-- release: drop one hold of a lease; the last hold frees the lock and
+-- publishes a wake-up for waiters.
+--
+-- KEYS[1]  lock hash {token, count, fence}
+-- KEYS[2]  pub/sub channel that waiters of this lock listen on
+-- ARGV[1]  token (base64url)
+--
+-- Reply: {status, hold_count}
+--   status 1 = released (hold_count is what remains; 0 means the lock is free)
+--   status -1 = no such lease (expired or released)
+--   status -2 = held by another token
+local tok = redis.call('HGET', KEYS[1], 'token')
+if not tok then
+  return {-1, 0}
+end
+if tok ~= ARGV[1] then
+  return {-2, 0}
+end
+local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
+if count > 0 then
+  return {1, count}
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[2], 'released')
+return {1, 0}

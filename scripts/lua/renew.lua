@@ -1,0 +1,26 @@
+-- renew: extend the TTL of a lease held by the given token.
+--
+-- KEYS[1]  lock hash {token, count, fence, ttl}
+-- ARGV[1]  token (base64url)
+-- ARGV[2]  new lease TTL in milliseconds; 0 renews for the lease's own TTL
+--
+-- Reply: {status, hold_count, fence, ttl_ms, now_ms}
+--   status 1 = renewed, -1 = no such lease (expired or released),
+--   -2 = held by another token
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'ttl')
+if not v[1] then
+  return {-1, 0, 0, 0, now_ms}
+end
+if v[1] ~= ARGV[1] then
+  return {-2, 0, 0, 0, now_ms}
+end
+local ttl = tonumber(ARGV[2])
+if ttl <= 0 then
+  ttl = tonumber(v[4])
+else
+  redis.call('HSET', KEYS[1], 'ttl', ttl)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {1, tonumber(v[2]), tonumber(v[3]), ttl, now_ms}

@@ -1,0 +1,61 @@
+package service
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config tunes a Service. Zero values fall back to the defaults below.
+type Config struct {
+	// KeyPrefix prefixes every Redis key and channel. Default DefaultKeyPrefix.
+	KeyPrefix string
+	// OpTimeout bounds every Redis call. Default 2s.
+	OpTimeout time.Duration
+	// DefaultTTL is the lease TTL when a request gives none. Default 30s.
+	DefaultTTL time.Duration
+	// MinTTL and MaxTTL bound a requested TTL. Defaults 1ms and 24h.
+	MinTTL, MaxTTL time.Duration
+	// FenceTTL is how long a fence counter outlives its last grant. Default 30 days.
+	FenceTTL time.Duration
+	// Registerer receives the service's metrics. Nil keeps them unregistered.
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = 2 * time.Second
+	}
+	if c.DefaultTTL <= 0 {
+		c.DefaultTTL = 30 * time.Second
+	}
+	if c.MinTTL <= 0 {
+		c.MinTTL = time.Millisecond
+	}
+	if c.MaxTTL <= 0 {
+		c.MaxTTL = 24 * time.Hour
+	}
+	if c.FenceTTL <= 0 {
+		c.FenceTTL = 30 * 24 * time.Hour
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.MinTTL > c.MaxTTL {
+		return fmt.Errorf("min ttl %s is above max ttl %s", c.MinTTL, c.MaxTTL)
+	}
+	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
+		return fmt.Errorf("default ttl %s is outside [%s, %s]", c.DefaultTTL, c.MinTTL, c.MaxTTL)
+	}
+	if c.FenceTTL < c.MaxTTL {
+		return fmt.Errorf("fence ttl %s must be at least the max ttl %s", c.FenceTTL, c.MaxTTL)
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package service
+
+import (
+	"context"
+	"time"
+)
+
+// AcquireRequest is what a client asks for when taking a lease.
+type AcquireRequest struct {
+	// Token owns the lease. Empty means the service generates one; a token
+	// that already owns the lock makes the acquire reentrant.
+	Token string
+	// TTL is the lease time. Zero means Config.DefaultTTL.
+	TTL time.Duration
+}
+
+// Lease is a granted lock lease.
+type Lease struct {
+	Name      string
+	Token     string
+	Fence     int64 // strictly increasing per name across new grants
+	HoldCount int64
+	TTL       time.Duration
+	ExpiresAt time.Time // computed from the Redis clock
+	Reentrant bool      // true when an existing lease was re-entered
+}
+
+// Released is the outcome of a release.
+type Released struct {
+	Released  bool  // true when the lock is now free
+	HoldCount int64 // holds that remain
+}
+
+// LockState is what inspection reveals about a lock. It never includes the
+// owner's token.
+type LockState struct {
+	Name      string
+	Held      bool
+	HoldCount int64
+	TTL       time.Duration
+	ExpiresAt time.Time
+	Fence     int64 // the holder's fence, or the last fence issued when free
+	Owned     bool  // the token given to Inspect owns the lease
+}
+
+func (s *Service) checkTTL(field string, d time.Duration) error {
+	switch {
+	case d < s.cfg.MinTTL:
+		return invalid(field, "min", "%s must be at least %s", field, s.cfg.MinTTL)
+	case d > s.cfg.MaxTTL:
+		return invalid(field, "max", "%s must be at most %s", field, s.cfg.MaxTTL)
+	}
+	return nil
+}
+
+// Acquire takes the lock name for req.Token, or re-enters it when req.Token
+// already owns it (incrementing the hold count and refreshing the TTL).
+// Returns a *ValidationError (ErrInvalid) for a bad name, token or TTL, a
+// *HeldError (ErrConflict) when another token holds the lock, or an error
+// wrapping ErrUnavailable when Redis cannot be reached.
+func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return Lease{}, err
+	}
+	if req.Token == "" {
+		req.Token = NewToken()
+	} else if err := ValidateToken(req.Token); err != nil {
+		return Lease{}, err
+	}
+	if req.TTL == 0 {
+		req.TTL = s.cfg.DefaultTTL
+	}
+	if err := s.checkTTL("ttl", req.TTL); err != nil {
+		return Lease{}, err
+	}
+	k := s.keys(name)
+	res, err := s.run(ctx, acquireScript, []string{k.lock, k.fence},
+		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds())
+	if err != nil {
+		return Lease{}, err
+	}
+	v, err := int64s("acquire", res, 5)
+	if err != nil {
+		return Lease{}, err
+	}
+	status, count, fence, ttlMS, nowMS := v[0], v[1], v[2], v[3], v[4]
+	if status == 0 {
+		s.metrics.conflicts.Inc()
+		return Lease{}, &HeldError{Name: name, RetryAfter: time.Duration(ttlMS) * time.Millisecond}
+	}
+	lease := Lease{
+		Name: name, Token: req.Token, Fence: fence, HoldCount: count,
+		TTL:       time.Duration(ttlMS) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(nowMS + ttlMS).UTC(),
+		Reentrant: status == 2,
+	}
+	if lease.Reentrant {
+		s.metrics.grants.WithLabelValues("reentrant").Inc()
+	} else {
+		s.metrics.grants.WithLabelValues("new").Inc()
+	}
+	return lease, nil
+}
+
+// Renew extends the lease on name owned by token to ttl (zero: the lease's
+// own TTL). Returns ErrNotFound when no lease exists, ErrNotOwner
+// (ErrConflict) when another token holds it, a *ValidationError for bad
+// input, or an error wrapping ErrUnavailable.
+func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidateToken(token); err != nil {
+		return Lease{}, err
+	}
+	if ttl != 0 {
+		if err := s.checkTTL("ttl", ttl); err != nil {
+			return Lease{}, err
+		}
+	}
+	k := s.keys(name)
+	res, err := s.run(ctx, renewScript, []string{k.lock}, token, ttl.Milliseconds())
+	if err != nil {
+		return Lease{}, err
+	}
+	v, err := int64s("renew", res, 5)
+	if err != nil {
+		return Lease{}, err
+	}
+	if err := ownerStatus(v[0]); err != nil {
+		return Lease{}, err
+	}
+	return Lease{
+		Name: name, Token: token, HoldCount: v[1], Fence: v[2],
+		TTL:       time.Duration(v[3]) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
+	}, nil
+}
+
+// Release drops one hold of the lease on name owned by token; the last hold
+// frees the lock and wakes its waiters. Returns ErrNotFound, ErrNotOwner, a
+// *ValidationError or an error wrapping ErrUnavailable.
+func (s *Service) Release(ctx context.Context, name, token string) (Released, error) {
+	if err := ValidateName(name); err != nil {
+		return Released{}, err
+	}
+	if err := ValidateToken(token); err != nil {
+		return Released{}, err
+	}
+	k := s.keys(name)
+	res, err := s.run(ctx, releaseScript, []string{k.lock, k.channel}, token)
+	if err != nil {
+		return Released{}, err
+	}
+	v, err := int64s("release", res, 2)
+	if err != nil {
+		return Released{}, err
+	}
+	if err := ownerStatus(v[0]); err != nil {
+		return Released{}, err
+	}
+	if v[1] == 0 {
+		s.metrics.releases.WithLabelValues("final").Inc()
+	} else {
+		s.metrics.releases.WithLabelValues("partial").Inc()
+	}
+	return Released{Released: v[1] == 0, HoldCount: v[1]}, nil
+}
+
+// ForceRelease frees the lock name whoever holds it, bumps its fence so the
+// evicted holder's fence is stale, and wakes waiters. It reports whether a
+// lease was removed. Returns a *ValidationError or an error wrapping
+// ErrUnavailable.
+func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	k := s.keys(name)
+	res, err := s.run(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel}, s.cfg.FenceTTL.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	removed, _ := res.(int64)
+	if removed == 1 {
+		s.metrics.releases.WithLabelValues("forced").Inc()
+	}
+	return removed == 1, nil
+}
+
+// Inspect reads the state of lock name; with a token it also reports whether
+// that token owns the lease. Returns a *ValidationError or an error wrapping
+// ErrUnavailable.
+func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, error) {
+	if err := ValidateName(name); err != nil {
+		return LockState{}, err
+	}
+	if token != "" {
+		if err := ValidateToken(token); err != nil {
+			return LockState{}, err
+		}
+	}
+	k := s.keys(name)
+	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence}, token)
+	if err != nil {
+		return LockState{}, err
+	}
+	v, err := int64s("inspect", res, 6)
+	if err != nil {
+		return LockState{}, err
+	}
+	st := LockState{Name: name, Held: v[0] == 1, HoldCount: v[1], Fence: v[3], Owned: v[4] == 1}
+	if st.Held {
+		st.TTL = time.Duration(v[2]) * time.Millisecond
+		st.ExpiresAt = time.UnixMilli(v[5] + v[2]).UTC()
+	}
+	return st, nil
+}
+
+// ownerStatus maps the -1/-2 status codes of the release and renew scripts.
+func ownerStatus(status int64) error {
+	switch status {
+	case -1:
+		return ErrNotFound
+	case -2:
+		return ErrNotOwner
+	}
+	return nil
+}

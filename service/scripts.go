@@ -1,0 +1,134 @@
+package service
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// script is one Lua operation, called by SHA with EVALSHA.
+type script struct {
+	name string
+	src  string
+	sha  string
+}
+
+func newScript(name, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+var (
+	acquireScript      = newScript("acquire", lua.Acquire)
+	releaseScript      = newScript("release", lua.Release)
+	renewScript        = newScript("renew", lua.Renew)
+	inspectScript      = newScript("inspect", lua.Inspect)
+	forceReleaseScript = newScript("force_release", lua.ForceRelease)
+)
+
+// allScripts lists every script loaded at start-up and by Ready.
+var allScripts = []*script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript}
+
+// LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
+// compile stops start-up. Returns an error wrapping ErrUnavailable when Redis
+// cannot be reached, and a plain error naming the script when Redis rejects it.
+func (s *Service) LoadScripts(ctx context.Context) error {
+	for _, sc := range s.scripts {
+		if err := s.load(ctx, sc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) load(ctx context.Context, sc *script) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	sha, err := s.rdb.ScriptLoad(ctx, sc.src).Result()
+	if err != nil {
+		if isServerError(err) && !isTransient(err) {
+			return fmt.Errorf("load script %s: %w", sc.name, err)
+		}
+		return s.storeErr(ctx, "load "+sc.name, err)
+	}
+	if sha != sc.sha {
+		return fmt.Errorf("load script %s: redis returned sha %s, want %s", sc.name, sha, sc.sha)
+	}
+	return nil
+}
+
+// run calls a script with EVALSHA. On NOSCRIPT (Redis restarted, failed over
+// or flushed its script cache) it loads the script and retries once. Errors
+// are translated by storeErr.
+func (s *Service) run(ctx context.Context, sc *script, keys []string, args ...any) (any, error) {
+	opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	res, err := s.rdb.EvalSha(opCtx, sc.sha, keys, args...).Result()
+	if err != nil && isNoScript(err) {
+		s.metrics.scriptReloads.Inc()
+		if lerr := s.rdb.ScriptLoad(opCtx, sc.src).Err(); lerr != nil {
+			return nil, s.storeErr(ctx, sc.name, lerr)
+		}
+		res, err = s.rdb.EvalSha(opCtx, sc.sha, keys, args...).Result()
+	}
+	if err != nil {
+		return nil, s.storeErr(ctx, sc.name, err)
+	}
+	return res, nil
+}
+
+// storeErr translates a Redis error. A caller that went away gets its own
+// context error back; timeouts, connection failures and transient server
+// states wrap ErrUnavailable; anything else (a script bug) is returned wrapped
+// as it is and becomes a 500 upstream.
+func (s *Service) storeErr(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); errors.Is(ctxErr, context.Canceled) {
+		return ctxErr
+	}
+	if isServerError(err) && !isTransient(err) {
+		s.metrics.redisErrors.WithLabelValues(op, "script").Inc()
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.metrics.redisErrors.WithLabelValues(op, "unavailable").Inc()
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}
+
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+}
+
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// isTransient reports server replies that mean "not now" rather than "never".
+func isTransient(err error) bool {
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS"} {
+		if redis.HasErrorPrefix(err, p) || strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// int64s decodes a script's array-of-integers reply.
+func int64s(op string, res any, n int) ([]int64, error) {
+	arr, ok := res.([]any)
+	if !ok || len(arr) < n {
+		return nil, fmt.Errorf("%s: unexpected reply %T %v", op, res, res)
+	}
+	out := make([]int64, len(arr))
+	for i, v := range arr {
+		x, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%s: reply[%d] is %T, want int64", op, i, v)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
