@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// testAdminKey is the admin credential of every test server.
+const testAdminKey = "test-admin-key-0123456789"
+
+// testEnv is one Latchkey server over HTTP on a real Redis, with its own
+// key prefix so tests sharing a Redis never see each other's keys.
+type testEnv struct {
+	URL      string       // base URL of the server
+	Client   *http.Client // checks every response against api/openapi.yaml
+	RDB      *redis.Client
+	RedisURL string
+	Prefix   string
+	Svc      *service.Service
+}
+
+// envOption adjusts the service or router config of a test server.
+type envOption func(*service.Config, *handlers.Config)
+
+// newTestEnv starts a server for t on a real Redis (see newRedis). Its
+// service and router configs can be adjusted with opts.
+func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
+	t.Helper()
+	rdb, url := newRedis(t)
+	return newTestEnvOn(t, rdb, url, opts...)
+}
+
+// newTestEnvOn starts a server for t on the given Redis.
+func newTestEnvOn(t testing.TB, rdb *redis.Client, url string, opts ...envOption) *testEnv {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	scfg := service.Config{KeyPrefix: uniquePrefix(), Registerer: reg}
+	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
+	for _, o := range opts {
+		o(&scfg, &hcfg)
+	}
+	svc, err := service.New(rdb, scfg)
+	if err != nil {
+		t.Fatalf("service.New: %v", err)
+	}
+	if err := svc.LoadScripts(t.Context()); err != nil {
+		t.Fatalf("load scripts: %v", err)
+	}
+	srv := httptest.NewServer(handlers.NewRouter(svc, hcfg))
+	t.Cleanup(srv.Close)
+	return &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, RedisURL: url, Prefix: scfg.KeyPrefix, Svc: svc}
+}
+
+func uniquePrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "lktest:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// response is a finished HTTP exchange.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a map.
+func (r response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("body %q is not a JSON object: %v", r.Body, err)
+	}
+	return m
+}
+
+// do sends one request; a non-empty body is sent as application/json unless
+// headers set another Content-Type. Header pairs are name, value, name, value...
+func (e *testEnv) do(t testing.TB, method, path, body string, headerPairs ...string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, e.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		req.Header.Set(headerPairs[i], headerPairs[i+1])
+	}
+	resp, err := e.Client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// keys lists the Redis keys of this test's server.
+func (e *testEnv) keys(t testing.TB) []string {
+	t.Helper()
+	ks, err := e.RDB.Keys(t.Context(), e.Prefix+"*").Result()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	return ks
+}
+
+func TestHarnessValidatesAgainstSpec(t *testing.T) {
+	e := newTestEnv(t)
+	r := e.do(t, "POST", "/v1/locks/harness", `{"ttl":"5s"}`)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("status = %d, want 201; body %s", r.Status, r.Body)
+	}
+	if tok := r.Header.Get("Lock-Token"); len(tok) != 22 {
+		t.Errorf("Lock-Token = %q, want 22 characters", tok)
+	}
+	r = e.do(t, "GET", "/readyz", "")
+	if r.Status != http.StatusOK || r.JSON(t)["store"] != "redis" {
+		t.Errorf("readyz = %d %s", r.Status, r.Body)
+	}
+}
