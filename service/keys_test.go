@@ -1,0 +1,105 @@
+package service_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/latchkey/latchkey/service"
+)
+
+// badNames are lock names every operation must refuse before touching Redis.
+var badNames = []struct{ desc, name string }{
+	{"empty", ""},
+	{"open brace (a Redis Cluster hash tag)", "a{b"},
+	{"close brace", "a}b"},
+	{"space", "a b"},
+	{"129 characters", strings.Repeat("a", 129)},
+	{"leading dot", ".hidden"},
+	{"leading dash", "-x"},
+	{"slash", "a/b"},
+	{"non-ASCII letter", "schlüssel"},
+	{"newline", "a\nb"},
+}
+
+// goodNames are names at the edges of what is allowed.
+var goodNames = []struct{ desc, name string }{
+	{"one character", "a"},
+	{"128 characters", strings.Repeat("a", 128)},
+	{"every allowed character", "A9._:-zZ"},
+	{"leading digit", "0job"},
+}
+
+// badTokens are client tokens every operation must refuse.
+var badTokens = []struct{ desc, token string }{
+	{"21 characters", strings.Repeat("t", 21)},
+	{"129 characters", strings.Repeat("t", 129)},
+	{"standard base64 plus", strings.Repeat("t", 21) + "+"},
+	{"standard base64 slash", strings.Repeat("t", 21) + "/"},
+	{"padding", strings.Repeat("t", 21) + "="},
+	{"space", strings.Repeat("t", 11) + " " + strings.Repeat("t", 11)},
+}
+
+// wantValidation fails t unless err is a *service.ValidationError for field
+// and rule that also wraps ErrInvalid.
+func wantValidation(t *testing.T, err error, field, rule string) {
+	t.Helper()
+	var ve *service.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("error = %v, want a *service.ValidationError", err)
+	}
+	if ve.Field != field || ve.Rule != rule {
+		t.Errorf("ValidationError{Field: %q, Rule: %q}, want {Field: %q, Rule: %q}", ve.Field, ve.Rule, field, rule)
+	}
+	if ve.Detail == "" {
+		t.Error("ValidationError.Detail is empty, want a sentence")
+	}
+	if !errors.Is(err, service.ErrInvalid) {
+		t.Error("error does not wrap ErrInvalid")
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, tt := range badNames {
+		t.Run("bad/"+tt.desc, func(t *testing.T) {
+			wantValidation(t, service.ValidateName(tt.name), "name", "format")
+		})
+	}
+	for _, tt := range goodNames {
+		t.Run("good/"+tt.desc, func(t *testing.T) {
+			if err := service.ValidateName(tt.name); err != nil {
+				t.Fatalf("ValidateName(%q) = %v, want nil", tt.name, err)
+			}
+		})
+	}
+}
+
+func TestValidateToken(t *testing.T) {
+	for _, tt := range badTokens {
+		t.Run("bad/"+tt.desc, func(t *testing.T) {
+			wantValidation(t, service.ValidateToken(tt.token), "Lock-Token", "format")
+		})
+	}
+	for _, tok := range []string{strings.Repeat("t", 22), strings.Repeat("t", 128), "AZaz09-_AZaz09-_AZaz09"} {
+		if err := service.ValidateToken(tok); err != nil {
+			t.Errorf("ValidateToken(%q) = %v, want nil", tok, err)
+		}
+	}
+}
+
+func TestNewToken(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		tok := service.NewToken()
+		if len(tok) != 22 {
+			t.Fatalf("NewToken() = %q, %d characters, want 22", tok, len(tok))
+		}
+		if err := service.ValidateToken(tok); err != nil {
+			t.Fatalf("ValidateToken(NewToken()) = %v", err)
+		}
+		if seen[tok] {
+			t.Fatalf("NewToken() repeated %q", tok)
+		}
+		seen[tok] = true
+	}
+}
