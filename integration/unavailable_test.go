@@ -1,0 +1,224 @@
+package integration
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// outageTimeout is the Redis timeout of servers facing an outage. A request
+// taking more than hangFactor times it counts as hanging: that bound only
+// detects hangs, it is no performance claim.
+const (
+	outageTimeout = 400 * time.Millisecond
+	hangFactor    = 5
+)
+
+// serverClient returns a go-redis client for addr configured as cmd/server
+// configures its own (openStore): every timeout is the Redis timeout, request
+// deadlines reach the socket, one retry.
+func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            1,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// newServerOn starts a server on rdb without loading the scripts first, as
+// cmd/server does when Redis cannot be reached at start-up (it logs and
+// serves 503 until Redis answers). The env's RDB is nil.
+func newServerOn(t testing.TB, rdb service.RedisClient, opts ...envOption) *testEnv {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	scfg := service.Config{KeyPrefix: uniquePrefix(), Registerer: reg}
+	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
+	for _, o := range opts {
+		o(&scfg, &hcfg)
+	}
+	svc, err := service.New(rdb, scfg)
+	if err != nil {
+		t.Fatalf("service.New: %v", err)
+	}
+	srv := httptest.NewServer(handlers.NewRouter(svc, hcfg))
+	t.Cleanup(srv.Close)
+	return &testEnv{URL: srv.URL, Client: newSpecClient(t), Prefix: scfg.KeyPrefix, Svc: svc}
+}
+
+func withOpTimeout(d time.Duration) envOption {
+	return func(s *service.Config, _ *handlers.Config) { s.OpTimeout = d }
+}
+
+// closedPort returns a loopback address where nothing listens.
+func closedPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// silentRedis listens on loopback, accepts connections and reads whatever
+// arrives, but never answers: a Redis that hangs.
+func silentRedis(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// wantUnavailable sends one request and checks that it is answered 503
+// store-unavailable with Retry-After, without internals, and did not hang.
+func wantUnavailable(t *testing.T, e *testEnv, method, path, body string, headerPairs ...string) {
+	t.Helper()
+	start := time.Now()
+	r := e.do(t, method, path, body, headerPairs...)
+	took := time.Since(start)
+	p := wantProblem(t, r, http.StatusServiceUnavailable, "store-unavailable")
+	if took > hangFactor*outageTimeout {
+		t.Errorf("%s %s took %s with a Redis timeout of %s: it hangs", method, path, took, outageTimeout)
+	}
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 {
+		t.Errorf("Retry-After = %q, want whole seconds >= 1", r.Header.Get("Retry-After"))
+	}
+	if want := "the store did not answer in time; try again"; p.Detail != want {
+		t.Errorf("detail = %q, want %q", p.Detail, want)
+	}
+	for _, leak := range []string{"goroutine", "dial tcp", "i/o timeout", "127.0.0.1", "redis"} {
+		if strings.Contains(string(r.Body), leak) {
+			t.Errorf("503 body reveals internals (%q): %s", leak, r.Body)
+		}
+	}
+}
+
+// checkOutage runs every lock operation and readiness against a server
+// whose Redis is out.
+func checkOutage(t *testing.T, e *testEnv) {
+	tok := service.NewToken()
+	wantUnavailable(t, e, "POST", "/v1/locks/outage", `{"ttl":"5s"}`)
+	wantUnavailable(t, e, "POST", "/v1/locks/outage", "", "Lock-Token", tok)
+	wantUnavailable(t, e, "GET", "/v1/locks/outage", "")
+	wantUnavailable(t, e, "POST", "/v1/locks/outage/renew", `{"ttl":"5s"}`, "Lock-Token", tok)
+	wantUnavailable(t, e, "DELETE", "/v1/locks/outage", "", "Lock-Token", tok)
+	wantUnavailable(t, e, "DELETE", "/v1/locks/outage?force=true", "", "Authorization", "Bearer "+testAdminKey)
+
+	start := time.Now()
+	r := e.do(t, "GET", "/readyz", "")
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if got := r.JSON(t)["status"]; got != "unavailable" {
+		t.Errorf("readyz status = %v, want unavailable", got)
+	}
+	if took := time.Since(start); took > hangFactor*outageTimeout {
+		t.Errorf("/readyz took %s with a Redis timeout of %s: it hangs", took, outageTimeout)
+	}
+	// Liveness does not depend on Redis.
+	wantStatus(t, e.do(t, "GET", "/healthz", ""), http.StatusOK)
+}
+
+func TestRedisDown(t *testing.T) {
+	addr := closedPort(t)
+	e := newServerOn(t, serverClient(t, addr, outageTimeout), withOpTimeout(outageTimeout))
+	checkOutage(t, e)
+}
+
+func TestRedisSilent(t *testing.T) {
+	addr := silentRedis(t)
+	e := newServerOn(t, serverClient(t, addr, outageTimeout), withOpTimeout(outageTimeout))
+	checkOutage(t, e)
+}
+
+// A real Redis that stops answering for a while (CLIENT PAUSE): requests
+// get 503 in time, and the service recovers by itself when Redis does.
+func TestRedisPaused(t *testing.T) {
+	_, url := startRedisContainer(t)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := newClient(t, url)
+	rdb := serverClient(t, opts.Addr, outageTimeout)
+	e := newServerOn(t, rdb, withOpTimeout(outageTimeout))
+	e.RDB = admin
+	if err := e.Svc.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	held := e.acquire(t, "paused", `{"ttl":"30s"}`)
+
+	pause := 3 * time.Second
+	if err := admin.Do(t.Context(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	paused := time.Now()
+	wantUnavailable(t, e, "POST", "/v1/locks/paused", "", "Lock-Token", held.Token)
+	wantUnavailable(t, e, "DELETE", "/v1/locks/paused", "", "Lock-Token", held.Token)
+	if time.Since(paused) >= pause {
+		t.Fatal("the pause ended before the requests were answered; the test proves nothing")
+	}
+
+	// Once Redis answers again, so does Latchkey; the lease is as it was.
+	deadline := time.Now().Add(pause + 5*time.Second)
+	for {
+		r := e.do(t, "GET", "/v1/locks/paused", "", "Lock-Token", held.Token)
+		if r.Status == http.StatusOK {
+			st := decodeAs[stateJSON](t, r)
+			if !st.Held || st.Owned == nil || !*st.Owned || st.Fence != held.Fence {
+				t.Errorf("after the pause: %+v, want held and owned with fence %d", st, held.Fence)
+			}
+			break
+		}
+		wantProblem(t, r, http.StatusServiceUnavailable, "store-unavailable")
+		if time.Now().After(deadline) {
+			t.Fatal("Latchkey did not recover after Redis did")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/paused", "", "Lock-Token", held.Token), http.StatusOK)
+}
