@@ -1,0 +1,202 @@
+// Command latchbench is Latchkey's load generator. It drives a Latchkey
+// server on a loopback address with N closed-loop keep-alive connections per
+// scenario and reports throughput and latency percentiles, each also as a
+// ratio to the `ceiling` scenario (a trivial route of the same server)
+// measured in the same run, as text and JSON.
+//
+//	go run ./cmd/latchbench -start                # starts redis-server and Latchkey itself
+//	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "latchbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	url       string
+	start     bool
+	serverBin string
+	redisBin  string
+	conns     int
+	duration  time.Duration
+	warmup    time.Duration
+	scenarios string
+	jsonOut   string
+	b         bench
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("latchbench", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.StringVar(&o.url, "url", "", "base URL of a running Latchkey on a loopback address (or use -start)")
+	fs.BoolVar(&o.start, "start", false, "start redis-server and a Latchkey server on free loopback ports for the run")
+	fs.StringVar(&o.serverBin, "server-bin", "", "Latchkey server binary for -start (default: go build ./cmd/server)")
+	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary for -start")
+	fs.IntVar(&o.conns, "c", 64, "concurrent keep-alive connections per scenario (1-1024)")
+	fs.DurationVar(&o.duration, "d", 10*time.Second, "duration of each scenario (at most 5m)")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up before each scenario")
+	fs.StringVar(&o.scenarios, "scenarios", "ceiling,gate,check,lock,contended,keepalive", "comma-separated scenarios; ceiling always runs first")
+	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file (- for stdout)")
+	fs.StringVar(&o.b.gatePolicy, "gate-policy", "bench", "policy name for gate and keepalive")
+	fs.StringVar(&o.b.checkPolicy, "check-policy", "bench", "policy name for check")
+	fs.IntVar(&o.b.ips, "ips", 10000, "distinct client IPs / keys for gate and check")
+	fs.IntVar(&o.b.names, "names", 100000, "distinct lock names for lock")
+	fs.IntVar(&o.b.hotNames, "hot-names", 8, "lock names shared by all clients in contended")
+	fs.IntVar(&o.b.leases, "leases", 1000, "keep-alive leases held during keepalive")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.conns < 1 || o.conns > 1024 {
+		return fmt.Errorf("-c %d: want 1-1024", o.conns)
+	}
+	if o.duration <= 0 || o.duration > 5*time.Minute {
+		return fmt.Errorf("-d %s: want (0, 5m]", o.duration)
+	}
+	if o.start == (o.url != "") {
+		return errors.New("give exactly one of -url and -start")
+	}
+	if o.start {
+		st, err := startStack(ctx, o.serverBin, o.redisBin)
+		if err != nil {
+			return err
+		}
+		defer st.stop()
+		o.url = st.url
+	}
+	if err := checkLoopback(o.url); err != nil {
+		return err
+	}
+	o.b.base = strings.TrimRight(o.url, "/")
+
+	want := map[string]bool{"ceiling": true}
+	for _, s := range strings.Split(o.scenarios, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	var results []Result
+	var ceiling Result
+	for _, sc := range o.b.scenarios() {
+		if !want[sc.name] {
+			continue
+		}
+		delete(want, sc.name)
+		res, err := runScenario(ctx, &o, sc)
+		if err != nil {
+			res = Result{Scenario: sc.name, Description: sc.description, Notes: []string{"skipped: " + err.Error()}}
+		}
+		if sc.name == "ceiling" {
+			ceiling = res
+		}
+		if ceiling.RPS > 0 && res.RPS > 0 {
+			res.RPSRatio = res.RPS / ceiling.RPS
+			res.P99Ratio = res.P99MS / ceiling.P99MS
+		}
+		results = append(results, res)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	delete(want, "")
+	for name := range want {
+		return fmt.Errorf("unknown scenario %q", name)
+	}
+	report := Report{Connections: o.conns, Duration: o.duration.String(), Results: results, Machine: machine()}
+	printText(stdout, report)
+	if o.jsonOut != "" {
+		return writeJSON(stdout, o.jsonOut, report)
+	}
+	return nil
+}
+
+func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
+	if sc.setup != nil {
+		cleanup, err := sc.setup(ctx, &o.b)
+		if err != nil {
+			return Result{}, err
+		}
+		defer cleanup()
+	}
+	if o.warmup > 0 {
+		runLoad(ctx, o.b.base, o.conns, o.warmup, sc.op)
+	}
+	samples, elapsed := runLoad(ctx, o.b.base, o.conns, o.duration, sc.op)
+	res := summarize(sc.name, samples, elapsed)
+	res.Description = sc.description
+	if res.Requests == 0 {
+		return res, fmt.Errorf("no request succeeded (%d transport errors)", res.Errors)
+	}
+	return res, nil
+}
+
+// checkLoopback refuses any target but a loopback address: load is only
+// ever sent to this machine.
+func checkLoopback(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("-url %q: want http://127.0.0.1:PORT", raw)
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("-url %q: latchbench only sends load to loopback addresses", raw)
+	}
+	return nil
+}
+
+// Report is the whole run.
+type Report struct {
+	Machine     string   `json:"machine"`
+	Connections int      `json:"connections"`
+	Duration    string   `json:"duration_per_scenario"`
+	Results     []Result `json:"results"`
+}
+
+func printText(w io.Writer, r Report) {
+	fmt.Fprintf(w, "latchbench: %d connections, %s per scenario, %s\n", r.Connections, r.Duration, r.Machine)
+	fmt.Fprintf(w, "%-10s %10s %8s %8s %8s %8s %8s %7s %7s  %s\n",
+		"scenario", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "x p99", "non-2xx")
+	for _, res := range r.Results {
+		if res.Requests == 0 {
+			fmt.Fprintf(w, "%-10s %s\n", res.Scenario, strings.Join(res.Notes, "; "))
+			continue
+		}
+		fmt.Fprintf(w, "%-10s %10.0f %8.2f %8.2f %8.2f %8.2f %8d %7.2f %7.2f  %v\n",
+			res.Scenario, res.RPS, res.P50MS, res.P90MS, res.P99MS, res.P999MS, res.Errors, res.RPSRatio, res.P99Ratio, res.Non2xx)
+	}
+}
+
+func writeJSON(stdout io.Writer, path string, r Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// scenario is one kind of load. op runs one iteration on a worker; it may
+// send several requests, each recorded on its own.
+type scenario struct {
+	name        string
+	description string
+	op          func(ctx context.Context, w *worker)
+	// setup runs once before the load (e.g. takes the leases that stay held
+	// while the load runs) and returns a cleanup.
+	setup func(ctx context.Context, b *bench) (func(), error)
+}
+
+// bench holds what the scenarios need to know about the server.
+type bench struct {
+	base        string
+	gatePolicy  string
+	checkPolicy string
+	ips         int // distinct client IPs for gate and check
+	names       int // distinct lock names for lock
+	hotNames    int // lock names for contended
+	leases      int // keep-alive leases held during keepalive
+}
+
+func newRequest(ctx context.Context, method, url, body string) *http.Request {
+	var req *http.Request
+	if body == "" {
+		req, _ = http.NewRequestWithContext(ctx, method, url, nil)
+	} else {
+		req, _ = http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
+}
+
+// clientIP maps n onto a 10.x.y.z address used only as a header value: the
+// load generator never sends traffic anywhere but the server's loopback URL.
+func clientIP(n uint64) string {
+	return fmt.Sprintf("10.%d.%d.%d", (n>>16)&0xff, (n>>8)&0xff, n&0xff)
+}
+
+func (b *bench) scenarios() []scenario {
+	return []scenario{
+		{
+			name:        "ceiling",
+			description: "GET /healthz: the same server's trivial route, the throughput ceiling",
+			op: func(ctx context.Context, w *worker) {
+				w.do(newRequest(ctx, http.MethodGet, b.base+"/healthz", ""), false)
+			},
+		},
+		{
+			name:        "gate",
+			description: "GET /v1/ratelimit/gate/{policy} with many client IPs in a trusted X-Forwarded-For",
+			op: func(ctx context.Context, w *worker) {
+				req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
+				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
+				w.do(req, false)
+			},
+		},
+		{
+			name:        "check",
+			description: "POST /v1/ratelimit/check with a JSON body naming a policy and a key",
+			op: func(ctx context.Context, w *worker) {
+				body := fmt.Sprintf(`{"policy":%q,"key":"user-%d"}`, b.checkPolicy, w.next()%uint64(b.ips))
+				w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/ratelimit/check", body), false)
+			},
+		},
+		{
+			name:        "lock",
+			description: "POST /v1/locks/{random name} then DELETE with its token (each request counted)",
+			op: func(ctx context.Context, w *worker) {
+				name := fmt.Sprintf("bench-%d", w.next()%uint64(b.names))
+				status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, `{"ttl":"10s"}`), false)
+				if status != http.StatusCreated {
+					return
+				}
+				req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
+				req.Header.Set("Lock-Token", h.Get("Lock-Token"))
+				w.do(req, false)
+			},
+		},
+		{
+			name:        "contended",
+			description: "many clients, few names: POST /v1/locks/{hot name} with wait, then DELETE",
+			op: func(ctx context.Context, w *worker) {
+				name := fmt.Sprintf("hot-%d", w.next()%uint64(b.hotNames))
+				status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, `{"ttl":"5s","wait":"2s"}`), false)
+				if status != http.StatusCreated {
+					return
+				}
+				req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
+				req.Header.Set("Lock-Token", h.Get("Lock-Token"))
+				w.do(req, false)
+			},
+		},
+		{
+			name:        "keepalive",
+			description: "gate traffic while keep-alive leases are held and renewed by the server",
+			setup:       b.holdKeepaliveLeases,
+			op: func(ctx context.Context, w *worker) {
+				req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
+				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
+				w.do(req, false)
+			},
+		},
+	}
+}
+
+// holdKeepaliveLeases takes b.leases keep-alive leases before the load and
+// releases them after it.
+func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), error) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	type lease struct{ name, token string }
+	leases := make([]lease, 0, b.leases)
+	for i := 0; i < b.leases; i++ {
+		name := fmt.Sprintf("ka-%d", i)
+		resp, err := client.Do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name,
+			`{"ttl":"3s","keepalive":true,"max_hold":"10m"}`))
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			return nil, fmt.Errorf("keep-alive lease %s: status %d", name, resp.StatusCode)
+		}
+		leases = append(leases, lease{name, resp.Header.Get("Lock-Token")})
+	}
+	return func() {
+		for _, l := range leases {
+			req := newRequest(context.Background(), http.MethodDelete, b.base+"/v1/locks/"+l.name, "")
+			req.Header.Set("Lock-Token", l.token)
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}, nil
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// stack is a redis-server and a Latchkey server started for one run.
+type stack struct {
+	url  string
+	stop func()
+}
+
+// freePort returns a free TCP port on 127.0.0.1.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startStack starts redis-server (no persistence) and Latchkey on free
+// loopback ports, configured with the policies the scenarios use.
+func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error) {
+	dir, err := os.MkdirTemp("", "latchbench-")
+	if err != nil {
+		return nil, err
+	}
+	var cleanups []func()
+	stop := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		_ = os.RemoveAll(dir)
+	}
+	fail := func(err error) (*stack, error) { stop(); return nil, err }
+
+	if serverBin == "" {
+		serverBin = filepath.Join(dir, "latchkey")
+		build := exec.CommandContext(ctx, "go", "build", "-o", serverBin, "./cmd/server")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fail(fmt.Errorf("build server (run latchbench from the repository root): %w", err))
+		}
+	}
+	redisPort, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	redis := exec.Command(redisBin, "--port", fmt.Sprint(redisPort), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	if err := redis.Start(); err != nil {
+		return fail(fmt.Errorf("start %s: %w", redisBin, err))
+	}
+	cleanups = append(cleanups, func() { _ = redis.Process.Kill(); _ = redis.Wait() })
+
+	port, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	env := append(os.Environ(), stackEnv(dir, redisPort, port)...)
+	srv := exec.Command(serverBin)
+	srv.Env = env
+	logFile, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return fail(err)
+	}
+	srv.Stdout, srv.Stderr = logFile, logFile
+	if err := srv.Start(); err != nil {
+		return fail(fmt.Errorf("start server: %w", err))
+	}
+	cleanups = append(cleanups, func() {
+		_ = srv.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = srv.Process.Kill()
+			<-done
+		}
+		_ = logFile.Close()
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := waitReady(ctx, url); err != nil {
+		tail, _ := os.ReadFile(logFile.Name())
+		return fail(fmt.Errorf("%w; server log:\n%s", err, lastLines(string(tail), 20)))
+	}
+	return &stack{url: url, stop: stop}, nil
+}
+
+// stackEnv configures the started server: Redis, a loopback listener, and a
+// high-limit policy named "bench" so gate and check measure the decision
+// path rather than denials.
+func stackEnv(dir string, redisPort, port int) []string {
+	return []string{
+		fmt.Sprintf("LATCHKEY_ADDR=127.0.0.1:%d", port),
+		fmt.Sprintf("LATCHKEY_REDIS_URL=redis://127.0.0.1:%d/0", redisPort),
+		"LATCHKEY_LOG_LEVEL=warn",
+	}
+}
+
+func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("server did not become ready within 30s")
+}
+
+func lastLines(s string, n int) string {
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// machine describes where the run happened.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				_, v, _ := strings.Cut(line, ":")
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d cores, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), model, runtime.Version())
+}
