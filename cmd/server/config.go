@@ -26,6 +26,8 @@ type Config struct {
 	DefaultTTL      time.Duration
 	MaxTTL          time.Duration
 	MaxBodyBytes    int64
+	RedisPipeline   bool
+	RedisMaxQueued  int64
 
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -102,6 +104,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.str(&c.KeyPrefix, "key-prefix", "LATCHKEY_KEY_PREFIX", "latchkey:", "prefix of every Redis key")
 	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
 	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", time.Hour, "largest lease TTL a request may ask for")
+	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together as pipelines")
+	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline; past it requests get 503")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
 	e.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LATCHKEY_READ_HEADER_TIMEOUT", 5*time.Second, "HTTP read-header timeout")
 	e.dur(&c.ReadTimeout, "read-timeout", "LATCHKEY_READ_TIMEOUT", 30*time.Second, "HTTP read timeout")
@@ -144,6 +148,7 @@ func (c Config) Validate() error {
 		check(positive[name] <= 0, "%s must be positive, got %s", name, positive[name])
 	}
 	check(c.DefaultTTL > c.MaxTTL, "-default-ttl %s is above -max-ttl %s", c.DefaultTTL, c.MaxTTL)
+	check(c.RedisMaxQueued < 1, "-redis-max-queued must be at least 1, got %d", c.RedisMaxQueued)
 	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	check(c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} \t\r\n"),
 		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)

@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // openStore connects to Redis, or starts the embedded store when no URL is
 // configured. It returns the client, the store's name for /readyz and a
 // function that closes both.
-func openStore(ctx context.Context, cfg Config, log *slog.Logger) (redis.UniversalClient, string, func(), error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.RedisClient, string, func(), error) {
 	store := "redis"
 	url := cfg.RedisURL
 	stopEmbedded := func() {}
@@ -122,7 +122,18 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (redis.Univers
 	opts.WriteTimeout = cfg.RedisTimeout
 	opts.PoolTimeout = cfg.RedisTimeout
 	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = 1
+	// No automatic resend: a command whose connection broke after it was
+	// written may already have run, and the lock scripts are not idempotent.
+	opts.MaxRetries = -1
 	rdb := redis.NewClient(opts)
-	return rdb, store, func() { _ = rdb.Close(); stopEmbedded() }, nil
+	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
+	if !cfg.RedisPipeline {
+		return rdb, store, closeAll, nil
+	}
+	pc, err := service.NewPipelinedClient(rdb, cfg.RedisMaxQueued)
+	if err != nil {
+		closeAll()
+		return nil, "", nil, err
+	}
+	return pc, store, closeAll, nil
 }
