@@ -86,6 +86,16 @@ func (req acquireRequest) unsupported() error {
 
 // handleAcquireLock implements operationId acquireLock.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	token, err := optionalToken(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
 	var req acquireRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, a.log, err)
@@ -95,9 +105,8 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	name := chi.URLParam(r, "name")
 	lease, err := a.svc.Acquire(r.Context(), name, service.AcquireRequest{
-		Token: r.Header.Get("Lock-Token"),
+		Token: token,
 		TTL:   parseDuration(req.TTL),
 	})
 	if err != nil {
@@ -115,8 +124,17 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 
 // handleGetLock implements operationId getLock.
 func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
-	token := r.Header.Get("Lock-Token")
-	st, err := a.svc.Inspect(r.Context(), chi.URLParam(r, "name"), token)
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	token, err := optionalToken(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	st, err := a.svc.Inspect(r.Context(), name, token)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -134,6 +152,11 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
 
 // handleRenewLock implements operationId renewLock.
 func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) {
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
 	var req renewRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, a.log, err)
@@ -144,7 +167,7 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	lease, err := a.svc.Renew(r.Context(), chi.URLParam(r, "name"), token, parseDuration(req.TTL))
+	lease, err := a.svc.Renew(r.Context(), name, token, parseDuration(req.TTL))
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -155,7 +178,11 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) {
 // handleReleaseLock implements operationId releaseLock, and with
 // ?force=true the admin force-release.
 func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "name")
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -190,12 +217,28 @@ func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount})
 }
 
+// lockName returns the {name} path parameter, refused before it reaches the
+// service when it is not a valid lock name.
+func lockName(r *http.Request) (string, error) {
+	name := chi.URLParam(r, "name")
+	return name, service.ValidateName(name)
+}
+
+// optionalToken returns the Lock-Token header, checked when present.
+func optionalToken(r *http.Request) (string, error) {
+	token := r.Header.Get("Lock-Token")
+	if token == "" {
+		return "", nil
+	}
+	return token, service.ValidateToken(token)
+}
+
 func requireToken(r *http.Request) (string, error) {
 	token := r.Header.Get("Lock-Token")
 	if token == "" {
 		return "", badRequest("Lock-Token", "required", "the Lock-Token header is required: send the token returned by acquire")
 	}
-	return token, nil
+	return token, service.ValidateToken(token)
 }
 
 // checkAdmin requires Authorization: Bearer <admin key>.
