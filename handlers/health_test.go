@@ -1,0 +1,53 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+)
+
+func TestHealthz(t *testing.T) {
+	fake := &fakeService{}
+	rec := serve(newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodGet, "/healthz", ""))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status = %d, want 200", rec.Code)
+	}
+	if diff := cmp.Diff(map[string]any{"status": "ok"}, decodeBody(t, rec)); diff != "" {
+		t.Errorf("body (-want +got):\n%s", diff)
+	}
+	if calls := fake.Calls(); len(calls) != 0 {
+		t.Errorf("liveness called the service: %v", calls)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	tests := []struct {
+		desc   string
+		store  string
+		err    error
+		status int
+		want   map[string]any
+	}{
+		{"ready, default store", "", nil, http.StatusOK, map[string]any{"status": "ready", "store": "redis"}},
+		{"ready, embedded", "embedded", nil, http.StatusOK, map[string]any{"status": "ready", "store": "embedded"}},
+		{"store down", "redis", fmt.Errorf("ping: %w", service.ErrUnavailable), http.StatusServiceUnavailable,
+			map[string]any{"status": "unavailable", "store": "redis", "detail": "the store does not answer or cannot run scripts"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			fake := &fakeService{ReadyFn: func(context.Context) error { return tt.err }}
+			rec := serve(newTestRouter(t, fake, handlers.Config{Store: tt.store}), newRequest(http.MethodGet, "/readyz", ""))
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d", rec.Code, tt.status)
+			}
+			if diff := cmp.Diff(tt.want, decodeBody(t, rec)); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestPanicIsAProblemWithoutStack(t *testing.T) {
+	var logs syncBuffer
+	fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
+		panic("boom: secret state 0xdeadbeef")
+	}}
+	req := newRequest(http.MethodPost, "/v1/locks/orders", "")
+	rec := serve(newTestRouter(t, fake, handlers.Config{Logger: newJSONLogger(&logs)}), req)
+	p := wantProblem(t, rec, req, http.StatusInternalServerError, "internal")
+	if p.Detail != "internal error" {
+		t.Errorf("detail = %q, want %q", p.Detail, "internal error")
+	}
+	for _, leak := range []string{"boom", "deadbeef", "goroutine", ".go:"} {
+		if strings.Contains(rec.Body.String(), leak) {
+			t.Errorf("panic answer leaks %q: %s", leak, rec.Body)
+		}
+	}
+	if !strings.Contains(logs.String(), "boom") {
+		t.Errorf("the panic was not logged; logs:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newJSONLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestLogsHoldNoSecrets sends lease tokens and the admin key through every
+// route and error path, and checks that the logs never contain them.
+func TestLogsHoldNoSecrets(t *testing.T) {
+	var logs syncBuffer
+	fake := grantingService()
+	fake.RenewFn = func(context.Context, string, string, time.Duration) (service.Lease, error) {
+		return service.Lease{}, errors.New("something broke")
+	}
+	fake.ReleaseFn = func(context.Context, string, string) (service.Released, error) {
+		return service.Released{}, service.ErrUnavailable
+	}
+	h := newTestRouter(t, fake, handlers.Config{Logger: newJSONLogger(&logs), AdminKey: adminKey})
+	reqs := []*http.Request{
+		newRequest(http.MethodPost, "/v1/locks/orders", `{"ttl":"10s"}`, "Lock-Token", tokenA),
+		newRequest(http.MethodGet, "/v1/locks/orders", "", "Lock-Token", tokenA),
+		newRequest(http.MethodPost, "/v1/locks/orders/renew", "", "Lock-Token", tokenA),        // 500
+		newRequest(http.MethodDelete, "/v1/locks/orders", "", "Lock-Token", tokenA),            // 503
+		newRequest(http.MethodPost, "/v1/locks/orders", "", "Lock-Token", tokenA+"+malformed"), // 400
+		newRequest(http.MethodDelete, "/v1/locks/orders?force=true", "", "Authorization", "Bearer "+adminKey),
+		newRequest(http.MethodDelete, "/v1/locks/orders?force=true", "", "Authorization", "Bearer "+adminKey+"-wrong"),
+	}
+	for _, req := range reqs {
+		serve(h, req)
+	}
+	out := logs.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	requests := 0
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec["msg"] != "request" {
+			continue
+		}
+		requests++
+		for _, key := range []string{"request_id", "route", "status", "duration_ms", "method"} {
+			if _, ok := rec[key]; !ok {
+				t.Errorf("request log line lacks %q: %s", key, line)
+			}
+		}
+	}
+	if requests != len(reqs) {
+		t.Errorf("%d request log lines, want %d; logs:\n%s", requests, len(reqs), out)
+	}
+	for _, secret := range []string{tokenA, adminKey, "Bearer", "Authorization", "Lock-Token"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("logs contain %q:\n%s", secret, out)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(rdb, service.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestRouter(t, svc, handlers.Config{Registry: reg})
+	if rec := serve(h, newRequest(http.MethodPost, "/v1/locks/orders", "")); rec.Code != http.StatusCreated {
+		t.Fatalf("acquire: %d %s", rec.Code, rec.Body)
+	}
+	serve(h, newRequest(http.MethodPost, "/v1/locks/orders", ""))                    // 409
+	serve(h, newRequest(http.MethodDelete, "/v1/locks/orders?force=true", ""))       // 403
+	serve(h, newRequest(http.MethodGet, "/v1/locks/never-seen-name-in-metrics", "")) // route label, not the name
+
+	rec := serve(h, newRequest(http.MethodGet, "/metrics", ""))
+	if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
+		t.Fatalf("/metrics: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	body := rec.Body.String()
+	for _, want := range []string{
+		`latchkey_http_requests_total{method="POST",route="/v1/locks/{name}",status="201"} 1`,
+		`latchkey_http_requests_total{method="POST",route="/v1/locks/{name}",status="409"} 1`,
+		`latchkey_http_requests_total{method="DELETE",route="/v1/locks/{name}",status="403"} 1`,
+		`latchkey_http_request_duration_seconds_count{method="POST",route="/v1/locks/{name}"} 2`,
+		`latchkey_lock_grants_total{kind="new"} 1`,
+		`latchkey_lock_conflicts_total 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "never-seen-name-in-metrics") {
+		t.Error("/metrics carries a lock name as a label value")
+	}
+}

@@ -1,0 +1,201 @@
+package handlers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+)
+
+// TestErrorTable drives each service error through an acquire and checks
+// the status, problem type and headers the one mapping gives it.
+func TestErrorTable(t *testing.T) {
+	tests := []struct {
+		desc           string
+		err            error
+		status         int
+		typ            string
+		wantRetryAfter string // "" means no Retry-After header
+		field          string // "" means no errors[] entry is required
+	}{
+		{"held, 1001ms rounds up", &service.HeldError{Name: "orders", RetryAfter: 1001 * time.Millisecond}, http.StatusConflict, "lock-held", "2", ""},
+		{"held, exactly 1s", &service.HeldError{Name: "orders", RetryAfter: time.Second}, http.StatusConflict, "lock-held", "1", ""},
+		{"held, 1ms left", &service.HeldError{Name: "orders", RetryAfter: time.Millisecond}, http.StatusConflict, "lock-held", "1", ""},
+		{"held, no ttl", &service.HeldError{Name: "orders"}, http.StatusConflict, "lock-held", "1", ""},
+		{"held, 29.5s", &service.HeldError{Name: "orders", RetryAfter: 29500 * time.Millisecond}, http.StatusConflict, "lock-held", "30", ""},
+		{"not owner", service.ErrNotOwner, http.StatusConflict, "not-owner", "", ""},
+		{"not owner, wrapped", fmt.Errorf("acquire: %w", service.ErrNotOwner), http.StatusConflict, "not-owner", "", ""},
+		{"other conflict", service.ErrConflict, http.StatusConflict, "conflict", "", ""},
+		{"not found", service.ErrNotFound, http.StatusNotFound, "lease-not-found", "", ""},
+		{"validation", &service.ValidationError{Field: "ttl", Rule: "max", Detail: "ttl must be at most 1h0m0s"}, http.StatusBadRequest, "invalid-request", "", "ttl"},
+		{"unavailable", fmt.Errorf("acquire: %w: %w", service.ErrUnavailable, io.EOF), http.StatusServiceUnavailable, "store-unavailable", "1", ""},
+		{"deadline", fmt.Errorf("acquire: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "store-unavailable", "1", ""},
+		{"unknown", errors.New("ERR user_script:7: secret internals at 10.1.2.3"), http.StatusInternalServerError, "internal", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
+				return service.Lease{}, tt.err
+			}}
+			req := newRequest(http.MethodPost, "/v1/locks/orders", "")
+			rec := serve(newTestRouter(t, fake, handlers.Config{}), req)
+			p := wantProblem(t, rec, req, tt.status, tt.typ)
+			if got := rec.Header().Get("Retry-After"); got != tt.wantRetryAfter {
+				t.Errorf("Retry-After = %q, want %q", got, tt.wantRetryAfter)
+			}
+			if tt.field != "" {
+				wantField(t, p, tt.field)
+			}
+			if tt.status >= 500 {
+				for _, leak := range []string{"secret", "10.1.2.3", "EOF", "user_script"} {
+					if strings.Contains(rec.Body.String(), leak) {
+						t.Errorf("5xx body leaks %q: %s", leak, rec.Body)
+					}
+				}
+			}
+			if tt.typ == "internal" && p.Detail != "internal error" {
+				t.Errorf("detail = %q, want %q", p.Detail, "internal error")
+			}
+		})
+	}
+}
+
+// TestErrorTableOnEveryRoute checks that each lock route maps service
+// errors through the same table.
+func TestErrorTableOnEveryRoute(t *testing.T) {
+	notOwner := service.ErrNotOwner
+	fake := &fakeService{
+		RenewFn: func(context.Context, string, string, time.Duration) (service.Lease, error) {
+			return service.Lease{}, notOwner
+		},
+		ReleaseFn: func(context.Context, string, string) (service.Released, error) {
+			return service.Released{}, service.ErrNotFound
+		},
+		InspectFn: func(context.Context, string, string) (service.LockState, error) {
+			return service.LockState{}, service.ErrUnavailable
+		},
+		ForceReleaseFn: func(context.Context, string) (bool, error) { return false, context.DeadlineExceeded },
+	}
+	h := newTestRouter(t, fake, handlers.Config{AdminKey: adminKey})
+	tests := []struct {
+		req    *http.Request
+		status int
+		typ    string
+	}{
+		{newRequest(http.MethodPost, "/v1/locks/orders/renew", "", "Lock-Token", tokenA), http.StatusConflict, "not-owner"},
+		{newRequest(http.MethodDelete, "/v1/locks/orders", "", "Lock-Token", tokenA), http.StatusNotFound, "lease-not-found"},
+		{newRequest(http.MethodGet, "/v1/locks/orders", ""), http.StatusServiceUnavailable, "store-unavailable"},
+		{newRequest(http.MethodDelete, "/v1/locks/orders?force=true", "", "Authorization", "Bearer "+adminKey), http.StatusServiceUnavailable, "store-unavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.req.Method+" "+tt.req.URL.String(), func(t *testing.T) {
+			wantProblem(t, serve(h, tt.req), tt.req, tt.status, tt.typ)
+		})
+	}
+}
+
+func TestCancelledRequestGetsNothing(t *testing.T) {
+	fake := &fakeService{AcquireFn: func(ctx context.Context, _ string, _ service.AcquireRequest) (service.Lease, error) {
+		<-ctx.Done()
+		return service.Lease{}, ctx.Err()
+	}}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	req := newRequest(http.MethodPost, "/v1/locks/orders", "").WithContext(ctx)
+	rec := serve(newTestRouter(t, fake, handlers.Config{}), req)
+	if rec.Body.Len() != 0 || rec.Header().Get("Content-Type") != "" {
+		t.Errorf("response to a client that went away = %d %q %s, want nothing written",
+			rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+}
+
+// TestCanceledErrorOfALiveRequestIsNotSilent: a context.Canceled that does
+// not come from the request's own context is a server fault, not a client
+// that went away.
+func TestCanceledErrorOfALiveRequestIsNotSilent(t *testing.T) {
+	fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
+		return service.Lease{}, context.Canceled
+	}}
+	req := newRequest(http.MethodPost, "/v1/locks/orders", "")
+	rec := serve(newTestRouter(t, fake, handlers.Config{}), req)
+	wantProblem(t, rec, req, http.StatusInternalServerError, "internal")
+}
+
+// literalProblemTypes collects every string literal given as typ or Type in
+// a composite literal (httpError, Problem) anywhere in the package's source.
+func literalProblemTypes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatalf("parse %s: %v", name, err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			kv, ok := n.(*ast.KeyValueExpr)
+			if !ok {
+				return true
+			}
+			key, ok := kv.Key.(*ast.Ident)
+			lit, isLit := kv.Value.(*ast.BasicLit)
+			if ok && isLit && (key.Name == "typ" || key.Name == "Type") && lit.Kind == token.STRING {
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatalf("%s: %v", fset.Position(lit.Pos()), err)
+				}
+				out = append(out, s)
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestProblemTypesAreDocumented fails when the handlers can answer a problem
+// type that api/openapi.yaml does not list, or that has no title. The types
+// come from problemTable's rows and from every typ/Type literal in the
+// package, so a new row or a new httpError is checked without editing this
+// test.
+func TestProblemTypesAreDocumented(t *testing.T) {
+	spec := specProblemTypes(t)
+	titled := handlers.TitledTypes()
+	table, literals := handlers.ProblemTableTypes(), literalProblemTypes(t)
+	if len(table) == 0 || len(literals) == 0 {
+		t.Fatalf("found %d table types and %d literal types; the collection is broken", len(table), len(literals))
+	}
+	used := slices.Compact(slices.Sorted(slices.Values(append(table, literals...))))
+	for _, typ := range used {
+		if !spec[typ] {
+			t.Errorf("problem type %q is used by handlers but not in the Problem.type enum of api/openapi.yaml", typ)
+		}
+		if !slices.Contains(titled, typ) {
+			t.Errorf("problem type %q has no title", typ)
+		}
+	}
+	for _, typ := range titled {
+		if !spec[typ] {
+			t.Errorf("titled problem type %q is not in the Problem.type enum of api/openapi.yaml", typ)
+		}
+	}
+}

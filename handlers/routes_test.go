@@ -1,0 +1,197 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/go-chi/chi/v5"
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/api"
+	"github.com/latchkey/latchkey/handlers"
+)
+
+// loadSpec parses and validates api/openapi.yaml once.
+var loadSpec = sync.OnceValues(func() (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err != nil {
+		return nil, err
+	}
+	return doc, doc.Validate(context.Background())
+})
+
+func mustSpec(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := loadSpec()
+	if err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	return doc
+}
+
+// specProblemTypes is the enum of the Problem schema's type property.
+func specProblemTypes(t *testing.T) map[string]bool {
+	t.Helper()
+	doc := mustSpec(t)
+	problem := doc.Components.Schemas["Problem"]
+	if problem == nil || problem.Value.Properties["type"] == nil {
+		t.Fatal("api/openapi.yaml has no Problem schema with a type property")
+	}
+	out := map[string]bool{}
+	for _, v := range problem.Value.Properties["type"].Value.Enum {
+		s, ok := v.(string)
+		if !ok {
+			t.Fatalf("Problem.type enum holds %T %v, want strings", v, v)
+		}
+		out[s] = true
+	}
+	return out
+}
+
+// newTestRouter returns the router on svc with cfg.
+func newTestRouter(t *testing.T, svc handlers.Service, cfg handlers.Config) http.Handler {
+	t.Helper()
+	return handlers.NewRouter(svc, cfg)
+}
+
+// newRequest builds a request. A non-empty body is sent as application/json
+// unless the header pairs say otherwise; a header given as "" is removed.
+func newRequest(method, target, body string, headers ...string) *http.Request {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, r)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i+1] == "" {
+			req.Header.Del(headers[i])
+			continue
+		}
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return req
+}
+
+// serve runs req through h and returns the recorded response.
+func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// wantProblem fails t unless rec is a complete problem+json answer with the
+// given status and type, a type documented in the spec. It returns the body.
+func wantProblem(t *testing.T, rec *httptest.ResponseRecorder, req *http.Request, status int, typ string) handlers.Problem {
+	t.Helper()
+	if rec.Code != status {
+		t.Errorf("status = %d, want %d (body %s)", rec.Code, status, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q, want application/problem+json", ct)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatalf("problem body %q: %v", rec.Body, err)
+	}
+	for _, member := range []string{"type", "title", "status", "instance", "request_id", "detail"} {
+		if v, ok := raw[member]; !ok || v == "" {
+			t.Errorf("problem body lacks %q: %s", member, rec.Body)
+		}
+	}
+	var p handlers.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatalf("problem body %q: %v", rec.Body, err)
+	}
+	if p.Type != typ || p.Status != status {
+		t.Errorf("problem {type: %q, status: %d}, want {%q, %d}", p.Type, p.Status, typ, status)
+	}
+	if p.Instance != req.URL.Path {
+		t.Errorf("problem instance = %q, want the request path %q", p.Instance, req.URL.Path)
+	}
+	if !specProblemTypes(t)[p.Type] {
+		t.Errorf("problem type %q is not in the Problem.type enum of api/openapi.yaml", p.Type)
+	}
+	return p
+}
+
+// wantField fails t unless the problem's errors[] names field.
+func wantField(t *testing.T, p handlers.Problem, field string) {
+	t.Helper()
+	for _, fe := range p.Errors {
+		if fe.Field == field {
+			if fe.Rule == "" {
+				t.Errorf("errors[] entry for %q has no rule", field)
+			}
+			return
+		}
+	}
+	t.Errorf("errors[] = %+v, want an entry for field %q", p.Errors, field)
+}
+
+// TestRoutesMatchSpec is the drift test: the router serves exactly the
+// operations api/openapi.yaml documents.
+func TestRoutesMatchSpec(t *testing.T) {
+	doc := mustSpec(t)
+	routes, ok := newTestRouter(t, &fakeService{}, handlers.Config{}).(chi.Routes)
+	if !ok {
+		t.Fatal("NewRouter does not return a chi router; the drift test cannot walk it")
+	}
+	var got []string
+	err := chi.Walk(routes, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if prefix, ok := strings.CutSuffix(route, "/*"); ok {
+			route = prefix + "/{path}" // chi's catch-all is the spec's {path}
+		}
+		got = append(got, method+" "+route)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("chi.Walk: %v", err)
+	}
+	var want []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			want = append(want, method+" "+path)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("routes differ from api/openapi.yaml (-spec +router):\n%s", diff)
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	tests := []struct {
+		method, target string
+		status         int
+		typ            string
+	}{
+		{http.MethodGet, "/nope", http.StatusNotFound, "not-found"},
+		{http.MethodGet, "/v1/locks", http.StatusNotFound, "not-found"},
+		{http.MethodGet, "/v1/locks/", http.StatusNotFound, "not-found"},
+		{http.MethodGet, "/v1/locks/orders/renew", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{http.MethodPut, "/v1/locks/orders", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{http.MethodPost, "/healthz", http.StatusMethodNotAllowed, "method-not-allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
+			fake := &fakeService{}
+			req := newRequest(tt.method, tt.target, "")
+			rec := serve(newTestRouter(t, fake, handlers.Config{}), req)
+			wantProblem(t, rec, req, tt.status, tt.typ)
+			if calls := fake.Calls(); len(calls) != 0 {
+				t.Errorf("service calls = %v, want none", calls)
+			}
+		})
+	}
+}
