@@ -6,11 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // metrics fetches /metrics over HTTP and returns every sample by its series,
-// written as in the exposition format: name{label="value",...} with labels
-// in alphabetical order.
+// written as in the exposition format: name{label="value",...}, labels in
+// alphabetical order except a histogram's le, which comes last.
 func metrics(t testing.TB, e *testEnv) map[string]float64 {
 	t.Helper()
 	r := e.do(t, "GET", "/metrics", "")
@@ -36,4 +39,71 @@ func metrics(t testing.TB, e *testEnv) map[string]float64 {
 func metricValue(t testing.TB, e *testEnv, series string) float64 {
 	t.Helper()
 	return metrics(t, e)[series]
+}
+
+func TestMetrics(t *testing.T) {
+	c, url := startRedisContainer(t)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnvOn(t, serverClient(t, opts.Addr, outageTimeout), url, withOpTimeout(outageTimeout))
+	const name = "metered-lock"
+
+	l := e.acquire(t, name, "")                                                                   // POST 201
+	wantProblem(t, e.do(t, "POST", "/v1/locks/"+name, ""), http.StatusConflict, "lock-held")      // POST 409
+	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK)   // POST 200
+	wantProblem(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"0s"}`), 400, "invalid-request")    // POST 400
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK) // partial
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK) // final
+	e.acquire(t, name, "")
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name+"?force=true", "", "Authorization", "Bearer "+testAdminKey),
+		http.StatusNoContent)
+
+	// The outage: Redis stops; an acquire is answered 503.
+	stop := 5 * time.Second
+	if err := c.Stop(t.Context(), &stop); err != nil {
+		t.Fatalf("stop the Redis container: %v", err)
+	}
+	wantProblem(t, e.do(t, "POST", "/v1/locks/"+name, ""), http.StatusServiceUnavailable, "store-unavailable")
+
+	const (
+		lockRoute = `route="/v1/locks/{name}"`
+		post      = `latchkey_http_requests_total{method="POST",` + lockRoute
+		del       = `latchkey_http_requests_total{method="DELETE",` + lockRoute
+	)
+	got := metrics(t, e)
+	want := map[string]float64{
+		post + `,status="201"}`: 2,
+		post + `,status="200"}`: 1,
+		post + `,status="409"}`: 1,
+		post + `,status="400"}`: 1,
+		post + `,status="503"}`: 1,
+		del + `,status="200"}`:  2,
+		del + `,status="204"}`:  1,
+		`latchkey_http_request_duration_seconds_count{method="POST",` + lockRoute + `}`:            6,
+		`latchkey_http_request_duration_seconds_bucket{method="POST",` + lockRoute + `,le="+Inf"}`: 6,
+		`latchkey_http_request_duration_seconds_count{method="DELETE",` + lockRoute + `}`:          3,
+		`latchkey_lock_grants_total{kind="new"}`:                                                   2,
+		`latchkey_lock_grants_total{kind="reentrant"}`:                                             1,
+		`latchkey_lock_conflicts_total`:                                                            1,
+		`latchkey_lock_releases_total{kind="partial"}`:                                             1,
+		`latchkey_lock_releases_total{kind="final"}`:                                               1,
+		`latchkey_lock_releases_total{kind="forced"}`:                                              1,
+		`latchkey_redis_errors_total{kind="unavailable",op="acquire"}`:                             1,
+	}
+	for series, w := range want {
+		if g, ok := got[series]; !ok || g != w {
+			t.Errorf("%s = %v (present %v), want %v", series, g, ok, w)
+		}
+	}
+	if sum := got[`latchkey_http_request_duration_seconds_sum{method="POST",`+lockRoute+`}`]; sum <= 0 {
+		t.Errorf("latency histogram sum = %v, want > 0", sum)
+	}
+	// Routes, not raw lock names, label the series.
+	for series := range got {
+		if strings.Contains(series, name) {
+			t.Errorf("series %s carries a lock name", series)
+		}
+	}
 }
