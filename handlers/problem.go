@@ -66,6 +66,7 @@ func as[T error]() func(error) bool {
 // problemTable is the one mapping from errors to HTTP statuses. The first
 // matching rule wins, so specific errors come before the sentinels they wrap.
 var problemTable = []problemRule{
+	{as[*service.PolicyNotFoundError](), http.StatusNotFound, "policy-not-found"},
 	{as[*service.HeldError](), http.StatusConflict, "lock-held"},
 	{is(service.ErrNotOwner), http.StatusConflict, "not-owner"},
 	{is(service.ErrInvalid), http.StatusBadRequest, "invalid-request"},
@@ -90,6 +91,8 @@ var titles = map[string]string{
 	"not-found":          "Not found",
 	"method-not-allowed": "Method not allowed",
 	"internal":           "Internal error",
+	"policy-not-found":   "Rate-limit policy not found",
+	"rate-limited":       "Too many requests",
 }
 
 // writeError answers err as problem+json. A caller that went away gets
@@ -148,6 +151,10 @@ func publicDetail(rule problemRule, err error) string {
 		return "the lease is held by another token"
 	case "lock-held":
 		return "the lock is held by another owner"
+	case "policy-not-found":
+		var pe *service.PolicyNotFoundError
+		errors.As(err, &pe)
+		return "no rate-limit policy is named " + strconv.Quote(pe.Name)
 	case "payload-too-large":
 		var mb *http.MaxBytesError
 		errors.As(err, &mb)

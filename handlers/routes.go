@@ -26,6 +26,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// Store names the backing store reported by /readyz ("redis" or "embedded").
 	Store string
+	// RateLimit tunes the rate-limit routes and self-protection.
+	RateLimit RateLimitConfig
 }
 
 // api holds what every handler needs.
@@ -58,6 +60,7 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	r.Use(requestLogger(a.log))
 	r.Use(recoverer(a.log))
 	r.Use(newHTTPMetrics(cfg.Registry).middleware)
+	r.Use(a.selfProtect)
 
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, &httpError{status: http.StatusNotFound, typ: "not-found",
@@ -79,5 +82,10 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	r.Get("/v1/locks/{name}", a.handleGetLock)
 	r.Delete("/v1/locks/{name}", a.handleReleaseLock)
 	r.Post("/v1/locks/{name}/renew", a.handleRenewLock)
+
+	r.Post("/v1/ratelimit/check", a.handleCheckRateLimit)
+	for _, m := range gateMethods {
+		r.Method(m, "/v1/ratelimit/gate/{policy}", http.HandlerFunc(a.handleGateRateLimit))
+	}
 	return r
 }

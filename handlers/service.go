@@ -16,4 +16,7 @@ type Service interface {
 	ForceRelease(ctx context.Context, name string) (bool, error)
 	Inspect(ctx context.Context, name, token string) (service.LockState, error)
 	Ready(ctx context.Context) error
+
+	RateLimitPolicy(name string) (service.Policy, error)
+	CheckRateLimit(ctx context.Context, req service.RateLimitRequest) (service.Decision, error)
 }

@@ -21,6 +21,8 @@ type Config struct {
 	FenceTTL time.Duration
 	// Registerer receives the service's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
+	// RateLimit configures rate-limit policies and decisions.
+	RateLimit RateLimitConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -56,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.FenceTTL < c.MaxTTL {
 		return fmt.Errorf("fence ttl %s must be at least the max ttl %s", c.FenceTTL, c.MaxTTL)
+	}
+	if err := c.RateLimit.Validate(); err != nil {
+		return err
 	}
 	return nil
 }

@@ -30,10 +30,15 @@ var (
 	renewScript        = newScript("renew", lua.Renew)
 	inspectScript      = newScript("inspect", lua.Inspect)
 	forceReleaseScript = newScript("force_release", lua.ForceRelease)
+
+	rateLimitFixedWindowScript   = newScript("ratelimit_fixed_window", lua.RateLimitFixedWindow)
+	rateLimitSlidingWindowScript = newScript("ratelimit_sliding_window", lua.RateLimitSlidingWindow)
+	rateLimitTokenBucketScript   = newScript("ratelimit_token_bucket", lua.RateLimitTokenBucket)
 )
 
 // allScripts lists every script loaded at start-up and by Ready.
-var allScripts = []*script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript}
+var allScripts = []*script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
+	rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript}
 
 // LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
 // compile stops start-up. Returns an error wrapping ErrUnavailable when Redis

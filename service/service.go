@@ -23,6 +23,7 @@ type Service struct {
 	cfg     Config
 	metrics *metrics
 	scripts []*script
+	rl      *rateLimiter
 }
 
 // New returns a Service on rdb. It does no I/O; call LoadScripts at start-up.
@@ -35,7 +36,9 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Service{rdb: rdb, cfg: cfg, metrics: newMetrics(cfg.Registerer), scripts: allScripts}, nil
+	s := &Service{rdb: rdb, cfg: cfg, metrics: newMetrics(cfg.Registerer), scripts: allScripts}
+	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
+	return s, nil
 }
 
 // Config returns the effective configuration, defaults filled in.

@@ -33,6 +33,8 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+
+	RateLimit RateLimitFlags
 }
 
 // envFlags registers flags whose defaults come from the environment and
@@ -111,6 +113,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.ReadTimeout, "read-timeout", "LATCHKEY_READ_TIMEOUT", 30*time.Second, "HTTP read timeout")
 	e.dur(&c.WriteTimeout, "write-timeout", "LATCHKEY_WRITE_TIMEOUT", 90*time.Second, "HTTP write timeout")
 	e.dur(&c.IdleTimeout, "idle-timeout", "LATCHKEY_IDLE_TIMEOUT", 120*time.Second, "HTTP keep-alive idle timeout")
+	c.RateLimit.register(e)
 	if err := errors.Join(e.errs...); err != nil {
 		return Config{}, err
 	}
@@ -153,6 +156,7 @@ func (c Config) Validate() error {
 	check(c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} \t\r\n"),
 		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)
 	check(c.AdminKey != "" && len(c.AdminKey) < 16, "-admin-key must be at least 16 characters")
+	errs = append(errs, c.RateLimit.validate()...)
 	if c.RedisURL == "" && !c.Dev && !isLoopback(c.Addr) {
 		errs = append(errs, fmt.Errorf("-addr %s is not a loopback address: the embedded store is for trying Latchkey out; "+
 			"set -redis-url (LATCHKEY_REDIS_URL) or pass -dev", c.Addr))

@@ -45,11 +45,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer closeStore()
 
+	serviceRL, handlersRL, err := cfg.RateLimit.load(log)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := service.New(rdb, service.Config{
 		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
+		RateLimit: serviceRL,
 	})
 	if err != nil {
 		return err
@@ -63,6 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	router := handlers.NewRouter(svc, handlers.Config{
 		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: store,
+		RateLimit: handlersRL,
 	})
 	srv := &http.Server{
 		Handler:           router,

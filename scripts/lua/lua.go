@@ -28,3 +28,18 @@ var Inspect string
 //
 //go:embed force_release.lua
 var ForceRelease string
+
+// RateLimitFixedWindow is the INCR + EXPIRE fixed-window limiter.
+//
+//go:embed ratelimit_fixed_window.lua
+var RateLimitFixedWindow string
+
+// RateLimitSlidingWindow is the two-counter sliding-window limiter.
+//
+//go:embed ratelimit_sliding_window.lua
+var RateLimitSlidingWindow string
+
+// RateLimitTokenBucket is the GCRA token-bucket limiter.
+//
+//go:embed ratelimit_token_bucket.lua
+var RateLimitTokenBucket string

@@ -1,0 +1,232 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RateLimitRequest asks for one rate-limit decision: either a named Policy
+// or an Inline limit, for Key, costing Cost units (default 1).
+type RateLimitRequest struct {
+	Policy string
+	Inline *Limit
+	Key    string
+	Cost   int64
+}
+
+// Decision is the answer to a RateLimitRequest. A denial is a Decision with
+// Allowed false, not an error.
+type Decision struct {
+	Allowed    bool
+	Policy     string // the policy's name, or InlinePolicyName
+	Key        string
+	Limit      int64         // cost units per window
+	Window     time.Duration // the policy's window
+	Remaining  int64         // cost units left after this decision
+	ResetAfter time.Duration // until the full limit is available again
+	RetryAfter time.Duration // zero when allowed; else when the same request will be allowed
+	// Degraded is true when Redis could not be reached and the policy failed
+	// open: the request was allowed without being counted.
+	Degraded bool
+	// Cached is true when the denial came from the in-process cache of keys
+	// known to be over their limit, without a Redis call.
+	Cached bool
+}
+
+// PolicyNotFoundError reports an unknown policy name. It wraps ErrNotFound.
+type PolicyNotFoundError struct{ Name string }
+
+func (e *PolicyNotFoundError) Error() string { return "service: no rate-limit policy named " + e.Name }
+
+// Unwrap makes errors.Is(err, ErrNotFound) true.
+func (e *PolicyNotFoundError) Unwrap() error { return ErrNotFound }
+
+// rateLimiter is the Service's rate-limit state: policies, the cache of
+// denied keys and the metrics.
+type rateLimiter struct {
+	cfg      RateLimitConfig
+	policies map[string]Policy
+	cache    *denyCache
+	lastLog  atomic.Int64 // unix nanoseconds of the last fail-open warning
+
+	decisions *prometheus.CounterVec // policy, result: allowed, denied
+	cacheHits prometheus.Counter
+	failOpen  *prometheus.CounterVec // policy
+}
+
+func newRateLimiter(cfg RateLimitConfig, reg prometheus.Registerer) *rateLimiter {
+	cfg = cfg.withDefaults()
+	rl := &rateLimiter{cfg: cfg, policies: map[string]Policy{}, cache: newDenyCache(cfg.CacheSize),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_decisions_total", Help: "Rate-limit decisions by policy and result (allowed, denied).",
+		}, []string{"policy", "result"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_cache_hits_total", Help: "Denials answered from the in-process cache without Redis.",
+		}),
+		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_fail_open_total", Help: "Requests allowed unchecked because Redis was unreachable, by policy.",
+		}, []string{"policy"}),
+	}
+	for _, p := range cfg.Policies {
+		rl.policies[p.Name] = p.withDefaults()
+	}
+	if reg != nil {
+		reg.MustRegister(rl.decisions, rl.cacheHits, rl.failOpen)
+	}
+	return rl
+}
+
+// RateLimitPolicy returns the named policy. Returns a *PolicyNotFoundError
+// (ErrNotFound) when there is none, or a *ValidationError for a malformed name.
+func (s *Service) RateLimitPolicy(name string) (Policy, error) {
+	if err := ValidatePolicyName(name); err != nil {
+		return Policy{}, err
+	}
+	p, ok := s.rl.policies[name]
+	if !ok {
+		return Policy{}, &PolicyNotFoundError{Name: name}
+	}
+	return p, nil
+}
+
+// RateLimitPolicies returns the configured policies.
+func (s *Service) RateLimitPolicies() []Policy { return s.rl.cfg.Policies }
+
+// CheckRateLimit decides whether req.Key may spend req.Cost under the named
+// policy or the inline limit, and counts it when allowed. The Redis call is
+// bounded by RateLimitConfig.Timeout; when it fails, a fail-open policy
+// answers a Degraded allowed Decision and a fail-closed one an error.
+//
+// Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
+// limit, or for inline limits when they are disabled; a *PolicyNotFoundError
+// (ErrNotFound); an error wrapping ErrUnavailable (fail-closed policies and
+// inline limits); or the caller's context error.
+func (s *Service) CheckRateLimit(ctx context.Context, req RateLimitRequest) (Decision, error) {
+	pol, err := s.resolvePolicy(req)
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := ValidateRateLimitKey("key", req.Key); err != nil {
+		return Decision{}, err
+	}
+	if req.Cost == 0 {
+		req.Cost = 1
+	}
+	if req.Cost < 0 {
+		return Decision{}, invalid("cost", "min", "cost must be at least 1, got %d", req.Cost)
+	}
+	if c := pol.capacity(); req.Cost > c {
+		return Decision{}, invalid("cost", "max", "cost %d is above what the limit can ever allow at once (%d)", req.Cost, c)
+	}
+	rkey := s.rateLimitKey(pol, req.Key)
+	d := Decision{Policy: pol.Name, Key: req.Key, Limit: pol.Limit.Limit, Window: pol.Window}
+	cacheKey := rkey + "|" + strconv.FormatInt(pol.Limit.Limit, 10) + "|" + strconv.FormatInt(pol.Burst, 10)
+	now := time.Now()
+	if e, ok := s.rl.cache.get(cacheKey, req.Cost, now); ok {
+		s.rl.cacheHits.Inc()
+		s.rl.decisions.WithLabelValues(pol.Name, "denied").Inc()
+		d.Remaining = e.remaining
+		d.ResetAfter = max(e.reset.Sub(now), 0)
+		d.RetryAfter = max(e.until.Sub(now), time.Millisecond)
+		d.Cached = true
+		return d, nil
+	}
+
+	v, err := s.runLimit(ctx, pol.Limit, rkey, req.Cost)
+	if err != nil {
+		if !errors.Is(err, ErrUnavailable) || pol.Fail == FailClosed {
+			return Decision{}, err
+		}
+		s.rl.failOpen.WithLabelValues(pol.Name).Inc()
+		s.logFailOpen(ctx, pol.Name, err)
+		d.Allowed, d.Degraded = true, true
+		d.Remaining = pol.capacity() - req.Cost
+		d.ResetAfter = pol.Window
+		return d, nil
+	}
+	d.Allowed = v[0] == 1
+	d.Remaining = v[1]
+	d.ResetAfter = time.Duration(v[2]) * time.Millisecond
+	d.RetryAfter = time.Duration(v[3]) * time.Millisecond
+	if d.Allowed {
+		s.rl.decisions.WithLabelValues(pol.Name, "allowed").Inc()
+	} else {
+		s.rl.decisions.WithLabelValues(pol.Name, "denied").Inc()
+		s.rl.cache.put(cacheKey, denyEntry{until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter),
+			cost: req.Cost, remaining: d.Remaining}, now)
+	}
+	return d, nil
+}
+
+// resolvePolicy finds the named policy of req, or builds the inline one.
+func (s *Service) resolvePolicy(req RateLimitRequest) (Policy, error) {
+	switch {
+	case req.Policy != "" && req.Inline != nil:
+		return Policy{}, invalid("policy", "excluded", "give either policy or an inline limit (limit, window, algorithm, burst), not both")
+	case req.Policy != "":
+		return s.RateLimitPolicy(req.Policy)
+	case req.Inline == nil:
+		return Policy{}, invalid("policy", "required", "policy is required (or an inline limit: key, limit, window)")
+	case !s.rl.cfg.AllowInline:
+		return Policy{}, invalid("limit", "disabled", "inline limits are disabled on this server: name a configured policy instead")
+	}
+	l := *req.Inline
+	if l.Algorithm == "" {
+		l.Algorithm = FixedWindow
+	}
+	if err := s.rl.cfg.validateLimit("", l); err != nil {
+		return Policy{}, err
+	}
+	return Policy{Name: InlinePolicyName, Limit: l, Key: "ip", DenyStatus: 429, Fail: FailClosed}, nil
+}
+
+// rateLimitKey is the one Redis key of a decision. Inline limits include
+// their window, so different windows over the same key never share a counter.
+func (s *Service) rateLimitKey(p Policy, key string) string {
+	name := p.Name
+	if name == InlinePolicyName {
+		name += ":" + strconv.FormatInt(p.Window.Milliseconds(), 10)
+	}
+	return s.cfg.KeyPrefix + "rl:" + string(p.Algorithm) + ":" + name + ":" + key
+}
+
+// runLimit runs the algorithm's script, bounded by the decision timeout.
+// The reply is {allowed, remaining, reset_ms, retry_after_ms}.
+func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
+	defer cancel()
+	var res any
+	var err error
+	switch l.Algorithm {
+	case FixedWindow:
+		res, err = s.run(ctx, rateLimitFixedWindowScript, []string{key}, l.Limit, l.Window.Milliseconds(), cost)
+	case SlidingWindow:
+		res, err = s.run(ctx, rateLimitSlidingWindowScript, []string{key}, l.Limit, l.Window.Milliseconds(), cost)
+	default:
+		burst := l.Burst
+		if burst == 0 {
+			burst = l.Limit
+		}
+		res, err = s.run(ctx, rateLimitTokenBucketScript, []string{key}, l.Limit, l.Window.Milliseconds(), burst, cost)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return int64s("ratelimit "+string(l.Algorithm), res, 4)
+}
+
+// logFailOpen warns that a policy failed open, at most once per LogInterval.
+func (s *Service) logFailOpen(ctx context.Context, policy string, err error) {
+	now := time.Now().UnixNano()
+	last := s.rl.lastLog.Load()
+	if now-last < int64(s.rl.cfg.LogInterval) || !s.rl.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.rl.cfg.Logger.WarnContext(ctx, "redis unreachable: rate-limit policies fail open (allowing unchecked requests)",
+		"policy", policy, "err", err, "next_log_in", s.rl.cfg.LogInterval.String())
+}
