@@ -28,6 +28,9 @@ type fakeService struct {
 	InspectFn      func(ctx context.Context, name, token string) (service.LockState, error)
 	ReadyFn        func(ctx context.Context) error
 
+	RateLimitPolicyFn func(name string) (service.Policy, error)
+	CheckRateLimitFn  func(ctx context.Context, req service.RateLimitRequest) (service.Decision, error)
+
 	mu    sync.Mutex
 	calls []string
 }
