@@ -77,7 +77,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// Requests must outlive the stop signal, or Shutdown could not drain
+		// them: their context keeps ctx's values but not its cancellation.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
