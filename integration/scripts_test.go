@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service"
@@ -112,7 +113,15 @@ func lockOps(t testing.TB, e *testEnv, name string) int64 {
 }
 
 func TestScriptsRunWithEvalSha(t *testing.T) {
-	e := newPrivateEnv(t)
+	for _, c := range serverClients {
+		t.Run(c.name, func(t *testing.T) {
+			_, url := startRedisContainer(t)
+			testScriptsRunWithEvalSha(t, newServerOnURL(t, url, c.wrap, 2*time.Second))
+		})
+	}
+}
+
+func testScriptsRunWithEvalSha(t *testing.T, e *testEnv) {
 	if err := e.RDB.ConfigResetStat(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ const (
 
 // serverClient returns a go-redis client for addr configured as cmd/server
 // configures its own (openStore): every timeout is the Redis timeout, request
-// deadlines reach the socket, one retry.
+// deadlines reach the socket, no automatic resend.
 func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{
@@ -38,10 +38,48 @@ func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Clien
 		WriteTimeout:          timeout,
 		PoolTimeout:           timeout,
 		ContextTimeoutEnabled: true,
-		MaxRetries:            1,
+		MaxRetries:            -1,
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// pipelined wraps rdb as cmd/server does by default (-redis-pipeline).
+func pipelined(t testing.TB, rdb *redis.Client) *service.PipelinedClient {
+	t.Helper()
+	pc, err := service.NewPipelinedClient(rdb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// newServerOnURL starts a server on the Redis at url through wrap's client,
+// configured as cmd/server configures its own, and loads the scripts. The
+// env's RDB is a separate plain client for inspecting Redis.
+func newServerOnURL(t testing.TB, url string, wrap func(testing.TB, *redis.Client) service.RedisClient,
+	timeout time.Duration, opts ...envOption) *testEnv {
+	t.Helper()
+	ropts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newServerOn(t, wrap(t, serverClient(t, ropts.Addr, timeout)), append(opts, withOpTimeout(timeout))...)
+	e.RDB, e.RedisURL = newClient(t, url), url
+	if err := e.Svc.LoadScripts(t.Context()); err != nil {
+		t.Fatalf("load scripts: %v", err)
+	}
+	return e
+}
+
+// serverClients are the two ways cmd/server talks to Redis: one command per
+// call, or script calls pipelined (its default).
+var serverClients = []struct {
+	name string
+	wrap func(testing.TB, *redis.Client) service.RedisClient
+}{
+	{"plain", func(_ testing.TB, rdb *redis.Client) service.RedisClient { return rdb }},
+	{"pipelined", func(t testing.TB, rdb *redis.Client) service.RedisClient { return pipelined(t, rdb) }},
 }
 
 // newServerOn starts a server on rdb without loading the scripts first, as
@@ -164,36 +202,33 @@ func checkOutage(t *testing.T, e *testEnv) {
 }
 
 func TestRedisDown(t *testing.T) {
-	addr := closedPort(t)
-	e := newServerOn(t, serverClient(t, addr, outageTimeout), withOpTimeout(outageTimeout))
-	checkOutage(t, e)
+	for _, c := range serverClients {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.wrap(t, serverClient(t, closedPort(t), outageTimeout))
+			checkOutage(t, newServerOn(t, rdb, withOpTimeout(outageTimeout)))
+		})
+	}
 }
 
 func TestRedisSilent(t *testing.T) {
-	addr := silentRedis(t)
-	e := newServerOn(t, serverClient(t, addr, outageTimeout), withOpTimeout(outageTimeout))
-	checkOutage(t, e)
+	for _, c := range serverClients {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.wrap(t, serverClient(t, silentRedis(t), outageTimeout))
+			checkOutage(t, newServerOn(t, rdb, withOpTimeout(outageTimeout)))
+		})
+	}
 }
 
 // A real Redis that stops answering for a while (CLIENT PAUSE): requests
-// get 503 in time, and the service recovers by itself when Redis does.
+// get 503 in time, and the service recovers by itself when Redis does. The
+// server pipelines its scripts, as cmd/server does by default.
 func TestRedisPaused(t *testing.T) {
 	_, url := startRedisContainer(t)
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := newClient(t, url)
-	rdb := serverClient(t, opts.Addr, outageTimeout)
-	e := newServerOn(t, rdb, withOpTimeout(outageTimeout))
-	e.RDB = admin
-	if err := e.Svc.LoadScripts(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout)
 	held := e.acquire(t, "paused", `{"ttl":"30s"}`)
 
 	pause := 3 * time.Second
-	if err := admin.Do(t.Context(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+	if err := e.RDB.Do(t.Context(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
 	paused := time.Now()
