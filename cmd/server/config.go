@@ -35,6 +35,10 @@ type Config struct {
 	IdleTimeout       time.Duration
 
 	RateLimit RateLimitFlags
+
+	// HealthCheck makes the process probe /healthz of the server at Addr and
+	// exit instead of serving (for container HEALTHCHECKs: no shell or curl needed).
+	HealthCheck bool
 }
 
 // envFlags registers flags whose defaults come from the environment and
@@ -114,6 +118,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.WriteTimeout, "write-timeout", "LATCHKEY_WRITE_TIMEOUT", 90*time.Second, "HTTP write timeout")
 	e.dur(&c.IdleTimeout, "idle-timeout", "LATCHKEY_IDLE_TIMEOUT", 120*time.Second, "HTTP keep-alive idle timeout")
 	c.RateLimit.register(e)
+	fs.BoolVar(&c.HealthCheck, "healthcheck", false, "probe /healthz of the server at -addr, exit 0 if it answers 200, 1 otherwise")
 	if err := errors.Join(e.errs...); err != nil {
 		return Config{}, err
 	}
