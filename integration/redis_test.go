@@ -17,26 +17,45 @@ const (
 	envRedisURL     = "LATCHKEY_TEST_REDIS_URL"   // use this Redis instead of a container
 	envRedisImage   = "LATCHKEY_TEST_REDIS_IMAGE" // image for testcontainers (default redis:7)
 	envRequireRedis = "LATCHKEY_REQUIRE_REDIS"    // "1": fail instead of skipping when no Redis can be had
+	// envRequireDocker "1": fail instead of skipping when Docker or the Latchkey
+	// image (LATCHKEY_TEST_IMAGE, see image_test.go) cannot be had. It implies
+	// LATCHKEY_REQUIRE_REDIS, as Docker is where the tests get Redis.
+	envRequireDocker = "LATCHKEY_REQUIRE_DOCKER"
+	// envRunID, when set, labels every container and network the tests create
+	// with latchkey.test.run=<value>, so whoever ran them can find what a
+	// crashed run left behind without touching anyone else's containers.
+	envRunID = "LATCHKEY_TEST_RUN_ID"
 )
 
-func required() bool {
-	b, _ := strconv.ParseBool(os.Getenv(envRequireRedis))
+func envTrue(name string) bool {
+	b, _ := strconv.ParseBool(os.Getenv(name))
 	return b
 }
+
+func required() bool { return envTrue(envRequireRedis) || envTrue(envRequireDocker) }
 
 // skipOrFail skips the test with the reason, or fails it when the
 // environment requires Redis and Docker (as CI does).
 func skipOrFail(t testing.TB, reason string) {
 	t.Helper()
 	if required() {
-		t.Fatalf("%s (and %s=1 requires it)", reason, envRequireRedis)
+		t.Fatalf("%s (and %s=1 or %s=1 requires it)", reason, envRequireRedis, envRequireDocker)
 	}
 	t.Skip(reason)
 }
 
+// runLabels are the labels of every container and network the tests create.
+func runLabels() map[string]string {
+	if id := os.Getenv(envRunID); id != "" {
+		return map[string]string{"latchkey.test.run": id}
+	}
+	return nil
+}
+
 // startRedisContainer starts a fresh Redis container for t and returns it
-// with its URL. The container is removed when t ends.
-func startRedisContainer(t testing.TB) (*tcredis.RedisContainer, string) {
+// with its URL (on the host's published port). The container is removed when
+// t ends. opts customise the container, e.g. to join a network.
+func startRedisContainer(t testing.TB, opts ...testcontainers.ContainerCustomizer) (*tcredis.RedisContainer, string) {
 	t.Helper()
 	dockerHealthy(t)
 	image := os.Getenv(envRedisImage)
@@ -45,7 +64,8 @@ func startRedisContainer(t testing.TB) (*tcredis.RedisContainer, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := tcredis.Run(ctx, image)
+	opts = append([]testcontainers.ContainerCustomizer{testcontainers.WithLabels(runLabels())}, opts...)
+	c, err := tcredis.Run(ctx, image, opts...)
 	testcontainers.CleanupContainer(t, c)
 	if err != nil {
 		skipOrFail(t, "cannot start a Redis container from "+image+": "+err.Error())

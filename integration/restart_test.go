@@ -1,0 +1,187 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRedisRestartRecovery stops the Redis container under a running server
+// and starts it again: while Redis is down every request is a fast 503
+// store-unavailable; once it is back the next calls succeed, the scripts
+// Redis forgot being loaded again after NOSCRIPT.
+func TestRedisRestartRecovery(t *testing.T) {
+	rc, url := startRedisContainer(t)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	// The published port may change when the container restarts: every new
+	// connection dials wherever the container is published now.
+	var addr atomic.Value
+	addr.Store(opts.Addr)
+	opts.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr.Load().(string))
+	}
+	// The server's own client settings (cmd/server openStore), with 1s bounds.
+	const opTimeout = time.Second
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = opTimeout, opTimeout, opTimeout, opTimeout
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = 1
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := newTestEnvOn(t, rdb, url, func(c *service.Config, _ *handlers.Config) { c.OpTimeout = opTimeout })
+
+	r := e.do(t, "POST", "/v1/locks/before-restart", `{"ttl":"1m"}`)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("acquire before the restart: status = %d, want 201; body %s", r.Status, r.Body)
+	}
+	token := r.Header.Get("Lock-Token")
+	reloadsBefore := scriptReloads(t, e)
+
+	stopTimeout := 10 * time.Second
+	if err := rc.Stop(t.Context(), &stopTimeout); err != nil {
+		t.Fatalf("stop redis: %v", err)
+	}
+
+	t.Run("outage is a fast 503", func(t *testing.T) {
+		for _, req := range []struct{ method, path, body, token string }{
+			{"POST", "/v1/locks/during-outage", `{"ttl":"10s"}`, ""},
+			{"GET", "/v1/locks/before-restart", "", ""},
+			{"POST", "/v1/locks/before-restart/renew", `{"ttl":"1m"}`, token},
+			{"DELETE", "/v1/locks/before-restart", "", token},
+		} {
+			// The request's own deadline turns a hang into a failure here.
+			start := time.Now()
+			var hdr []string
+			if req.token != "" {
+				hdr = []string{"Lock-Token", req.token}
+			}
+			r := e.doWithin(t, 4*opTimeout, req.method, req.path, req.body, hdr...)
+			if r.Status != http.StatusServiceUnavailable {
+				t.Fatalf("%s %s while Redis is down: status = %d, want 503; body %s", req.method, req.path, r.Status, r.Body)
+			}
+			if got := r.JSON(t)["type"]; got != "store-unavailable" {
+				t.Errorf("%s %s while Redis is down: type = %v, want store-unavailable", req.method, req.path, got)
+			}
+			t.Logf("%s %s: 503 after %s", req.method, req.path, time.Since(start).Round(time.Millisecond))
+		}
+		r := e.doWithin(t, 4*opTimeout, "GET", "/readyz", "")
+		if r.Status != http.StatusServiceUnavailable {
+			t.Errorf("readyz while Redis is down: status = %d, want 503; body %s", r.Status, r.Body)
+		}
+	})
+
+	if err := rc.Start(t.Context()); err != nil {
+		t.Fatalf("start redis again: %v", err)
+	}
+	port, err := rc.MappedPort(t.Context(), "6379/tcp")
+	if err != nil {
+		t.Fatalf("redis port after restart: %v", err)
+	}
+	host, _, _ := net.SplitHostPort(opts.Addr)
+	t.Logf("redis published at %s before the restart, %s after", addr.Load(), net.JoinHostPort(host, port.Port()))
+	addr.Store(net.JoinHostPort(host, port.Port()))
+	waitForPing(t, addr.Load().(string))
+
+	t.Run("recovers after restart", func(t *testing.T) {
+		// The very first call after the restart must succeed: no /readyz
+		// first, which would load the scripts and hide the NOSCRIPT path.
+		r := e.doWithin(t, 4*opTimeout, "POST", "/v1/locks/after-restart", `{"ttl":"10s"}`)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("first acquire after the restart: status = %d, want 201; body %s", r.Status, r.Body)
+		}
+		if got := scriptReloads(t, e); got <= reloadsBefore {
+			t.Errorf("latchkey_script_reloads_total = %v after the restart, want more than %v (NOSCRIPT reload)", got, reloadsBefore)
+		}
+		r = e.doWithin(t, 4*opTimeout, "DELETE", "/v1/locks/after-restart", "", "Lock-Token", r.Header.Get("Lock-Token"))
+		if r.Status != http.StatusOK {
+			t.Errorf("release after the restart: status = %d, want 200; body %s", r.Status, r.Body)
+		}
+		r = e.doWithin(t, 4*opTimeout, "GET", "/readyz", "")
+		if r.Status != http.StatusOK {
+			t.Errorf("readyz after the restart: status = %d, want 200; body %s", r.Status, r.Body)
+		}
+	})
+}
+
+// doWithin is e.do with a deadline: a request that hangs past d fails t.
+func (e *testEnv) doWithin(t *testing.T, d time.Duration, method, path, body string, headerPairs ...string) response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		req.Header.Set(headerPairs[i], headerPairs[i+1])
+	}
+	resp, err := e.Client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: no answer within %s: %v", method, path, d, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(resp.Body); err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b.Bytes()}
+}
+
+// scriptReloads reads latchkey_script_reloads_total from the server's /metrics.
+func scriptReloads(t *testing.T, e *testEnv) float64 {
+	t.Helper()
+	r := e.do(t, "GET", "/metrics", "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("metrics: status = %d, want 200", r.Status)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(r.Body))
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if ok && name == "latchkey_script_reloads_total" {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				t.Fatalf("metrics: %q: %v", sc.Text(), err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("metrics: no latchkey_script_reloads_total in %s", r.Body)
+	return 0
+}
+
+// waitForPing waits until the Redis at addr answers PING.
+func waitForPing(t *testing.T, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis at %s did not answer PING within 30s after restart: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
