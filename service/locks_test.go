@@ -1,8 +1,10 @@
 package service_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -461,5 +463,59 @@ func TestValidBoundsAreAccepted(t *testing.T) {
 	l := mustAcquire(t, svc, "orders", service.AcquireRequest{Token: long})
 	if l.Token != long {
 		t.Errorf("Token = %q, want the 128-character client token kept", l.Token)
+	}
+}
+
+// TestWakeUps checks that only a lock becoming free publishes a wake-up for
+// its waiters, on a channel in the lock's hash slot: the last release and a
+// force-release of a held lock do; a partial release, a refused release and
+// a force-release of a free lock do not.
+func TestWakeUps(t *testing.T) {
+	_, rdb := newTestRedis(t)
+	svc := mustNew(t, rdb, service.Config{})
+	sub := rdb.PSubscribe(t.Context(), "*")
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(t.Context()); err != nil { // the subscription confirmation
+		t.Fatal(err)
+	}
+
+	l := mustAcquire(t, svc, "orders", service.AcquireRequest{})
+	mustAcquire(t, svc, "orders", service.AcquireRequest{Token: l.Token})
+	if _, err := svc.Release(t.Context(), "orders", tokenB); !errors.Is(err, service.ErrNotOwner) {
+		t.Fatalf("release by another token = %v", err)
+	}
+	for range 2 { // partial, then final
+		if _, err := svc.Release(t.Context(), "orders", l.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustAcquire(t, svc, "orders", service.AcquireRequest{})
+	for range 2 { // a held lock, then a free one
+		if _, err := svc.ForceRelease(t.Context(), "orders"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Publish(t.Context(), "end-of-test", "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var got []string
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		msg, err := sub.ReceiveMessage(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		if msg.Channel == "end-of-test" {
+			break
+		}
+		if !strings.Contains(msg.Channel, "{orders}") {
+			t.Errorf("wake-up on channel %q, want it in the lock's hash slot {orders}", msg.Channel)
+		}
+		got = append(got, msg.Payload)
+	}
+	if want := []string{"released", "released"}; !slices.Equal(got, want) {
+		t.Errorf("wake-ups = %q, want %q (final release, force-release)", got, want)
 	}
 }

@@ -302,3 +302,30 @@ func TestRunFailsWhenTheAddressIsTaken(t *testing.T) {
 		t.Fatalf("run on a taken address = %v, want a listen error", err)
 	}
 }
+
+// TestRunWithRedisDown: a server whose Redis is not reachable still starts,
+// says it is not ready, and answers lock requests with 503 store-unavailable.
+func TestRunWithRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	downURL := "redis://" + ln.Addr().String()
+	_ = ln.Close() // nothing listens there any more
+
+	s := startServer(t, "-redis-url", downURL, "-redis-timeout", "200ms")
+	if !strings.Contains(s.logs.String(), "redis is not reachable yet") {
+		t.Errorf("no warning that Redis is not reachable; logs:\n%s", s.logs)
+	}
+	resp, ready := s.call(t, http.MethodGet, "/readyz", "")
+	if resp.StatusCode != http.StatusServiceUnavailable || ready["store"] != "redis" || ready["status"] != "unavailable" {
+		t.Errorf("/readyz = %d %v, want 503 unavailable on redis", resp.StatusCode, ready)
+	}
+	resp, problem := s.call(t, http.MethodPost, "/v1/locks/demo", "")
+	if resp.StatusCode != http.StatusServiceUnavailable || problem["type"] != "store-unavailable" {
+		t.Errorf("acquire = %d %v, want 503 store-unavailable", resp.StatusCode, problem)
+	}
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+}
