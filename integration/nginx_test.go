@@ -1,0 +1,211 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+)
+
+// TestNginxGateway runs the documented deploy/nginx/nginx.conf in a real
+// nginx, in front of a tiny upstream and a Latchkey server on real Redis,
+// and sends requests from two client addresses (127.0.0.2 and 127.0.0.3,
+// real loopback sources): the 4th request in 10 s from one address gets 429
+// with Retry-After and the RateLimit headers, the other address is
+// unaffected, and a forged X-Forwarded-For changes nothing.
+func TestNginxGateway(t *testing.T) {
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			skipOrFail(t, "nginx is not installed (Debian: apt-get install nginx-light)")
+		}
+		nginx = "/usr/sbin/nginx"
+	}
+	pol, err := service.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	if err != nil {
+		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
+	}
+	e := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+
+	var upstreamHits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		_, _ = io.WriteString(w, "hello from the app\n")
+	}))
+	t.Cleanup(app.Close)
+
+	front := startNginx(t, nginx, hostPort(t, e.URL), hostPort(t, app.URL))
+	clientA := clientFrom(t, "127.0.0.2")
+	clientB := clientFrom(t, "127.0.0.3")
+
+	for i := 1; i <= 3; i++ {
+		r := get(t, clientA, front, "X-Forwarded-For", "")
+		if r.Status != http.StatusOK || string(r.Body) != "hello from the app\n" {
+			t.Fatalf("A request %d: %d %q, want 200 from the app", i, r.Status, r.Body)
+		}
+		if got, want := r.Header.Get("RateLimit"), fmt.Sprintf(`"per-ip";r=%d;t=`, 3-i); !strings.HasPrefix(got, want) {
+			t.Errorf("A request %d: RateLimit = %q, want prefix %q", i, got, want)
+		}
+	}
+	r := get(t, clientA, front, "X-Forwarded-For", "")
+	if r.Status != http.StatusTooManyRequests {
+		t.Fatalf("A request 4: status = %d, want 429; body %s", r.Status, r.Body)
+	}
+	if ra := retryAfter(t, r); ra < 1 || ra > 10 {
+		t.Errorf("A request 4: Retry-After = %d, want 1..10", ra)
+	}
+	if got, want := r.Header.Get("RateLimit-Policy"), `"per-ip";q=3;w=10`; got != want {
+		t.Errorf("A request 4: RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, `"per-ip";r=0;t=`) {
+		t.Errorf("A request 4: RateLimit = %q, want r=0", got)
+	}
+
+	// B is unaffected, even when it claims to be A.
+	r = get(t, clientB, front, "X-Forwarded-For", "")
+	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("RateLimit"), `"per-ip";r=2;`) {
+		t.Fatalf("B request 1: %d RateLimit %q, want 200 with r=2", r.Status, r.Header.Get("RateLimit"))
+	}
+	r = get(t, clientB, front, "X-Forwarded-For", "127.0.0.2")
+	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("RateLimit"), `"per-ip";r=1;`) {
+		t.Fatalf("B forging A's address: %d RateLimit %q, want 200 counted for B (r=1)", r.Status, r.Header.Get("RateLimit"))
+	}
+
+	// A forging other addresses is still A, still over its limit.
+	for _, forged := range []string{"198.51.100.7", "127.0.0.1", "198.51.100.8, 127.0.0.1"} {
+		r = get(t, clientA, front, "X-Forwarded-For", forged)
+		if r.Status != http.StatusTooManyRequests {
+			t.Errorf("A forging X-Forwarded-For %q: status = %d, want 429", forged, r.Status)
+		}
+	}
+	r = get(t, clientA, front, "X-Real-IP", "198.51.100.9")
+	if r.Status != http.StatusTooManyRequests {
+		t.Errorf("A forging X-Real-IP: status = %d, want 429", r.Status)
+	}
+	if got := upstreamHits.Load(); got != 5 {
+		t.Errorf("the app served %d requests, want 5 (3 from A, 2 from B)", got)
+	}
+}
+
+// startNginx runs deploy/nginx/nginx.conf with its upstream addresses
+// replaced by latchkey and app, listening on a free loopback port, and
+// returns its base URL. nginx is stopped when t ends.
+func startNginx(t *testing.T, bin, latchkey, app string) string {
+	t.Helper()
+	conf, err := os.ReadFile(filepath.Join("..", "deploy", "nginx", "nginx.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	listen := closedPort(t)
+	s := string(conf)
+	for old, repl := range map[string]string{
+		"server 127.0.0.1:8080;": "server " + latchkey + ";",
+		"server 127.0.0.1:3000;": "server " + app + ";",
+		"listen 127.0.0.1:8000;": "listen " + listen + ";",
+		"http {": "http {\n    access_log off;\n    client_body_temp_path " + dir + "/body;\n    proxy_temp_path " + dir +
+			"/proxy;\n    fastcgi_temp_path " + dir + "/fastcgi;\n    uwsgi_temp_path " + dir + "/uwsgi;\n    scgi_temp_path " + dir + "/scgi;",
+	} {
+		if !strings.Contains(s, old) {
+			t.Fatalf("deploy/nginx/nginx.conf no longer contains %q", old)
+		}
+		s = strings.Replace(s, old, repl, 1)
+	}
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	global := "daemon off; master_process on; worker_processes 1; pid " + dir + "/nginx.pid; error_log " + dir + "/error.log warn;"
+	if out, err := exec.Command(bin, "-t", "-p", dir, "-c", path, "-g", global).CombinedOutput(); err != nil {
+		t.Fatalf("nginx -t: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", path, "-g", global)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nginx: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt) // SIGINT: fast shutdown of master and workers
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(dir, "error.log")); err == nil {
+				t.Logf("nginx error.log:\n%s", b)
+			}
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", listen, 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx does not listen on %s: %v", listen, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "http://" + listen
+}
+
+// clientFrom returns an HTTP client whose connections come from the given
+// loopback address.
+func clientFrom(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// get sends GET / through nginx, with one optional header.
+func get(t *testing.T, c *http.Client, base, header, value string) response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if value != "" {
+		req.Header.Set(header, value)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+func hostPort(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
