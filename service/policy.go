@@ -69,7 +69,7 @@ type Policy struct {
 	// address, see the trusted-proxy settings) or "header:NAME".
 	Key string
 	// DenyStatus is the gate's status for a denied request: 429 (default),
-	// or e.g. 403 for nginx auth_request.
+	// 403 (for nginx auth_request) or 401.
 	DenyStatus int
 	// Fail is what the policy answers when Redis is down. Default FailOpen.
 	Fail FailMode
@@ -161,8 +161,8 @@ func (c RateLimitConfig) validatePolicy(p Policy) error {
 	if p.Key != "ip" && !headerNameRE.MatchString(p.KeyHeader()) {
 		return fmt.Errorf("policy %q: key must be \"ip\" or \"header:NAME\", got %q", p.Name, p.Key)
 	}
-	if p.DenyStatus != 429 && (p.DenyStatus < 400 || p.DenyStatus > 499) {
-		return fmt.Errorf("policy %q: deny_status must be a 4xx status such as 429 or 403, got %d", p.Name, p.DenyStatus)
+	if p.DenyStatus != 429 && p.DenyStatus != 403 && p.DenyStatus != 401 {
+		return fmt.Errorf("policy %q: deny_status must be 401, 403 or 429, got %d", p.Name, p.DenyStatus)
 	}
 	if p.Fail != FailOpen && p.Fail != FailClosed {
 		return fmt.Errorf("policy %q: fail must be \"open\" or \"closed\", got %q", p.Name, p.Fail)

@@ -1,0 +1,166 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+)
+
+func perIP(deny int) service.Policy {
+	return service.Policy{Name: "per-ip", Key: "ip", DenyStatus: deny, Fail: service.FailOpen,
+		Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 3, Window: 10 * time.Second}}
+}
+
+// decisionFake answers every check with d (for the key it was asked about).
+func decisionFake(pol service.Policy, d service.Decision) *fakeService {
+	return &fakeService{
+		RateLimitPolicyFn: func(name string) (service.Policy, error) {
+			if name != pol.Name {
+				return service.Policy{}, &service.PolicyNotFoundError{Name: name}
+			}
+			return pol, nil
+		},
+		CheckRateLimitFn: func(_ context.Context, req service.RateLimitRequest) (service.Decision, error) {
+			d.Key = req.Key
+			return d, nil
+		},
+	}
+}
+
+func TestRateLimitHeaders(t *testing.T) {
+	base := service.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second}
+	allowed := base
+	allowed.Allowed, allowed.Remaining, allowed.ResetAfter = true, 2, 9001*time.Millisecond
+	denied := base
+	denied.ResetAfter, denied.RetryAfter = 6200*time.Millisecond, 6201*time.Millisecond
+	degraded := allowed
+	degraded.Degraded = true
+	subSecond := base
+	subSecond.ResetAfter, subSecond.RetryAfter = 1*time.Millisecond, 2*time.Millisecond
+	tests := []struct {
+		name   string
+		d      service.Decision
+		legacy bool
+		status int
+		want   map[string]string // "" = header absent
+	}{
+		{"allowed", allowed, false, 200, map[string]string{
+			"RateLimit-Policy": `"per-ip";q=3;w=10`, "RateLimit": `"per-ip";r=2;t=10`, "Retry-After": "",
+			"Latchkey-RateLimit-Degraded": "", "X-RateLimit-Limit": ""}},
+		{"denied: seconds rounded up", denied, false, 429, map[string]string{
+			"RateLimit-Policy": `"per-ip";q=3;w=10`, "RateLimit": `"per-ip";r=0;t=7`, "Retry-After": "7"}},
+		{"denied under a second: at least 1", subSecond, false, 429, map[string]string{
+			"RateLimit": `"per-ip";r=0;t=1`, "Retry-After": "1"}},
+		{"degraded", degraded, false, 200, map[string]string{"Latchkey-RateLimit-Degraded": "store-unavailable"}},
+		{"legacy headers", denied, true, 429, map[string]string{
+			"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "7"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestRouter(t, decisionFake(perIP(429), tt.d),
+				handlers.Config{RateLimit: handlers.RateLimitConfig{LegacyHeaders: tt.legacy}})
+			rec := serve(h, newRequest("GET", "/v1/ratelimit/gate/per-ip", ""))
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.status, rec.Body)
+			}
+			for name, want := range tt.want {
+				if got := rec.Header().Get(name); got != want {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckRateLimitDecisionBody(t *testing.T) {
+	d := service.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second,
+		ResetAfter: 4500 * time.Millisecond, RetryAfter: 4501 * time.Millisecond}
+	fake := decisionFake(perIP(403), d)
+	var got service.RateLimitRequest
+	check := fake.CheckRateLimitFn
+	fake.CheckRateLimitFn = func(ctx context.Context, req service.RateLimitRequest) (service.Decision, error) {
+		got = req
+		return check(ctx, req)
+	}
+	h := newTestRouter(t, fake, handlers.Config{})
+	rec := serve(h, newRequest("POST", "/v1/ratelimit/check", `{"policy":"per-ip","key":"user:1","cost":2}`))
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("status = %d, want 429 (a check denial is always 429, whatever the gate's deny status)", rec.Code)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"allowed": false, "limit": 3.0, "remaining": 0.0, "reset_ms": 4500.0,
+		"retry_after_ms": 4501.0, "policy": "per-ip", "key": "user:1"}
+	if diff := cmp.Diff(want, body); diff != "" {
+		t.Errorf("body (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(service.RateLimitRequest{Policy: "per-ip", Key: "user:1", Cost: 2}, got); diff != "" {
+		t.Errorf("service request (-want +got):\n%s", diff)
+	}
+}
+
+func TestGateRateLimit(t *testing.T) {
+	denied := service.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second, RetryAfter: time.Second}
+	tests := []struct {
+		name    string
+		pol     service.Policy
+		d       service.Decision
+		path    string
+		method  string
+		status  int
+		typ     string
+		wantKey string
+	}{
+		{"allowed", perIP(429), service.Decision{Allowed: true, Policy: "per-ip"}, "/v1/ratelimit/gate/per-ip", "GET", 200, "", "192.0.2.1"},
+		{"denied 429", perIP(429), denied, "/v1/ratelimit/gate/per-ip", "POST", 429, "", "192.0.2.1"},
+		{"denied with the policy's 403", perIP(403), denied, "/v1/ratelimit/gate/per-ip", "OPTIONS", 403, "", "192.0.2.1"},
+		{"unknown policy", perIP(429), denied, "/v1/ratelimit/gate/other", "GET", 404, "policy-not-found", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestRouter(t, decisionFake(tt.pol, tt.d), handlers.Config{})
+			rec := serve(h, newRequest(tt.method, tt.path, ""))
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.status, rec.Body)
+			}
+			var body map[string]any
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if tt.typ != "" && body["type"] != tt.typ {
+				t.Errorf("type = %v, want %s", body["type"], tt.typ)
+			}
+			if tt.wantKey != "" && body["key"] != tt.wantKey {
+				t.Errorf("key = %v, want %s", body["key"], tt.wantKey)
+			}
+		})
+	}
+}
+
+func TestSelfProtection(t *testing.T) {
+	denied := service.Decision{Policy: "api", Limit: 1, Window: time.Minute, RetryAfter: 30 * time.Second}
+	pol := service.Policy{Name: "api", Key: "ip", DenyStatus: 429}
+	fake := decisionFake(pol, denied)
+	fake.InspectFn = func(context.Context, string, string) (service.LockState, error) { return service.LockState{}, nil }
+	h := newTestRouter(t, fake, handlers.Config{RateLimit: handlers.RateLimitConfig{SelfPolicy: "api"}})
+	rec := serve(h, newRequest("GET", "/v1/locks/x", ""))
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "30" {
+		t.Fatalf("status = %d Retry-After %q, want 429 and 30", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	var p handlers.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Type != "rate-limited" {
+		t.Errorf("body %s, want a rate-limited problem", rec.Body)
+	}
+	if calls := fake.Calls(); cmp.Diff([]string{"CheckRateLimit"}, calls) != "" {
+		t.Errorf("calls = %v, want only the self check (the lock was not inspected)", calls)
+	}
+}

@@ -1,0 +1,124 @@
+package service_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/service"
+)
+
+func TestParsePolicies(t *testing.T) {
+	yaml := `
+policies:
+  per-ip:
+    limit: 3
+    window: 10s
+  api-key:
+    limit: 100
+    window: 1m
+    algorithm: token_bucket
+    burst: 20
+    key: header:X-Api-Key
+    deny_status: 403
+    fail: closed
+`
+	json := `{"policies": {"per-ip": {"limit": 3, "window": "10s"},
+	  "api-key": {"limit": 100, "window": "1m", "algorithm": "token_bucket", "burst": 20,
+	              "key": "header:X-Api-Key", "deny_status": 403, "fail": "closed"}}}`
+	want := []service.Policy{
+		{Name: "api-key", Limit: service.Limit{Algorithm: service.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20},
+			Key: "header:X-Api-Key", DenyStatus: 403, Fail: service.FailClosed},
+		{Name: "per-ip", Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 3, Window: 10 * time.Second},
+			Key: "ip", DenyStatus: 429, Fail: service.FailOpen},
+	}
+	for _, tt := range []struct {
+		name   string
+		src    string
+		isJSON bool
+	}{{"yaml", yaml, false}, {"json", json, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := service.ParsePolicies([]byte(tt.src), tt.isJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("policies (-want +got):\n%s", diff)
+			}
+			if err := (service.RateLimitConfig{Policies: got}).Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestParsePoliciesErrors(t *testing.T) {
+	tests := []struct {
+		name, src string
+		isJSON    bool
+		want      string
+	}{
+		{"empty", "", false, "no policies"},
+		{"no map", "policies: {}", false, "no policies"},
+		{"unknown field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    rate: 5", false, "field rate not found"},
+		{"unknown JSON field", `{"policies":{"a":{"limit":3,"window":"1s","rate":5}}}`, true, `unknown field "rate"`},
+		{"missing window", "policies:\n  a:\n    limit: 3", false, `policy "a": window is required`},
+		{"bad window", "policies:\n  a:\n    limit: 3\n    window: soon", false, `policy "a": window "soon" is not a duration`},
+		{"limit not a number", "policies:\n  a:\n    limit: many\n    window: 1s", false, "cannot unmarshal"},
+		{"bad JSON", `{"policies":`, true, "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := service.ParsePolicies([]byte(tt.src), tt.isJSON)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRateLimitConfigValidate(t *testing.T) {
+	ok := service.Policy{Name: "p", Limit: service.Limit{Limit: 3, Window: 10 * time.Second}}
+	with := func(f func(*service.Policy)) service.Policy { p := ok; f(&p); return p }
+	tests := []struct {
+		name string
+		ps   []service.Policy
+		want string
+	}{
+		{"limit 0", []service.Policy{with(func(p *service.Policy) { p.Limit.Limit = 0 })}, `policy "p": limit must be at least 1`},
+		{"window too short", []service.Policy{with(func(p *service.Policy) { p.Window = 10 * time.Millisecond })}, `policy "p": window must be at least 1s`},
+		{"window too long", []service.Policy{with(func(p *service.Policy) { p.Window = 25 * time.Hour })}, `policy "p": window must be at most 24h0m0s`},
+		{"bad algorithm", []service.Policy{with(func(p *service.Policy) { p.Algorithm = "leaky" })}, `algorithm must be one of`},
+		{"burst on a fixed window", []service.Policy{with(func(p *service.Policy) { p.Burst = 5 })}, `burst applies to the token_bucket algorithm only`},
+		{"bad key", []service.Policy{with(func(p *service.Policy) { p.Key = "cookie:sid" })}, `key must be "ip" or "header:NAME"`},
+		{"bad header", []service.Policy{with(func(p *service.Policy) { p.Key = "header:" })}, `key must be "ip" or "header:NAME"`},
+		{"bad deny status", []service.Policy{with(func(p *service.Policy) { p.DenyStatus = 500 })}, `deny_status must be 401, 403 or 429`},
+		{"bad fail mode", []service.Policy{with(func(p *service.Policy) { p.Fail = "sometimes" })}, `fail must be "open" or "closed"`},
+		{"bad name", []service.Policy{with(func(p *service.Policy) { p.Name = "a b" })}, `policy "a b": names are`},
+		{"reserved name", []service.Policy{with(func(p *service.Policy) { p.Name = "inline" })}, `reserved`},
+		{"duplicate", []service.Policy{ok, ok}, `policy "p" is defined twice`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := service.RateLimitConfig{Policies: tt.ps}.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadPoliciesDeployExample(t *testing.T) {
+	ps, err := service.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Name != "per-ip" || ps[0].DenyStatus != 403 || ps[0].Limit.Limit != 3 || ps[0].Window != 10*time.Second {
+		t.Errorf("deploy/nginx/policies.yaml = %+v, want per-ip 3 per 10s denying with 403", ps)
+	}
+	if _, err := service.LoadPolicies("does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
+		t.Errorf("missing file error = %v, want one naming the file", err)
+	}
+}
