@@ -47,6 +47,8 @@ type lockStateResponse struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Fence     int64      `json:"fence"`
 	Owned     *bool      `json:"owned,omitempty"`
+	Waiters   int64      `json:"waiters"`
+	Fair      bool       `json:"fair"`
 }
 
 // releaseResponse is the answer to DELETE /v1/locks/{name}.
@@ -70,16 +72,12 @@ func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(nam
 // not act on yet; a request using one gets a 400 rather than silent misbehaviour.
 func (req acquireRequest) unsupported() error {
 	switch {
-	case req.Wait != "" && parseDuration(req.Wait) != 0:
-		return badRequest("wait", "unsupported", "wait is not supported by this server yet; retry after Retry-After")
 	case req.Keepalive != nil && *req.Keepalive:
 		return badRequest("keepalive", "unsupported", "keepalive is not supported by this server yet; renew the lease yourself")
 	case req.MaxHold != "":
 		return badRequest("max_hold", "unsupported", "max_hold is not supported by this server yet")
 	case req.Heartbeat != "":
 		return badRequest("heartbeat", "unsupported", "heartbeat is not supported by this server yet")
-	case req.Fair != nil && *req.Fair:
-		return badRequest("fair", "unsupported", "fair locks are not supported by this server yet")
 	}
 	return nil
 }
@@ -105,9 +103,13 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
+	wait := parseDuration(req.Wait)
+	a.allowWait(w, wait)
 	lease, err := a.svc.Acquire(r.Context(), name, service.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
+		Wait:  wait,
+		Fair:  req.Fair != nil && *req.Fair,
 	})
 	if err != nil {
 		writeError(w, r, a.log, err)
@@ -140,7 +142,7 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := lockStateResponse{Name: st.Name, Held: st.Held, HoldCount: st.HoldCount,
-		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence}
+		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence, Waiters: st.Waiters, Fair: st.Fair}
 	if st.Held {
 		resp.ExpiresAt = &st.ExpiresAt
 	}

@@ -99,11 +99,11 @@ func TestLockRequestValidation(t *testing.T) {
 		{desc: "wait unparsable", req: newRequest("POST", "/v1/locks/orders", `{"wait":"later"}`), status: 400, typ: "invalid-request", field: "wait"},
 
 		// Acquire fields this server does not act on yet.
-		{desc: "wait", req: newRequest("POST", "/v1/locks/orders", `{"wait":"5s"}`), status: 400, typ: "invalid-request", field: "wait"},
+		{desc: "wait", req: newRequest("POST", "/v1/locks/orders", `{"wait":"5s"}`), status: 201, calls: []string{"Acquire"}},
 		{desc: "keepalive", req: newRequest("POST", "/v1/locks/orders", `{"keepalive":true}`), status: 400, typ: "invalid-request", field: "keepalive"},
 		{desc: "max_hold", req: newRequest("POST", "/v1/locks/orders", `{"max_hold":"1m"}`), status: 400, typ: "invalid-request", field: "max_hold"},
 		{desc: "heartbeat", req: newRequest("POST", "/v1/locks/orders", `{"heartbeat":"10s"}`), status: 400, typ: "invalid-request", field: "heartbeat"},
-		{desc: "fair", req: newRequest("POST", "/v1/locks/orders", `{"fair":true}`), status: 400, typ: "invalid-request", field: "fair"},
+		{desc: "fair", req: newRequest("POST", "/v1/locks/orders", `{"fair":true,"wait":"1s"}`), status: 201, calls: []string{"Acquire"}},
 		{desc: "their defaults are fine", req: newRequest("POST", "/v1/locks/orders", `{"wait":"0s","keepalive":false,"fair":false}`), status: 201, calls: []string{"Acquire"}},
 
 		// Lock-Token.
@@ -299,13 +299,13 @@ func TestInspect(t *testing.T) {
 		want  map[string]any
 	}{
 		{"free", service.LockState{Name: "orders", Fence: 41}, "",
-			map[string]any{"name": "orders", "held": false, "hold_count": 0.0, "ttl_ms": 0.0, "fence": 41.0}},
+			map[string]any{"name": "orders", "held": false, "hold_count": 0.0, "ttl_ms": 0.0, "fence": 41.0, "waiters": 0.0, "fair": false}},
 		{"held, no token", held, "",
-			map[string]any{"name": "orders", "held": true, "hold_count": 2.0, "ttl_ms": 1500.0, "fence": 42.0, "expires_at": "2026-11-23T05:00:30Z"}},
+			map[string]any{"name": "orders", "held": true, "hold_count": 2.0, "ttl_ms": 1500.0, "fence": 42.0, "expires_at": "2026-11-23T05:00:30Z", "waiters": 0.0, "fair": false}},
 		{"held, owner's token", held, tokenA,
-			map[string]any{"name": "orders", "held": true, "hold_count": 2.0, "ttl_ms": 1500.0, "fence": 42.0, "expires_at": "2026-11-23T05:00:30Z", "owned": true}},
+			map[string]any{"name": "orders", "held": true, "hold_count": 2.0, "ttl_ms": 1500.0, "fence": 42.0, "expires_at": "2026-11-23T05:00:30Z", "owned": true, "waiters": 0.0, "fair": false}},
 		{"free, a token", service.LockState{Name: "orders"}, tokenA,
-			map[string]any{"name": "orders", "held": false, "hold_count": 0.0, "ttl_ms": 0.0, "fence": 0.0, "owned": false}},
+			map[string]any{"name": "orders", "held": false, "hold_count": 0.0, "ttl_ms": 0.0, "fence": 0.0, "owned": false, "waiters": 0.0, "fair": false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {

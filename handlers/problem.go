@@ -68,6 +68,7 @@ func as[T error]() func(error) bool {
 var problemTable = []problemRule{
 	{as[*service.PolicyNotFoundError](), http.StatusNotFound, "policy-not-found"},
 	{as[*service.HeldError](), http.StatusConflict, "lock-held"},
+	{as[*service.ModeError](), http.StatusConflict, "lock-mode-mismatch"},
 	{is(service.ErrNotOwner), http.StatusConflict, "not-owner"},
 	{is(service.ErrInvalid), http.StatusBadRequest, "invalid-request"},
 	{as[validator.ValidationErrors](), http.StatusBadRequest, "invalid-request"},
@@ -80,6 +81,7 @@ var problemTable = []problemRule{
 
 var titles = map[string]string{
 	"lock-held":          "Lock is held by another owner",
+	"lock-mode-mismatch": "Lock is in the other mode (fair or not)",
 	"not-owner":          "Lock-Token does not own this lease",
 	"invalid-request":    "Invalid request",
 	"lease-not-found":    "Lease not found",
@@ -155,6 +157,12 @@ func publicDetail(rule problemRule, err error) string {
 		var pe *service.PolicyNotFoundError
 		errors.As(err, &pe)
 		return "no rate-limit policy is named " + strconv.Quote(pe.Name)
+	case "lock-mode-mismatch":
+		var me *service.ModeError
+		if errors.As(err, &me) && me.Fair {
+			return "the lock is fair while anyone holds or waits for it: acquire it with \"fair\": true, or when nobody holds or waits for it"
+		}
+		return "the lock is not fair while anyone holds or waits for it: acquire it without \"fair\": true, or when nobody holds or waits for it"
 	case "payload-too-large":
 		var mb *http.MaxBytesError
 		errors.As(err, &mb)

@@ -5,6 +5,7 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -28,6 +29,13 @@ type Config struct {
 	Store string
 	// RateLimit tunes the rate-limit routes and self-protection.
 	RateLimit RateLimitConfig
+	// HoldPing is how often a hold stream sends a comment line when nothing
+	// else happens, so proxies keep it open. Default 15s.
+	HoldPing time.Duration
+	// StreamWriteTimeout bounds each write of a hold stream (and the answer
+	// to a waiting acquire, past its wait); the server's write timeout does
+	// not apply to them. Default 10s.
+	StreamWriteTimeout time.Duration
 }
 
 // api holds what every handler needs.
@@ -52,6 +60,12 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	}
 	if cfg.Store == "" {
 		cfg.Store = "redis"
+	}
+	if cfg.HoldPing <= 0 {
+		cfg.HoldPing = 15 * time.Second
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = 10 * time.Second
 	}
 	a := &api{svc: svc, cfg: cfg, log: cfg.Logger, validate: newValidator()}
 
@@ -87,5 +101,6 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", http.HandlerFunc(a.handleGateRateLimit))
 	}
+	r.Post("/v1/locks/{name}/hold", a.handleHoldLock)
 	return r
 }

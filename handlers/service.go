@@ -19,4 +19,6 @@ type Service interface {
 
 	RateLimitPolicy(name string) (service.Policy, error)
 	CheckRateLimit(ctx context.Context, req service.RateLimitRequest) (service.Decision, error)
+	// Hold acquires a lease that the service renews until Close.
+	Hold(ctx context.Context, name string, req service.AcquireRequest) (*service.Hold, error)
 }

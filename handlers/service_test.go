@@ -27,6 +27,7 @@ type fakeService struct {
 	ForceReleaseFn func(ctx context.Context, name string) (bool, error)
 	InspectFn      func(ctx context.Context, name, token string) (service.LockState, error)
 	ReadyFn        func(ctx context.Context) error
+	HoldFn         func(ctx context.Context, name string, req service.AcquireRequest) (*service.Hold, error)
 
 	RateLimitPolicyFn func(name string) (service.Policy, error)
 	CheckRateLimitFn  func(ctx context.Context, req service.RateLimitRequest) (service.Decision, error)
@@ -96,4 +97,12 @@ func (f *fakeService) Ready(ctx context.Context) error {
 		return errUnexpectedCall
 	}
 	return f.ReadyFn(ctx)
+}
+
+func (f *fakeService) Hold(ctx context.Context, name string, req service.AcquireRequest) (*service.Hold, error) {
+	f.record("Hold")
+	if f.HoldFn == nil {
+		return nil, errUnexpectedCall
+	}
+	return f.HoldFn(ctx, name, req)
 }

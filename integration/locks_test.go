@@ -34,6 +34,8 @@ type stateJSON struct {
 	ExpiresAt *time.Time `json:"expires_at"`
 	Fence     int64      `json:"fence"`
 	Owned     *bool      `json:"owned"`
+	Waiters   int64      `json:"waiters"`
+	Fair      bool       `json:"fair"`
 }
 
 // releaseJSON is the ReleaseResult schema of api/openapi.yaml.

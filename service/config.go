@@ -19,6 +19,11 @@ type Config struct {
 	MinTTL, MaxTTL time.Duration
 	// FenceTTL is how long a fence counter outlives its last grant. Default 30 days.
 	FenceTTL time.Duration
+	// MaxWait bounds how long an acquire may wait for a lock. Default 60s.
+	MaxWait time.Duration
+	// SubscriberPing is how often the shared pub/sub connection is checked
+	// with PING when no message arrives. Default 10s.
+	SubscriberPing time.Duration
 	// Registerer receives the service's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// RateLimit configures rate-limit policies and decisions.
@@ -40,6 +45,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTTL <= 0 {
 		c.MaxTTL = 24 * time.Hour
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 60 * time.Second
+	}
+	if c.SubscriberPing <= 0 {
+		c.SubscriberPing = 10 * time.Second
 	}
 	if c.FenceTTL <= 0 {
 		c.FenceTTL = 30 * 24 * time.Hour

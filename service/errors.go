@@ -40,6 +40,23 @@ func invalid(field, rule, format string, args ...any) error {
 	return &ValidationError{Field: field, Rule: rule, Detail: fmt.Sprintf(format, args...)}
 }
 
+// ModeError reports an acquire whose mode (fair or not) differs from the
+// mode of the lock while someone holds or waits for it. It wraps ErrConflict.
+type ModeError struct {
+	Name string
+	Fair bool // the lock's mode: true when it is fair
+}
+
+func (e *ModeError) Error() string {
+	if e.Fair {
+		return "service: lock " + e.Name + " is fair while it is held or waited for: acquire it with fair set to true"
+	}
+	return "service: lock " + e.Name + " is not fair while it is held or waited for: acquire it without fair"
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (e *ModeError) Unwrap() error { return ErrConflict }
+
 // HeldError reports that a lock is held by another token. It wraps
 // ErrConflict.
 type HeldError struct {

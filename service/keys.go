@@ -46,6 +46,8 @@ type lockKeys struct {
 	lock    string // hash: token, count, fence, ttl
 	fence   string // fence counter
 	channel string // pub/sub channel for wake-ups
+	waiters string // zset: waiter token -> deadline (ms, Redis clock)
+	queue   string // list: fair waiters in arrival order
 }
 
 func (s *Service) keys(name string) lockKeys {
@@ -55,5 +57,7 @@ func (s *Service) keys(name string) lockKeys {
 		lock:    p + "lock:" + tag,
 		fence:   p + "fence:" + tag,
 		channel: p + "unlock:" + tag,
+		waiters: p + "waiters:" + tag,
+		queue:   p + "queue:" + tag,
 	}
 }

@@ -12,6 +12,12 @@ type AcquireRequest struct {
 	Token string
 	// TTL is the lease time. Zero means Config.DefaultTTL.
 	TTL time.Duration
+	// Wait is how long to wait for the lock when another token holds it;
+	// zero tries once. At most Config.MaxWait.
+	Wait time.Duration
+	// Fair asks for FIFO order among the lock's waiters. A lock is fair or
+	// not for as long as anyone holds or waits for it.
+	Fair bool
 }
 
 // Lease is a granted lock lease.
@@ -41,6 +47,8 @@ type LockState struct {
 	ExpiresAt time.Time
 	Fence     int64 // the holder's fence, or the last fence issued when free
 	Owned     bool  // the token given to Inspect owns the lease
+	Waiters   int64 // waiters whose wait has not ended, in every process
+	Fair      bool  // held by a fair lease, or fair waiters are queued
 }
 
 func (s *Service) checkTTL(field string, d time.Duration) error {
@@ -54,10 +62,13 @@ func (s *Service) checkTTL(field string, d time.Duration) error {
 }
 
 // Acquire takes the lock name for req.Token, or re-enters it when req.Token
-// already owns it (incrementing the hold count and refreshing the TTL).
-// Returns a *ValidationError (ErrInvalid) for a bad name, token or TTL, a
-// *HeldError (ErrConflict) when another token holds the lock, or an error
-// wrapping ErrUnavailable when Redis cannot be reached.
+// already owns it (incrementing the hold count and refreshing the TTL). With
+// req.Wait it waits up to that long for the lock (see acquireWaiting).
+// Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL or wait,
+// a *HeldError (ErrConflict) when another token holds the lock (after the
+// wait), a *ModeError (ErrConflict) when req.Fair differs from the lock's
+// mode, ctx's error when ctx ends while waiting, or an error wrapping
+// ErrUnavailable when Redis cannot be reached.
 func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
 	if err := ValidateName(name); err != nil {
 		return Lease{}, err
@@ -73,26 +84,79 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	if err := s.checkTTL("ttl", req.TTL); err != nil {
 		return Lease{}, err
 	}
+	switch {
+	case req.Wait < 0:
+		return Lease{}, invalid("wait", "min", "wait must not be negative")
+	case req.Wait > s.cfg.MaxWait:
+		return Lease{}, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
+	}
 	k := s.keys(name)
-	res, err := s.run(ctx, acquireScript, []string{k.lock, k.fence},
-		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds())
+	if req.Wait > 0 {
+		return s.acquireWaiting(ctx, name, k, req)
+	}
+	r, err := s.attempt(ctx, k, req, 0)
 	if err != nil {
 		return Lease{}, err
 	}
-	v, err := int64s("acquire", res, 5)
-	if err != nil {
-		return Lease{}, err
+	return s.outcome(name, req.Token, r)
+}
+
+// attempt is one run of the acquire script. waiterTimeout > 0 registers the
+// caller as a waiter for that long when the lock is not granted.
+func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration) (attemptResult, error) {
+	mode := "0"
+	if req.Fair {
+		mode = "1"
 	}
-	status, count, fence, ttlMS, nowMS := v[0], v[1], v[2], v[3], v[4]
-	if status == 0 {
+	res, err := s.run(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue},
+		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds(), mode, waiterTimeout.Milliseconds())
+	if err != nil {
+		return attemptResult{}, err
+	}
+	v, err := int64s("acquire", res, 7)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
+		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
+		recheck: time.Duration(v[5]) * time.Millisecond, fair: v[6] == 1}, nil
+}
+
+// attemptResult is the decoded reply of the acquire script.
+type attemptResult struct {
+	status    int64 // 1 new grant, 2 reentrant grant, 0 not granted, -3 mode mismatch
+	holdCount int64
+	fence     int64
+	ttl       time.Duration // the lease's TTL, or the holder's remaining TTL
+	nowMS     int64
+	recheck   time.Duration // when not granted: retry by then without a wake-up
+	fair      bool          // the lock's mode
+}
+
+const (
+	statusNotGranted   = 0
+	statusModeMismatch = -3
+)
+
+// outcome turns an attempt into a lease or the error that says why not.
+func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
+	switch r.status {
+	case statusNotGranted:
 		s.metrics.conflicts.Inc()
-		return Lease{}, &HeldError{Name: name, RetryAfter: time.Duration(ttlMS) * time.Millisecond}
+		retry := r.ttl
+		if retry <= 0 {
+			retry = r.recheck
+		}
+		return Lease{}, &HeldError{Name: name, RetryAfter: retry}
+	case statusModeMismatch:
+		s.metrics.conflicts.Inc()
+		return Lease{}, &ModeError{Name: name, Fair: r.fair}
 	}
 	lease := Lease{
-		Name: name, Token: req.Token, Fence: fence, HoldCount: count,
-		TTL:       time.Duration(ttlMS) * time.Millisecond,
-		ExpiresAt: time.UnixMilli(nowMS + ttlMS).UTC(),
-		Reentrant: status == 2,
+		Name: name, Token: token, Fence: r.fence, HoldCount: r.holdCount,
+		TTL:       r.ttl,
+		ExpiresAt: time.UnixMilli(r.nowMS + r.ttl.Milliseconds()).UTC(),
+		Reentrant: r.status == 2,
 	}
 	if lease.Reentrant {
 		s.metrics.grants.WithLabelValues("reentrant").Inc()
@@ -200,15 +264,16 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		}
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence}, token)
+	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue}, token)
 	if err != nil {
 		return LockState{}, err
 	}
-	v, err := int64s("inspect", res, 6)
+	v, err := int64s("inspect", res, 8)
 	if err != nil {
 		return LockState{}, err
 	}
-	st := LockState{Name: name, Held: v[0] == 1, HoldCount: v[1], Fence: v[3], Owned: v[4] == 1}
+	st := LockState{Name: name, Held: v[0] == 1, HoldCount: v[1], Fence: v[3], Owned: v[4] == 1,
+		Waiters: v[6], Fair: v[7] == 1}
 	if st.Held {
 		st.TTL = time.Duration(v[2]) * time.Millisecond
 		st.ExpiresAt = time.UnixMilli(v[5] + v[2]).UTC()

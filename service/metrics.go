@@ -9,6 +9,10 @@ type metrics struct {
 	releases      *prometheus.CounterVec // kind: partial, final, forced
 	redisErrors   *prometheus.CounterVec // op, kind
 	scriptReloads prometheus.Counter
+	subscriptions prometheus.Gauge       // lock channels subscribed
+	listeners     prometheus.Gauge       // waiters and hold streams listening
+	resubscribes  prometheus.Counter     // re-subscriptions after the pub/sub connection came back
+	waits         *prometheus.CounterVec // outcome: acquired, timeout, canceled, conflict, error
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +32,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scriptReloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "latchkey_script_reloads_total", Help: "Scripts reloaded after Redis answered NOSCRIPT.",
 		}),
+		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "latchkey_pubsub_channels", Help: "Lock channels this process is subscribed to for its waiters.",
+		}),
+		listeners: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "latchkey_lock_listeners", Help: "Waiters and hold streams of this process listening for wake-ups.",
+		}),
+		resubscribes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "latchkey_pubsub_resubscribes_total", Help: "Channels subscribed again after the pub/sub connection was re-established.",
+		}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_lock_waits_total", Help: "Acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.grants, m.conflicts, m.releases, m.redisErrors, m.scriptReloads)
+		reg.MustRegister(m.grants, m.conflicts, m.releases, m.redisErrors, m.scriptReloads,
+			m.subscriptions, m.listeners, m.resubscribes, m.waits)
 	}
 	return m
 }

@@ -30,6 +30,7 @@ var (
 	renewScript        = newScript("renew", lua.Renew)
 	inspectScript      = newScript("inspect", lua.Inspect)
 	forceReleaseScript = newScript("force_release", lua.ForceRelease)
+	leaveScript        = newScript("leave", lua.Leave)
 
 	rateLimitFixedWindowScript   = newScript("ratelimit_fixed_window", lua.RateLimitFixedWindow)
 	rateLimitSlidingWindowScript = newScript("ratelimit_sliding_window", lua.RateLimitSlidingWindow)
@@ -38,7 +39,8 @@ var (
 
 // allScripts lists every script loaded at start-up and by Ready.
 var allScripts = []*script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
-	rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript}
+	rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript,
+	leaveScript}
 
 // LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
 // compile stops start-up. Returns an error wrapping ErrUnavailable when Redis

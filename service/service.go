@@ -15,6 +15,9 @@ import (
 type RedisClient interface {
 	redis.Scripter
 	Ping(ctx context.Context) *redis.StatusCmd
+	// Subscribe opens a pub/sub connection; the service opens one per
+	// process, lazily, for the waiters of every lock.
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
 // Service hands out lock leases backed by Redis.
@@ -24,6 +27,7 @@ type Service struct {
 	metrics *metrics
 	scripts []*script
 	rl      *rateLimiter
+	sub     *subscriber
 }
 
 // New returns a Service on rdb. It does no I/O; call LoadScripts at start-up.
@@ -36,10 +40,21 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{rdb: rdb, cfg: cfg, metrics: newMetrics(cfg.Registerer), scripts: allScripts}
+	m := newMetrics(cfg.Registerer)
+	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts}
 	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
+	s.sub = newSubscriber(rdb, cfg.OpTimeout, cfg.SubscriberPing, m)
 	return s, nil
 }
+
+// Close closes the shared pub/sub connection. Waiters still waiting fall
+// back to timed re-checks; new waits fail with ErrUnavailable. It does not
+// close rdb.
+func (s *Service) Close() error { return s.sub.close() }
+
+// Subscriptions reports the lock channels this process is subscribed to and
+// the listeners (waiters and hold streams) on them.
+func (s *Service) Subscriptions() (channels, listeners int) { return s.sub.count() }
 
 // Config returns the effective configuration, defaults filled in.
 func (s *Service) Config() Config { return s.cfg }

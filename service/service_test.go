@@ -71,6 +71,9 @@ func TestConfigDefaults(t *testing.T) {
 		MinTTL:     time.Millisecond,
 		MaxTTL:     24 * time.Hour,
 		FenceTTL:   30 * 24 * time.Hour,
+		MaxWait:    60 * time.Second,
+
+		SubscriberPing: 10 * time.Second,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Config() mismatch (-want +got):\n%s", diff)

@@ -28,6 +28,8 @@ type Config struct {
 	MaxBodyBytes    int64
 	RedisPipeline   bool
 	RedisMaxQueued  int64
+	MaxWait         time.Duration
+	HoldPing        time.Duration
 
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -113,6 +115,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together as pipelines")
 	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline; past it requests get 503")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
+	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", 60*time.Second, "longest wait an acquire or hold may ask for; must be below -write-timeout")
+	e.dur(&c.HoldPing, "hold-ping", "LATCHKEY_HOLD_PING", 15*time.Second, "interval of keep-alive comments on an idle hold stream")
 	e.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LATCHKEY_READ_HEADER_TIMEOUT", 5*time.Second, "HTTP read-header timeout")
 	e.dur(&c.ReadTimeout, "read-timeout", "LATCHKEY_READ_TIMEOUT", 30*time.Second, "HTTP read timeout")
 	e.dur(&c.WriteTimeout, "write-timeout", "LATCHKEY_WRITE_TIMEOUT", 90*time.Second, "HTTP write timeout")
@@ -157,6 +161,11 @@ func (c Config) Validate() error {
 	}
 	check(c.DefaultTTL > c.MaxTTL, "-default-ttl %s is above -max-ttl %s", c.DefaultTTL, c.MaxTTL)
 	check(c.RedisMaxQueued < 1, "-redis-max-queued must be at least 1, got %d", c.RedisMaxQueued)
+	check(c.MaxWait <= 0, "-max-wait must be positive, got %s", c.MaxWait)
+	check(c.MaxWait > 0 && c.WriteTimeout > 0 && c.MaxWait+c.RedisTimeout >= c.WriteTimeout,
+		"-max-wait %s plus -redis-timeout %s must be below -write-timeout %s, so a wait ends with an answer",
+		c.MaxWait, c.RedisTimeout, c.WriteTimeout)
+	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
 	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	check(c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} \t\r\n"),
 		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)

@@ -68,6 +68,7 @@ func TestParseConfigEnvironment(t *testing.T) {
 		"LATCHKEY_READ_TIMEOUT", "2s",
 		"LATCHKEY_WRITE_TIMEOUT", "3s",
 		"LATCHKEY_IDLE_TIMEOUT", "4s",
+		"LATCHKEY_MAX_WAIT", "2s",
 	)
 	c, err := parseConfig(nil, getenv, &bytes.Buffer{})
 	if err != nil {

@@ -58,10 +58,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
 		RateLimit: serviceRL,
+		MaxWait:   cfg.MaxWait,
 	})
 	if err != nil {
 		return err
 	}
+	defer func() { _ = svc.Close() }()
 	if err := svc.LoadScripts(ctx); err != nil {
 		if !errors.Is(err, service.ErrUnavailable) {
 			return fmt.Errorf("start-up: %w", err)
@@ -72,6 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	router := handlers.NewRouter(svc, handlers.Config{
 		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: store,
 		RateLimit: handlersRL,
+		HoldPing:  cfg.HoldPing,
 	})
 	srv := &http.Server{
 		Handler:           router,

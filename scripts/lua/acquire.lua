@@ -1,37 +1,102 @@
--- acquire: take a lock lease, or re-enter it with the owning token.
+-- acquire: take a lock lease, or re-enter it with the owning token. A caller
+-- that is willing to wait is registered as a waiter when it does not get the
+-- lock; in fair mode it also joins the FIFO queue, and only the queue's head
+-- may take a free lock.
 --
--- KEYS[1]  lock hash {token, count, fence, ttl}; its TTL is the lease TTL
+-- KEYS[1]  lock hash {token, count, fence, ttl, fair}; its TTL is the lease TTL
 -- KEYS[2]  fence counter (string); outlives the lock, refreshed on every grant
+-- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
+-- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence counter TTL in milliseconds
+-- ARGV[4]  mode: "1" fair, "0" plain
+-- ARGV[5]  waiter timeout in milliseconds: when > 0 and the lock is not
+--          granted, the caller stays registered as a waiter until now + this
+--          (0: try once, register nothing)
 --
--- Reply: {status, hold_count, fence, ttl_ms, now_ms}
---   status 1 = new grant, 2 = reentrant grant, 0 = held by another token
---   (then ttl_ms is the holder's remaining TTL and fence the holder's fence).
+-- Reply: {status, hold_count, fence, ttl_ms, now_ms, recheck_ms, fair}
+--   status 1 = new grant, 2 = reentrant grant,
+--          0 = not granted: held by another token, or (fair mode) free while
+--              another waiter is first in the queue,
+--         -3 = mode mismatch: the lock is fair and the caller is not, or the
+--              other way round (see fair below)
+--   When not granted, ttl_ms is the holder's remaining TTL (0 when free),
+--   fence the holder's fence, and recheck_ms the latest time to try again
+--   without a wake-up (the holder's TTL, or the queue head's deadline).
+--   fair is 1 when the lock is fair: held by a fair lease or with fair
+--   waiters queued.
 -- The fence of a new grant is INCR of the counter; a missing counter is
 -- seeded from Redis TIME in microseconds, so fences keep increasing after a
 -- restart or FLUSHALL that lost the counter.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+local fair = ARGV[4] == '1'
 
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[2], t[1] .. string.sub('000000' .. t[2], -6))
+-- Waiters: drop the ones past their deadline, and queue heads that are no
+-- longer registered (departed or expired), so the queue never sticks.
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+local head = redis.call('LINDEX', KEYS[4], 0)
+while head and not redis.call('ZSCORE', KEYS[3], head) do
+  redis.call('LPOP', KEYS[4])
+  head = redis.call('LINDEX', KEYS[4], 0)
+end
+
+-- register keeps the caller as a waiter (and in fair mode queued at the
+-- tail) until its deadline. A waiter already registered keeps its place.
+local function register()
+  local timeout = tonumber(ARGV[5])
+  if timeout <= 0 or redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    return
   end
-  local fence = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'count', 1, 'fence', fence, 'ttl', ttl)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, 1, fence, ttl, now_ms}
+  redis.call('ZADD', KEYS[3], now_ms + timeout, ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local keep = tonumber(last[2]) - now_ms + 1000
+  redis.call('PEXPIRE', KEYS[3], keep)
+  if fair then
+    redis.call('LREM', KEYS[4], 0, ARGV[1])
+    redis.call('RPUSH', KEYS[4], ARGV[1])
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence')
-if v[1] == ARGV[1] then
-  local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-  redis.call('HSET', KEYS[1], 'ttl', ttl)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {2, count, tonumber(v[3]), ttl, now_ms}
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'fair')
+  if v[1] == ARGV[1] then
+    local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+    redis.call('HSET', KEYS[1], 'ttl', ttl)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return {2, count, tonumber(v[3]), ttl, now_ms, 0, v[4] == '1' and 1 or 0}
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  local held_fair = v[4] == '1'
+  if held_fair ~= fair then
+    return {-3, tonumber(v[2]) or 0, tonumber(v[3]) or 0, pttl, now_ms, pttl, held_fair and 1 or 0}
+  end
+  register()
+  return {0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, pttl, now_ms, pttl, held_fair and 1 or 0}
 end
-return {0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, redis.call('PTTL', KEYS[1]), now_ms}
+
+-- The lock is free.
+if head and head ~= ARGV[1] then
+  local wait = tonumber(redis.call('ZSCORE', KEYS[3], head)) - now_ms
+  if not fair then
+    return {-3, 0, 0, 0, now_ms, wait, 1}
+  end
+  register()
+  return {0, 0, 0, 0, now_ms, wait, 1}
+end
+if head then
+  redis.call('LPOP', KEYS[4])
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], t[1] .. string.sub('000000' .. t[2], -6))
+end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'count', 1, 'fence', fence, 'ttl', ttl, 'fair', fair and 1 or 0)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {1, 1, fence, ttl, now_ms, 0, fair and 1 or 0}

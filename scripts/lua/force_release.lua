@@ -1,6 +1,7 @@
 -- force_release: admin release of a lock whoever holds it. Bumps the fence
 -- counter so that fences held by the evicted owner are stale, and wakes
--- waiters.
+-- waiters. The wake-up message is "forced" (a release's is "released"), so a
+-- hold stream can tell its owner why the lease was lost.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  fence counter
@@ -14,6 +15,6 @@ if removed == 1 then
     redis.call('INCR', KEYS[2])
     redis.call('PEXPIRE', KEYS[2], ARGV[1])
   end
-  redis.call('PUBLISH', KEYS[3], 'released')
+  redis.call('PUBLISH', KEYS[3], 'forced')
 end
 return removed

@@ -1,21 +1,28 @@
 -- inspect: read the state of a lock (read-only).
 --
--- KEYS[1]  lock hash {token, count, fence}
+-- KEYS[1]  lock hash {token, count, fence, fair}
 -- KEYS[2]  fence counter
+-- KEYS[3]  waiters zset (score = waiter deadline in ms)
+-- KEYS[4]  fair queue list
 -- ARGV[1]  token to compare with the owner's, or "" for none
 --
--- Reply: {held, hold_count, ttl_ms, fence, owned, now_ms}
+-- Reply: {held, hold_count, ttl_ms, fence, owned, now_ms, waiters, fair}
 --   held/owned are 1 or 0; fence is the current holder's fence when held,
---   else the last fence issued (0 when none is known).
+--   else the last fence issued (0 when none is known); waiters counts the
+--   waiters whose deadline has not passed; fair is 1 when the lock is held
+--   by a fair lease or has fair waiters queued.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence')
+local waiters = redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf')
+local queued = redis.call('LLEN', KEYS[4]) > 0 and waiters > 0
+local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'fair')
 if not v[1] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  return {0, 0, 0, last, 0, now_ms}
+  return {0, 0, 0, last, 0, now_ms, waiters, queued and 1 or 0}
 end
 local owned = 0
 if ARGV[1] ~= '' and v[1] == ARGV[1] then
   owned = 1
 end
-return {1, tonumber(v[2]), redis.call('PTTL', KEYS[1]), tonumber(v[3]), owned, now_ms}
+local fair = (v[4] == '1' or queued) and 1 or 0
+return {1, tonumber(v[2]), redis.call('PTTL', KEYS[1]), tonumber(v[3]), owned, now_ms, waiters, fair}

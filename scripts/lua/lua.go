@@ -43,3 +43,8 @@ var RateLimitSlidingWindow string
 //
 //go:embed ratelimit_token_bucket.lua
 var RateLimitTokenBucket string
+
+// Leave removes a waiter that gives up from the waiters and the fair queue.
+//
+//go:embed leave.lua
+var Leave string

@@ -1,0 +1,167 @@
+package handlers
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+)
+
+// holdRequest is the body of POST /v1/locks/{name}/hold; every field is optional.
+type holdRequest struct {
+	TTL  string `json:"ttl" validate:"omitempty,posduration"`
+	Wait string `json:"wait" validate:"omitempty,duration"`
+	Fair *bool  `json:"fair"`
+}
+
+// lostEvent is the data of a hold stream's "lost" event.
+type lostEvent struct {
+	Name   string `json:"name"`
+	Fence  int64  `json:"fence"`
+	Reason string `json:"reason"`
+}
+
+// releasedEvent is the data of a hold stream's "released" event.
+type releasedEvent struct {
+	Name      string `json:"name"`
+	Fence     int64  `json:"fence"`
+	Released  bool   `json:"released"`
+	HoldCount int64  `json:"hold_count"`
+}
+
+// allowWait lets a request wait up to wait before it answers: the server's
+// read timeout must not cancel it (its body is read already) and its write
+// timeout must not cut the answer. Writers that cannot move deadlines (tests'
+// recorders) are left alone.
+func (a *api) allowWait(w http.ResponseWriter, wait time.Duration) {
+	if wait <= 0 {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
+}
+
+// handleHoldLock implements operationId holdLock: a connection-scoped lease
+// streamed as Server-Sent Events. The lease is acquired (after an optional
+// wait) before the stream starts, so failures are ordinary problem answers.
+// The service renews it while the connection is open; the stream reports
+// "acquired", "renewed", "lost" and "released", with comment lines between
+// them so proxies keep the connection open. When the client goes away the
+// lease is released at once.
+func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	token, err := optionalToken(r)
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	var req holdRequest
+	if err := a.decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	wait := parseDuration(req.Wait)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{}) // the body is read; a hold outlives any read timeout
+	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
+	ctx := r.Context()
+	h, err := a.svc.Hold(ctx, name, service.AcquireRequest{
+		Token: token,
+		TTL:   parseDuration(req.TTL),
+		Wait:  wait,
+		Fair:  req.Fair != nil && *req.Fair,
+	})
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	lease := h.Lease()
+	s := &sseWriter{w: w, rc: rc, timeout: a.cfg.StreamWriteTimeout}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.Header().Set("Lock-Token", lease.Token)
+	w.Header().Set("Location", lockLocation(name))
+	w.WriteHeader(http.StatusOK)
+
+	// release ends the hold and tells the client, when it is still there
+	// (the server is shutting down); after a client went away the write
+	// simply fails.
+	release := func() {
+		rel, err := h.Close(ctx)
+		if err != nil {
+			a.log.Warn("release of a hold failed; it expires with its TTL", "route", routeOf(r), "err", err)
+			return
+		}
+		_ = s.event("released", releasedEvent{Name: name, Fence: lease.Fence, Released: rel.Released, HoldCount: rel.HoldCount})
+	}
+	if err := s.event("acquired", toLeaseResponse(lease, true)); err != nil {
+		release()
+		return
+	}
+	ping := time.NewTicker(a.cfg.HoldPing)
+	defer ping.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			release()
+			return
+		case <-ping.C:
+			err = s.comment("ping")
+		case ev, ok := <-h.Events():
+			switch {
+			case !ok:
+				release()
+				return
+			case ev.Kind == service.HoldRenewed:
+				err = s.event("renewed", toLeaseResponse(ev.Lease, false))
+			case ev.Kind == service.HoldLost:
+				_, _ = h.Close(ctx)
+				_ = s.event("lost", lostEvent{Name: name, Fence: lease.Fence, Reason: ev.Reason})
+				return
+			case ev.Kind == service.HoldReleased:
+				_, _ = h.Close(ctx)
+				_ = s.event("released", releasedEvent{Name: name, Fence: lease.Fence, Released: true})
+				return
+			}
+		}
+		if err != nil { // the client is gone or stuck
+			release()
+			return
+		}
+	}
+}
+
+// sseWriter writes Server-Sent Events, each write under its own deadline so
+// the server's write timeout never ends a long stream.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (s *sseWriter) event(name string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	return s.write(fmt.Sprintf("event: %s\ndata: %s\n\n", name, b))
+}
+
+func (s *sseWriter) comment(text string) error { return s.write(": " + text + "\n\n") }
+
+func (s *sseWriter) write(frame string) error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if _, err := fmt.Fprint(s.w, frame); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}

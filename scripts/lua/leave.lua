@@ -1,0 +1,18 @@
+-- leave: a waiter gives up (its wait ended or its client went away). It is
+-- removed from the waiters and from the fair queue; when it was queued and
+-- the lock is free, the remaining waiters are woken, so none of them waits
+-- behind a waiter that is gone.
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  waiters zset (member = waiter token)
+-- KEYS[3]  fair queue list
+-- KEYS[4]  pub/sub channel that waiters of this lock listen on
+-- ARGV[1]  waiter token
+--
+-- Reply: 1 when the waiter was registered, 0 when it was not.
+local removed = redis.call('ZREM', KEYS[2], ARGV[1])
+local queued = redis.call('LREM', KEYS[3], 0, ARGV[1])
+if queued > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('PUBLISH', KEYS[4], 'left')
+end
+return removed
