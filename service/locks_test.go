@@ -515,7 +515,7 @@ func TestWakeUps(t *testing.T) {
 		}
 		got = append(got, msg.Payload)
 	}
-	if want := []string{"released", "released"}; !slices.Equal(got, want) {
+	if want := []string{"released", "forced"}; !slices.Equal(got, want) {
 		t.Errorf("wake-ups = %q, want %q (final release, force-release)", got, want)
 	}
 }
