@@ -13,14 +13,24 @@ import (
 // TestMutualExclusion has 50 clients contend for one lock over HTTP for
 // about three seconds. Each one that is granted the lock marks itself as a
 // holder, holds briefly, unmarks itself and releases. No two may ever hold
-// at once, and the fences seen in grant order must strictly increase.
+// at once, and the fences seen in grant order must strictly increase. It
+// runs with both ways cmd/server talks to Redis, one command per call and
+// pipelined (its default).
 func TestMutualExclusion(t *testing.T) {
+	for _, c := range serverClients {
+		t.Run(c.name, func(t *testing.T) {
+			_, url := newRedis(t)
+			testMutualExclusion(t, newServerOnURL(t, url, c.wrap, 2*time.Second))
+		})
+	}
+}
+
+func testMutualExclusion(t *testing.T, e *testEnv) {
 	const (
 		clients  = 50
 		duration = 3 * time.Second
 		name     = "contended"
 	)
-	e := newTestEnv(t)
 	// Keep connections alive between requests of the 50 clients.
 	e.Client = &http.Client{Transport: &specTransport{t: t, router: loadSpecRouter(t),
 		base: &http.Transport{MaxIdleConnsPerHost: clients}}}
