@@ -13,7 +13,7 @@ import (
 )
 
 func TestOpenAPIDocument(t *testing.T) {
-	rec := serve(newTestRouter(t, &fakeService{}, handlers.Config{}), newRequest(http.MethodGet, "/openapi.yaml", ""))
+	rec := serve(t, newTestRouter(t, &fakeService{}, handlers.Config{}), newRequest(http.MethodGet, "/openapi.yaml", ""))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status = %d, want 200", rec.Code)
 	}
@@ -28,12 +28,12 @@ func TestOpenAPIDocument(t *testing.T) {
 func TestSwaggerUI(t *testing.T) {
 	h := newTestRouter(t, &fakeService{}, handlers.Config{})
 
-	rec := serve(h, newRequest(http.MethodGet, "/docs", ""))
+	rec := serve(t, h, newRequest(http.MethodGet, "/docs", ""))
 	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/docs/index.html" {
 		t.Errorf("/docs = %d Location %q, want 301 to /docs/index.html", rec.Code, rec.Header().Get("Location"))
 	}
 
-	rec = serve(h, newRequest(http.MethodGet, "/docs/index.html", ""))
+	rec = serve(t, h, newRequest(http.MethodGet, "/docs/index.html", ""))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/docs/index.html status = %d, want 200", rec.Code)
 	}

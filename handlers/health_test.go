@@ -13,7 +13,7 @@ import (
 
 func TestHealthz(t *testing.T) {
 	fake := &fakeService{}
-	rec := serve(newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodGet, "/healthz", ""))
+	rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodGet, "/healthz", ""))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status = %d, want 200", rec.Code)
 	}
@@ -41,7 +41,7 @@ func TestReadyz(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			fake := &fakeService{ReadyFn: func(context.Context) error { return tt.err }}
-			rec := serve(newTestRouter(t, fake, handlers.Config{Store: tt.store}), newRequest(http.MethodGet, "/readyz", ""))
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{Store: tt.store}), newRequest(http.MethodGet, "/readyz", ""))
 			if rec.Code != tt.status {
 				t.Fatalf("status = %d, want %d", rec.Code, tt.status)
 			}

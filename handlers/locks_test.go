@@ -62,7 +62,7 @@ func runRequestCases(t *testing.T, tests []requestCase) {
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			fake := grantingService()
-			rec := serve(newTestRouter(t, fake, tt.cfg), tt.req)
+			rec := serve(t, newTestRouter(t, fake, tt.cfg), tt.req)
 			if tt.typ == "" {
 				if rec.Code != tt.status {
 					t.Errorf("status = %d, want %d (body %s)", rec.Code, tt.status, rec.Body)
@@ -190,7 +190,7 @@ func TestAcquire(t *testing.T) {
 					ExpiresAt: expires, Reentrant: tt.reentrant}, nil
 			}}
 			req := newRequest(http.MethodPost, "/v1/locks/jobs:nightly.v2", tt.body, "Lock-Token", tt.token)
-			rec := serve(newTestRouter(t, fake, handlers.Config{}), req)
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{}), req)
 			if rec.Code != tt.wantStatus {
 				t.Fatalf("status = %d, want %d (body %s)", rec.Code, tt.wantStatus, rec.Body)
 			}
@@ -233,7 +233,7 @@ func TestRenew(t *testing.T) {
 		want time.Duration
 	}{{"", 0}, {`{}`, 0}, {`{"ttl":"45s"}`, 45 * time.Second}} {
 		req := newRequest(http.MethodPost, "/v1/locks/orders/renew", tt.body, "Lock-Token", tokenA)
-		rec := serve(h, req)
+		rec := serve(t, h, req)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("body %q: status = %d, want 200 (%s)", tt.body, rec.Code, rec.Body)
 		}
@@ -264,7 +264,7 @@ func TestRelease(t *testing.T) {
 			gotToken = token
 			return tt.rel, nil
 		}}
-		rec := serve(newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodDelete, "/v1/locks/orders", "", "Lock-Token", tokenA))
+		rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodDelete, "/v1/locks/orders", "", "Lock-Token", tokenA))
 		if rec.Code != http.StatusOK || gotToken != tokenA {
 			t.Fatalf("status = %d, token %q; want 200, %q", rec.Code, gotToken, tokenA)
 		}
@@ -279,7 +279,7 @@ func TestForceReleaseAnswersNoContent(t *testing.T) {
 		var gotName string
 		fake := &fakeService{ForceReleaseFn: func(_ context.Context, name string) (bool, error) { gotName = name; return removed, nil }}
 		req := newRequest(http.MethodDelete, "/v1/locks/orders?force=true", "", "Authorization", "Bearer "+adminKey)
-		rec := serve(newTestRouter(t, fake, handlers.Config{AdminKey: adminKey}), req)
+		rec := serve(t, newTestRouter(t, fake, handlers.Config{AdminKey: adminKey}), req)
 		if rec.Code != http.StatusNoContent || rec.Body.Len() != 0 {
 			t.Errorf("removed=%v: %d %q, want 204 and no body", removed, rec.Code, rec.Body)
 		}
@@ -314,7 +314,7 @@ func TestInspect(t *testing.T) {
 				gotToken = token
 				return tt.state, nil
 			}}
-			rec := serve(newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodGet, "/v1/locks/orders", "", "Lock-Token", tt.token))
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest(http.MethodGet, "/v1/locks/orders", "", "Lock-Token", tt.token))
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status = %d, want 200", rec.Code)
 			}

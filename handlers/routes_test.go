@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/go-chi/chi/v5"
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/api"
@@ -82,11 +86,61 @@ func newRequest(method, target, body string, headers ...string) *http.Request {
 	return req
 }
 
-// serve runs req through h and returns the recorded response.
-func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+// loadSpecRouter finds the documented operation of a request.
+var loadSpecRouter = sync.OnceValues(func() (routers.Router, error) {
+	doc, err := loadSpec()
+	if err != nil {
+		return nil, err
+	}
+	return gorillamux.NewRouter(doc)
+})
+
+// serve runs req through h and returns the recorded response, after checking
+// it against api/openapi.yaml when req is a documented operation: its status
+// must be documented, its headers and body must match their schemas.
+func serve(t *testing.T, h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := serveUnchecked(h, req)
+	wantSpecResponse(t, req, rec)
+	return rec
+}
+
+// serveUnchecked runs req through h without checking the answer against the
+// spec, for tests that provoke answers a route cannot really give (a
+// service error that operation never returns).
+func serveUnchecked(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
+}
+
+func wantSpecResponse(t *testing.T, req *http.Request, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	router, err := loadSpecRouter()
+	if err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		return // not a documented operation: TestUnknownRouteAndMethod covers those
+	}
+	opts := &openapi3filter.Options{IncludeResponseStatus: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}
+	input := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts},
+		Status:                 rec.Code,
+		Header:                 rec.Header(),
+		Options:                opts,
+	}
+	// Bodies are checked when they are JSON; kin-openapi would read a YAML
+	// or HTML document as data, not as the string the spec says it is.
+	if mt, _, _ := mime.ParseMediaType(rec.Header().Get("Content-Type")); mt == "application/json" || mt == "application/problem+json" {
+		input.SetBodyBytes(rec.Body.Bytes())
+	} else {
+		opts.ExcludeResponseBody = true
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
+		t.Errorf("response to %s %s (%d) does not match api/openapi.yaml: %v", req.Method, req.URL.Path, rec.Code, err)
+	}
 }
 
 // wantProblem fails t unless rec is a complete problem+json answer with the
@@ -187,7 +241,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
 			fake := &fakeService{}
 			req := newRequest(tt.method, tt.target, "")
-			rec := serve(newTestRouter(t, fake, handlers.Config{}), req)
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{}), req)
 			wantProblem(t, rec, req, tt.status, tt.typ)
 			if calls := fake.Calls(); len(calls) != 0 {
 				t.Errorf("service calls = %v, want none", calls)
