@@ -65,7 +65,7 @@ func TestRateLimitHeaders(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newTestRouter(t, decisionFake(perIP(429), tt.d),
 				handlers.Config{RateLimit: handlers.RateLimitConfig{LegacyHeaders: tt.legacy}})
-			rec := serve(h, newRequest("GET", "/v1/ratelimit/gate/per-ip", ""))
+			rec := serve(t, h, newRequest("GET", "/v1/ratelimit/gate/per-ip", ""))
 			if rec.Code != tt.status {
 				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.status, rec.Body)
 			}
@@ -89,7 +89,7 @@ func TestCheckRateLimitDecisionBody(t *testing.T) {
 		return check(ctx, req)
 	}
 	h := newTestRouter(t, fake, handlers.Config{})
-	rec := serve(h, newRequest("POST", "/v1/ratelimit/check", `{"policy":"per-ip","key":"user:1","cost":2}`))
+	rec := serve(t, h, newRequest("POST", "/v1/ratelimit/check", `{"policy":"per-ip","key":"user:1","cost":2}`))
 	if rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("status = %d, want 429 (a check denial is always 429, whatever the gate's deny status)", rec.Code)
 	}
@@ -130,7 +130,7 @@ func TestGateRateLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newTestRouter(t, decisionFake(tt.pol, tt.d), handlers.Config{})
-			rec := serve(h, newRequest(tt.method, tt.path, ""))
+			rec := serve(t, h, newRequest(tt.method, tt.path, ""))
 			if rec.Code != tt.status {
 				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.status, rec.Body)
 			}
@@ -152,7 +152,7 @@ func TestSelfProtection(t *testing.T) {
 	fake := decisionFake(pol, denied)
 	fake.InspectFn = func(context.Context, string, string) (service.LockState, error) { return service.LockState{}, nil }
 	h := newTestRouter(t, fake, handlers.Config{RateLimit: handlers.RateLimitConfig{SelfPolicy: "api"}})
-	rec := serve(h, newRequest("GET", "/v1/locks/x", ""))
+	rec := serve(t, h, newRequest("GET", "/v1/locks/x", ""))
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "30" {
 		t.Fatalf("status = %d Retry-After %q, want 429 and 30", rec.Code, rec.Header().Get("Retry-After"))
 	}
