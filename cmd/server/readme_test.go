@@ -110,6 +110,7 @@ func readmeRows(t *testing.T) map[string]configRow {
 // environment variable and default, and nothing else.
 func TestREADMEConfigurationTable(t *testing.T) {
 	if diff := cmp.Diff(usageRows(t), readmeRows(t)); diff != "" {
-		t.Errorf("README.md configuration table differs from the server's flags (-flags +README):\n%s", diff)
+		t.Errorf("README.md's Configuration table differs from the server's flags (-flags +README); "+
+			"give every flag a row | `-flag` | `LATCHKEY_VAR` or — | `default` | meaning |:\n%s", diff)
 	}
 }
