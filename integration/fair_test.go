@@ -1,0 +1,247 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestFairOrder: 20 fair waiters arriving in a known order acquire in that
+// order; one that disconnects mid-queue is skipped at once, not after its
+// 30s wait.
+func TestFairOrder(t *testing.T) {
+	rdb, url := newRedis(t)
+	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	holder, _ := e.mustAcquire(t, "fifo", `{"ttl":"30s","fair":true}`)
+
+	const n, gone = 20, 5
+	var (
+		mu     sync.Mutex
+		order  []int
+		wg     sync.WaitGroup
+		cancel context.CancelFunc
+		failed = make([]waitResult, n)
+	)
+	for i := range n {
+		ctx := t.Context()
+		if i == gone {
+			ctx, cancel = context.WithCancel(ctx)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.send(ctx, "POST", "/v1/locks/fifo", `{"ttl":"10s","wait":"30s","fair":true}`)
+			if r.Status != http.StatusCreated {
+				failed[i] = r
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			failed[i] = e.send(t.Context(), "DELETE", "/v1/locks/fifo", "", "Lock-Token", r.Token)
+		}()
+		e.waitForWaiters(t, "fifo", int64(i+1)) // arrival order is queue order
+	}
+	cancel()
+	e.waitForWaiters(t, "fifo", n-1)
+
+	start := time.Now()
+	e.mustRelease(t, "fifo", holder)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	var want []int
+	for i := range n {
+		if i != gone {
+			want = append(want, i)
+		}
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("grant order = %v, want %v", order, want)
+	}
+	for i, r := range failed {
+		if i != gone && (r.Err != nil || r.Status != http.StatusOK) {
+			t.Errorf("waiter %d: status %d err %v body %s, want acquired and released", i, r.Status, r.Err, r.Body)
+		}
+	}
+	if failed[gone].Err == nil {
+		t.Errorf("the disconnected waiter got an answer: %d %s", failed[gone].Status, failed[gone].Body)
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("the queue drained in %s, want far less than the departed waiter's 30s wait", elapsed)
+	}
+	if st := e.state(t, "fifo"); st.Waiters != 0 || st.Held || st.Fair {
+		t.Errorf("state after the queue drained = %+v, want free, not fair, no waiters", st)
+	}
+}
+
+// TestFairModeMismatch: a lock is fair or not while anyone holds or waits
+// for it; asking for the other mode is a 409 lock-mode-mismatch, while the
+// owner can re-enter in either mode.
+func TestFairModeMismatch(t *testing.T) {
+	rdb, url := newRedis(t)
+	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	fairTok, _ := e.mustAcquire(t, "fair", `{"fair":true}`)
+	plainTok, _ := e.mustAcquire(t, "plain", `{}`)
+	tests := []struct {
+		name, body string
+		headers    []string
+		status     int
+		typ        string
+	}{
+		{"plain", `{"fair":true}`, nil, http.StatusConflict, `"lock-mode-mismatch"`},
+		{"plain", `{"fair":true,"wait":"100ms"}`, nil, http.StatusConflict, `"lock-mode-mismatch"`},
+		{"fair", `{}`, nil, http.StatusConflict, `"lock-mode-mismatch"`},
+		{"fair", `{"wait":"100ms"}`, nil, http.StatusConflict, `"lock-mode-mismatch"`},
+		{"fair", `{"fair":true}`, nil, http.StatusConflict, `"lock-held"`},
+		{"fair", `{}`, []string{"Lock-Token", fairTok}, http.StatusOK, `"reentrant":true`},
+		{"plain", `{"fair":true}`, []string{"Lock-Token", plainTok}, http.StatusOK, `"reentrant":true`},
+	}
+	for _, tt := range tests {
+		r := e.send(t.Context(), "POST", "/v1/locks/"+tt.name, tt.body, tt.headers...)
+		if r.Status != tt.status || !strings.Contains(r.Body, tt.typ) {
+			t.Errorf("%s %s: %d %s, want %d with %s", tt.name, tt.body, r.Status, r.Body, tt.status, tt.typ)
+		}
+	}
+	if st := e.state(t, "fair"); !st.Fair {
+		t.Errorf("GET fair lock: fair = false, want true")
+	}
+	if st := e.state(t, "plain"); st.Fair {
+		t.Errorf("GET plain lock: fair = true, want false")
+	}
+}
+
+// TestFairWaiterClientKilled: the client process of the first fair waiter
+// (curl) is killed with SIGKILL; the server sees the connection drop, the
+// waiter leaves the queue at once, and the next one gets the lock as soon
+// as it is released.
+func TestFairWaiterClientKilled(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed")
+	}
+	rdb, url := newRedis(t)
+	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	holder, _ := e.mustAcquire(t, "killed-client", `{"ttl":"30s","fair":true}`)
+
+	cmd := exec.Command(curl, "-sS", "-N", "-X", "POST", "-H", "Content-Type: application/json",
+		"-d", `{"wait":"20s","fair":true}`, e.URL+"/v1/locks/killed-client")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	e.waitForWaiters(t, "killed-client", 1)
+	got := make(chan waitResult, 1)
+	go func() {
+		got <- e.send(t.Context(), "POST", "/v1/locks/killed-client", `{"wait":"20s","fair":true}`)
+	}()
+	e.waitForWaiters(t, "killed-client", 2)
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	e.waitForWaiters(t, "killed-client", 1)
+	start := time.Now()
+	e.mustRelease(t, "killed-client", holder)
+	r := <-got
+	if r.Status != http.StatusCreated {
+		t.Fatalf("second waiter: %d %s, want 201", r.Status, r.Body)
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("second waiter acquired %s after the release, want at once (the killed waiter left)", elapsed)
+	}
+}
+
+// envChildInstance names the Redis URL, key prefix and lock of a child
+// Latchkey instance run by TestFairInstanceKilled.
+const envChildInstance = "LATCHKEY_TEST_CHILD_INSTANCE"
+
+// TestFairChildInstance is not a test of its own: TestFairInstanceKilled
+// runs it in a child process as a second Latchkey instance whose fair waiter
+// is queued when the process is killed.
+func TestFairChildInstance(t *testing.T) {
+	spec := os.Getenv(envChildInstance)
+	if spec == "" {
+		t.Skip("runs only as the child process of TestFairInstanceKilled")
+	}
+	parts := strings.SplitN(spec, " ", 3)
+	opts, err := redis.ParseURL(parts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	svc, err := service.New(rdb, service.Config{KeyPrefix: parts[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Acquire(t.Context(), parts[2], service.AcquireRequest{Wait: 2 * time.Second, Fair: true})
+	t.Fatalf("the child instance was not killed while it waited: %v", err)
+}
+
+// TestFairInstanceKilled: the Latchkey process of a queued fair waiter dies
+// (SIGKILL, so it never leaves the queue). The waiter behind it is not
+// blocked beyond the dead waiter's deadline, and not let past it earlier
+// either: FIFO stays honest.
+func TestFairInstanceKilled(t *testing.T) {
+	rdb, url := newRedis(t)
+	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	holder, _ := e.mustAcquire(t, "dead-instance", `{"ttl":"30s","fair":true}`)
+
+	child := exec.Command(os.Args[0], "-test.run=^TestFairChildInstance$", "-test.count=1")
+	child.Env = append(os.Environ(), envChildInstance+"="+url+" "+e.Prefix+" dead-instance")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	e.waitForWaiters(t, "dead-instance", 1)
+	got := make(chan waitResult, 1)
+	go func() {
+		got <- e.send(t.Context(), "POST", "/v1/locks/dead-instance", `{"wait":"10s","fair":true}`)
+	}()
+	e.waitForWaiters(t, "dead-instance", 2)
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+
+	// The dead waiter is the queue's head; its deadline is its score.
+	queue, waiters := e.Prefix+"queue:{dead-instance}", e.Prefix+"waiters:{dead-instance}"
+	head, err := rdb.LIndex(t.Context(), queue, 0).Result()
+	if err != nil {
+		t.Fatalf("queue head: %v", err)
+	}
+	deadline, err := rdb.ZScore(t.Context(), waiters, head).Result()
+	if err != nil {
+		t.Fatalf("dead waiter's deadline: %v", err)
+	}
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blockedFor := time.Duration(int64(deadline)-now.UnixMilli()) * time.Millisecond
+
+	start := time.Now()
+	e.mustRelease(t, "dead-instance", holder)
+	r := <-got
+	elapsed := time.Since(start)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("waiter behind the dead one: %d %s, want 201", r.Status, r.Body)
+	}
+	t.Logf("the dead waiter's deadline was %s after the release; the next waiter acquired after %s", blockedFor, elapsed)
+	if elapsed < blockedFor-100*time.Millisecond {
+		t.Errorf("acquired %s after the release, before the dead waiter's deadline (%s): it jumped the queue", elapsed, blockedFor)
+	}
+	if elapsed > blockedFor+time.Second {
+		t.Errorf("acquired %s after the release, want by the dead waiter's deadline (%s)", elapsed, blockedFor)
+	}
+}
