@@ -100,6 +100,7 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	r.Post("/v1/ratelimit/check", a.handleCheckRateLimit)
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", http.HandlerFunc(a.handleGateRateLimit))
+		r.Method(m, "/v1/ratelimit/gate/{policy}/*", http.HandlerFunc(a.handleGateRateLimit))
 	}
 	r.Post("/v1/locks/{name}/hold", a.handleHoldLock)
 	return r

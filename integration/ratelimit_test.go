@@ -456,9 +456,10 @@ func TestRateLimitGateMethodsAndDenyStatus(t *testing.T) {
 	nginx := policy("nginx", service.FixedWindow, 2, time.Minute)
 	nginx.DenyStatus = 403
 	e := newTestEnv(t, withPolicies(nginx), func(_ *service.Config, h *handlers.Config) { h.RateLimit.LegacyHeaders = true })
-	for _, m := range []string{"POST", "DELETE"} {
-		if r := e.do(t, m, "/v1/ratelimit/gate/nginx", ""); r.Status != 200 {
-			t.Errorf("%s: status = %d, want 200", m, r.Status)
+	// Any method, and with the original path appended (Envoy's path_prefix).
+	for _, c := range []struct{ method, path string }{{"POST", "/v1/ratelimit/gate/nginx"}, {"DELETE", "/v1/ratelimit/gate/nginx/orders"}} {
+		if r := e.do(t, c.method, c.path, ""); r.Status != 200 {
+			t.Errorf("%s %s: status = %d, want 200", c.method, c.path, r.Status)
 		}
 	}
 	r := e.do(t, "PUT", "/v1/ratelimit/gate/nginx", "")

@@ -122,3 +122,16 @@ func TestLoadPoliciesDeployExample(t *testing.T) {
 		t.Errorf("missing file error = %v, want one naming the file", err)
 	}
 }
+
+func TestLoadPoliciesExampleFile(t *testing.T) {
+	ps, err := service.LoadPolicies(filepath.Join("..", "deploy", "policies.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (service.RateLimitConfig{Policies: ps}).Validate(); err != nil {
+		t.Fatalf("deploy/policies.example.yaml: %v", err)
+	}
+	if len(ps) != 4 {
+		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
+	}
+}
