@@ -70,7 +70,11 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 	if err != nil {
 		return fail(err)
 	}
-	env := append(os.Environ(), stackEnv(dir, redisPort, port)...)
+	policies := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(policies, []byte(benchPolicies), 0o644); err != nil {
+		return fail(err)
+	}
+	env := append(os.Environ(), stackEnv(policies, redisPort, port)...)
 	srv := exec.Command(serverBin)
 	srv.Env = env
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
@@ -101,13 +105,24 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 	return &stack{url: url, stop: stop}, nil
 }
 
-// stackEnv configures the started server: Redis, a loopback listener, and a
-// high-limit policy named "bench" so gate and check measure the decision
-// path rather than denials.
-func stackEnv(dir string, redisPort, port int) []string {
+// benchPolicies holds a high-limit policy named "bench", so gate and check
+// measure the decision path rather than denials.
+const benchPolicies = `policies:
+  bench:
+    limit: 1000000000
+    window: 1m
+`
+
+// stackEnv configures the started server: Redis, a loopback listener, the
+// bench policy, and the load generator (127.0.0.1) as a trusted proxy so the
+// gate takes client IPs from X-Forwarded-For. Request logs are at warn, for
+// the ceiling and every scenario alike.
+func stackEnv(policies string, redisPort, port int) []string {
 	return []string{
 		fmt.Sprintf("LATCHKEY_ADDR=127.0.0.1:%d", port),
 		fmt.Sprintf("LATCHKEY_REDIS_URL=redis://127.0.0.1:%d/0", redisPort),
+		"LATCHKEY_RATELIMIT_POLICIES=" + policies,
+		"LATCHKEY_TRUSTED_PROXIES=127.0.0.1/32",
 		"LATCHKEY_LOG_LEVEL=warn",
 	}
 }
