@@ -1,0 +1,78 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeFile writes content to name in a fresh temporary directory.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRunRefusesBadRateLimitConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing file", []string{"-ratelimit-policies", "/nonexistent/policies.yaml"}, "-ratelimit-policies: policy file: open /nonexistent/policies.yaml"},
+		{"unknown field", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  a:\n    limit: 3\n    window: 10s\n    rate: 2\n")},
+			"field rate not found"},
+		{"zero window", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  a:\n    limit: 3\n    window: 0s\n")},
+			`policy "a": window must be at least 1s, got 0s`},
+		{"limit 0 in JSON", []string{"-ratelimit-policies", writeFile(t, "p.json", `{"policies":{"b":{"limit":0,"window":"1m"}}}`)},
+			`policy "b": limit must be at least 1, got 0`},
+		{"bad algorithm", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  c:\n    limit: 3\n    window: 10s\n    algorithm: leaky\n")},
+			`policy "c": algorithm must be one of fixed_window, sliding_window, token_bucket, got "leaky"`},
+		{"bad deny status", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  d:\n    limit: 3\n    window: 10s\n    deny_status: 500\n")},
+			`policy "d": deny_status must be 401, 403 or 429`},
+		{"bad default algorithm", []string{"-ratelimit-default-algorithm", "leaky"}, `policy "default": algorithm must be one of`},
+		{"unknown self policy", []string{"-ratelimit-self-policy", "nope"}, "-ratelimit-self-policy nope: no such policy (known: default)"},
+		{"bad trusted proxy", []string{"-trusted-proxies", "10.0.0.0/8,nonsense"}, `-trusted-proxies: trusted proxy "nonsense" is not a CIDR`},
+		{"bad IPv6 prefix", []string{"-ipv6-prefix", "129"}, "-ipv6-prefix must be between 1 and 128, got 129"},
+		{"bad timeout", []string{"-ratelimit-timeout", "0s"}, "-ratelimit-timeout must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(t.Context(), append([]string{"-addr", "127.0.0.1:0"}, tt.args...), env(), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("run = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunServesRateLimits wires a policy file, trusted proxies and
+// self-protection through run, on the embedded store.
+func TestRunServesRateLimits(t *testing.T) {
+	policies := writeFile(t, "policies.yaml", "policies:\n  per-ip:\n    limit: 3\n    window: 10s\n  self:\n    limit: 100\n    window: 1m\n")
+	s := startServer(t, "-ratelimit-policies", policies, "-trusted-proxies", "127.0.0.1/32", "-ratelimit-legacy-headers",
+		"-ratelimit-self-policy", "self")
+	for i := 1; i <= 4; i++ {
+		resp, d := s.call(t, http.MethodGet, "/v1/ratelimit/gate/per-ip", "", "X-Forwarded-For", "203.0.113.5")
+		want := http.StatusOK
+		if i == 4 {
+			want = http.StatusTooManyRequests
+		}
+		if resp.StatusCode != want || d["key"] != "203.0.113.5" {
+			t.Fatalf("request %d: %d key %v, want %d for the forwarded client", i, resp.StatusCode, d["key"], want)
+		}
+		if resp.Header.Get("RateLimit-Policy") != `"per-ip";q=3;w=10` || resp.Header.Get("X-RateLimit-Limit") != "3" {
+			t.Errorf("request %d: headers %v", i, resp.Header)
+		}
+	}
+	// The default per-IP policy exists too (60 per minute).
+	if resp, d := s.call(t, http.MethodPost, "/v1/ratelimit/check", `{"policy":"default"}`); resp.StatusCode != http.StatusOK || d["limit"] != 60.0 {
+		t.Errorf("default policy: %d %v, want 200 with limit 60", resp.StatusCode, d)
+	}
+}
