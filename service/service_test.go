@@ -81,7 +81,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestReady(t *testing.T) {
-	svc, m := newTestService(t, service.Config{OpTimeout: 500 * time.Millisecond})
+	svc, m := newTestService(t, service.Config{})
 	if err := svc.Ready(t.Context()); err != nil {
 		t.Fatalf("Ready = %v, want nil", err)
 	}
