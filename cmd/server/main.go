@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return healthCheck(ctx, cfg.Addr, stdout)
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	setRedisLogger(log)
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
