@@ -72,8 +72,8 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
 	r.Use(requestLogger(a.log))
+	r.Use(newHTTPMetrics(cfg.Registry).middleware) // outside recoverer: it counts a panic's 500
 	r.Use(recoverer(a.log))
-	r.Use(newHTTPMetrics(cfg.Registry).middleware)
 	r.Use(a.selfProtect)
 
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
