@@ -153,3 +153,19 @@ func TestMetrics(t *testing.T) {
 		t.Error("/metrics carries a lock name as a label value")
 	}
 }
+
+// TestPanicIsCounted: a request that panicked is in the request metrics as
+// the 500 it answered.
+func TestPanicIsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
+		panic("boom")
+	}}
+	h := newTestRouter(t, fake, handlers.Config{Registry: reg})
+	serveUnchecked(h, newRequest(http.MethodPost, "/v1/locks/orders", "")) // 500 is not in the spec
+	body := serve(t, h, newRequest(http.MethodGet, "/metrics", "")).Body.String()
+	want := `latchkey_http_requests_total{method="POST",route="/v1/locks/{name}",status="500"} 1`
+	if !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+}
