@@ -103,3 +103,26 @@ func TestNewToken(t *testing.T) {
 		seen[tok] = true
 	}
 }
+
+// TestKeysShareTheLocksHashTag: every key a lock uses carries the configured
+// prefix and the lock's {name} hash tag, so one script's keys stay on one
+// Redis Cluster slot and two lock names never share a key.
+func TestKeysShareTheLocksHashTag(t *testing.T) {
+	svc, m := newTestService(t, service.Config{KeyPrefix: "test:"})
+	for _, name := range []string{"orders", "jobs:nightly"} {
+		l := mustAcquire(t, svc, name, service.AcquireRequest{})
+		mustAcquire(t, svc, name, service.AcquireRequest{Token: l.Token})
+	}
+	keys := m.Keys()
+	if len(keys) < 4 {
+		t.Fatalf("keys = %q, want at least a lock and a fence counter per name", keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "test:") {
+			t.Errorf("key %q lacks the configured prefix test:", k)
+		}
+		if strings.Contains(k, "{orders}") == strings.Contains(k, "{jobs:nightly}") {
+			t.Errorf("key %q carries not exactly one lock's hash tag", k)
+		}
+	}
+}
