@@ -1,10 +1,14 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/latchkey/latchkey/service"
 )
@@ -44,6 +48,40 @@ func (a *api) allowWait(w http.ResponseWriter, wait time.Duration) {
 	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
 }
 
+// errStopping is the cause of a wait or hold cut short by a shutdown.
+var errStopping = errors.New("the server is shutting down")
+
+// untilStopping returns r's context, also cancelled (with cause
+// errStopping) when the server begins to shut down.
+func (a *api) untilStopping(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	if a.cfg.Stopping != nil {
+		go func() {
+			select {
+			case <-a.cfg.Stopping:
+				cancel(errStopping)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, func() { cancel(nil) }
+}
+
+// writeWaitError answers the error of an acquire that may have waited. A
+// wait cut short by a shutdown is a 503 (never an empty answer that could
+// pass for a grant); one cut short by the client going away gets nothing.
+func (a *api) writeWaitError(w http.ResponseWriter, r *http.Request, ctx context.Context, err error) {
+	if !errors.Is(err, context.Canceled) || !errors.Is(context.Cause(ctx), errStopping) {
+		writeError(w, r, a.log, err)
+		return
+	}
+	a.log.Debug("wait interrupted", "request_id", middleware.GetReqID(r.Context()), "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, Problem{Type: "store-unavailable", Title: titles["store-unavailable"], Status: http.StatusServiceUnavailable,
+		Detail: "the wait was interrupted (the server is shutting down); try again", Instance: r.URL.Path,
+		RequestID: middleware.GetReqID(r.Context())})
+}
+
 // handleHoldLock implements operationId holdLock: a connection-scoped lease
 // streamed as Server-Sent Events. The lease is acquired (after an optional
 // wait) before the stream starts, so failures are ordinary problem answers.
@@ -71,7 +109,8 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // the body is read; a hold outlives any read timeout
 	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
-	ctx := r.Context()
+	ctx, cancel := a.untilStopping(r)
+	defer cancel()
 	h, err := a.svc.Hold(ctx, name, service.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
@@ -79,7 +118,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 		Fair:  req.Fair != nil && *req.Fair,
 	})
 	if err != nil {
-		writeError(w, r, a.log, err)
+		a.writeWaitError(w, r, ctx, err)
 		return
 	}
 	lease := h.Lease()
@@ -92,7 +131,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 
 	// release ends the hold and tells the client, when it is still there
-	// (the server is shutting down); after a client went away the write
+	// (the server is shutting down); after the client went away the write
 	// simply fails.
 	release := func() {
 		rel, err := h.Close(ctx)

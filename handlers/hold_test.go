@@ -80,3 +80,27 @@ func TestHoldBeforeTheStream(t *testing.T) {
 		})
 	}
 }
+
+// TestInterruptedWait: a wait cut short by the server's shutdown is a 503,
+// never an empty answer that could pass for a grant.
+func TestInterruptedWait(t *testing.T) {
+	stopping := make(chan struct{})
+	close(stopping)
+	untilDone := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	fake := &fakeService{
+		AcquireFn: func(ctx context.Context, _ string, _ service.AcquireRequest) (service.Lease, error) {
+			return service.Lease{}, untilDone(ctx)
+		},
+		HoldFn: func(ctx context.Context, _ string, _ service.AcquireRequest) (*service.Hold, error) {
+			return nil, untilDone(ctx)
+		},
+	}
+	for _, path := range []string{"/v1/locks/orders", "/v1/locks/orders/hold"} {
+		req := newRequest(http.MethodPost, path, `{"wait":"10s"}`)
+		rec := serve(t, newTestRouter(t, fake, handlers.Config{Stopping: stopping}), req)
+		p := wantProblem(t, rec, req, http.StatusServiceUnavailable, "store-unavailable")
+		if rec.Header().Get("Retry-After") != "1" || !strings.Contains(p.Detail, "shutting down") {
+			t.Errorf("%s: Retry-After %q, detail %q; want 1 and a word on the shutdown", path, rec.Header().Get("Retry-After"), p.Detail)
+		}
+	}
+}

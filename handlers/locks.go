@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"crypto/subtle"
 	"net/http"
 	"net/url"
@@ -104,15 +105,21 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait := parseDuration(req.Wait)
-	a.allowWait(w, wait)
-	lease, err := a.svc.Acquire(r.Context(), name, service.AcquireRequest{
+	ctx := r.Context()
+	if wait > 0 {
+		a.allowWait(w, wait)
+		var cancel context.CancelFunc
+		ctx, cancel = a.untilStopping(r)
+		defer cancel()
+	}
+	lease, err := a.svc.Acquire(ctx, name, service.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
 		Wait:  wait,
 		Fair:  req.Fair != nil && *req.Fair,
 	})
 	if err != nil {
-		writeError(w, r, a.log, err)
+		a.writeWaitError(w, r, ctx, err)
 		return
 	}
 	w.Header().Set("Lock-Token", lease.Token)

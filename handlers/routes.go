@@ -36,6 +36,11 @@ type Config struct {
 	// to a waiting acquire, past its wait); the server's write timeout does
 	// not apply to them. Default 10s.
 	StreamWriteTimeout time.Duration
+	// Stopping is closed when the server begins to shut down: hold streams
+	// then release their lease and end with a "released" event, and waiting
+	// acquires end with a 503, so shutdown need not wait for them. Nil
+	// never closes.
+	Stopping <-chan struct{}
 }
 
 // api holds what every handler needs.

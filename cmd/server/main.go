@@ -72,10 +72,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		log.Warn("redis is not reachable yet; serving 503 until it is", "err", err)
 	}
 
+	// stopping closes when shutdown begins: hold streams and waiting
+	// acquires end then, instead of holding the shutdown up.
+	stopping := make(chan struct{})
 	router := handlers.NewRouter(svc, handlers.Config{
 		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: store,
 		RateLimit: handlersRL,
 		HoldPing:  cfg.HoldPing,
+		Stopping:  stopping,
 	})
 	srv := &http.Server{
 		Handler:           router,
@@ -88,6 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		// them: their context keeps ctx's values but not its cancellation.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	srv.RegisterOnShutdown(func() { close(stopping) })
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
