@@ -256,8 +256,9 @@ func (a *api) checkAdmin(r *http.Request) error {
 		return &httpError{status: http.StatusForbidden, typ: "forbidden",
 			detail: "admin actions are disabled: the server has no admin key configured (LATCHKEY_ADMIN_KEY)"}
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminKey)) != 1 {
+	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is Bearer.
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminKey)) != 1 {
 		return &httpError{status: http.StatusForbidden, typ: "forbidden",
 			detail: "force-release needs the admin credential: Authorization: Bearer <admin key>"}
 	}
