@@ -127,6 +127,8 @@ func TestLockRequestValidation(t *testing.T) {
 			cfg: handlers.Config{AdminKey: adminKey}, status: 403, typ: "forbidden"},
 		{desc: "force with a lease token only", req: newRequest("DELETE", "/v1/locks/orders?force=true", "", "Lock-Token", tokenA),
 			cfg: handlers.Config{AdminKey: adminKey}, status: 403, typ: "forbidden"},
+		{desc: "force with the right bearer, scheme in lower case", req: newRequest("DELETE", "/v1/locks/orders?force=true", "", "Authorization", "bearer "+adminKey),
+			cfg: handlers.Config{AdminKey: adminKey}, status: 204, calls: []string{"ForceRelease"}},
 		{desc: "force with the right bearer", req: newRequest("DELETE", "/v1/locks/orders?force=true", "", "Authorization", "Bearer "+adminKey),
 			cfg: handlers.Config{AdminKey: adminKey}, status: 204, calls: []string{"ForceRelease"}},
 		{desc: "force=false is a normal release", req: newRequest("DELETE", "/v1/locks/orders?force=false", "", "Lock-Token", tokenA),
