@@ -30,26 +30,29 @@ type renewRequest struct {
 
 // leaseResponse is a granted or renewed lease.
 type leaseResponse struct {
-	Name      string    `json:"name"`
-	Token     string    `json:"token,omitempty"`
-	Fence     int64     `json:"fence"`
-	HoldCount int64     `json:"hold_count"`
-	TTLMS     int64     `json:"ttl_ms"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Reentrant bool      `json:"reentrant"`
+	Name      string             `json:"name"`
+	Token     string             `json:"token,omitempty"`
+	Fence     int64              `json:"fence"`
+	HoldCount int64              `json:"hold_count"`
+	TTLMS     int64              `json:"ttl_ms"`
+	ExpiresAt time.Time          `json:"expires_at"`
+	Reentrant bool               `json:"reentrant"`
+	Keepalive *keepaliveResponse `json:"keepalive,omitempty"`
 }
 
 // lockStateResponse is the answer to GET /v1/locks/{name}. It never holds a token.
 type lockStateResponse struct {
-	Name      string     `json:"name"`
-	Held      bool       `json:"held"`
-	HoldCount int64      `json:"hold_count"`
-	TTLMS     int64      `json:"ttl_ms"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	Fence     int64      `json:"fence"`
-	Owned     *bool      `json:"owned,omitempty"`
-	Waiters   int64      `json:"waiters"`
-	Fair      bool       `json:"fair"`
+	Name       string             `json:"name"`
+	Held       bool               `json:"held"`
+	HoldCount  int64              `json:"hold_count"`
+	TTLMS      int64              `json:"ttl_ms"`
+	ExpiresAt  *time.Time         `json:"expires_at,omitempty"`
+	Fence      int64              `json:"fence"`
+	Owned      *bool              `json:"owned,omitempty"`
+	Waiters    int64              `json:"waiters"`
+	Fair       bool               `json:"fair"`
+	Keepalive  *keepaliveResponse `json:"keepalive,omitempty"`
+	LostReason string             `json:"lost_reason,omitempty"`
 }
 
 // releaseResponse is the answer to DELETE /v1/locks/{name}.
@@ -60,7 +63,8 @@ type releaseResponse struct {
 
 func toLeaseResponse(l service.Lease, withToken bool) leaseResponse {
 	resp := leaseResponse{Name: l.Name, Fence: l.Fence, HoldCount: l.HoldCount,
-		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant}
+		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant,
+		Keepalive: toKeepaliveResponse(l.Keepalive)}
 	if withToken {
 		resp.Token = l.Token
 	}
@@ -68,20 +72,6 @@ func toLeaseResponse(l service.Lease, withToken bool) leaseResponse {
 }
 
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
-
-// unsupported lists acquire fields this server accepts in the schema but does
-// not act on yet; a request using one gets a 400 rather than silent misbehaviour.
-func (req acquireRequest) unsupported() error {
-	switch {
-	case req.Keepalive != nil && *req.Keepalive:
-		return badRequest("keepalive", "unsupported", "keepalive is not supported by this server yet; renew the lease yourself")
-	case req.MaxHold != "":
-		return badRequest("max_hold", "unsupported", "max_hold is not supported by this server yet")
-	case req.Heartbeat != "":
-		return badRequest("heartbeat", "unsupported", "heartbeat is not supported by this server yet")
-	}
-	return nil
-}
 
 // handleAcquireLock implements operationId acquireLock.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
@@ -100,10 +90,6 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	if err := req.unsupported(); err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
 	wait := parseDuration(req.Wait)
 	ctx := r.Context()
 	if wait > 0 {
@@ -117,6 +103,10 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		TTL:   parseDuration(req.TTL),
 		Wait:  wait,
 		Fair:  req.Fair != nil && *req.Fair,
+
+		Keepalive: req.Keepalive != nil && *req.Keepalive,
+		MaxHold:   parseDuration(req.MaxHold),
+		Heartbeat: parseDuration(req.Heartbeat),
 	})
 	if err != nil {
 		a.writeWaitError(w, r, ctx, err)
@@ -149,7 +139,8 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := lockStateResponse{Name: st.Name, Held: st.Held, HoldCount: st.HoldCount,
-		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence, Waiters: st.Waiters, Fair: st.Fair}
+		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence, Waiters: st.Waiters, Fair: st.Fair,
+		Keepalive: toKeepaliveResponse(st.Keepalive), LostReason: st.LostReason}
 	if st.Held {
 		resp.ExpiresAt = &st.ExpiresAt
 	}

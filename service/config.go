@@ -28,6 +28,23 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// RateLimit configures rate-limit policies and decisions.
 	RateLimit RateLimitConfig
+
+	// Keep-alive leases (see keepalive.go and renewer.go).
+
+	// DefaultMaxHold bounds a keep-alive lease that names no max_hold. Default 1h.
+	DefaultMaxHold time.Duration
+	// MaxHoldCap is the largest max_hold a request may ask for. Default 24h.
+	MaxHoldCap time.Duration
+	// LostTTL is how long the reason a keep-alive lease was lost stays
+	// readable by its owner. Default 1h.
+	LostTTL time.Duration
+	// RenewBatch is how many keep-alive leases one renewal script call
+	// handles. Default 100.
+	RenewBatch int
+	// RenewPoll is the longest the renewer sleeps between looks at the
+	// registry; it bounds how late a lease acquired on another instance is
+	// first renewed. Default 100ms.
+	RenewPoll time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -55,6 +72,7 @@ func (c Config) withDefaults() Config {
 	if c.FenceTTL <= 0 {
 		c.FenceTTL = 30 * 24 * time.Hour
 	}
+	c = c.keepaliveDefaults()
 	return c
 }
 
@@ -72,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.RateLimit.Validate(); err != nil {
 		return err
+	}
+	if c.DefaultMaxHold > c.MaxHoldCap {
+		return fmt.Errorf("default max hold %s is above the max hold cap %s", c.DefaultMaxHold, c.MaxHoldCap)
 	}
 	return nil
 }

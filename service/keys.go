@@ -48,6 +48,8 @@ type lockKeys struct {
 	channel string // pub/sub channel for wake-ups
 	waiters string // zset: waiter token -> deadline (ms, Redis clock)
 	queue   string // list: fair waiters in arrival order
+	lost    string // hash: token -> why that token lost its keep-alive lease
+	name    string // the lock's name (keep-alive registry members carry it)
 }
 
 func (s *Service) keys(name string) lockKeys {
@@ -59,5 +61,7 @@ func (s *Service) keys(name string) lockKeys {
 		channel: p + "unlock:" + tag,
 		waiters: p + "waiters:" + tag,
 		queue:   p + "queue:" + tag,
+		lost:    p + "lost:" + tag,
+		name:    name,
 	}
 }

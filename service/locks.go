@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -18,6 +19,14 @@ type AcquireRequest struct {
 	// Fair asks for FIFO order among the lock's waiters. A lock is fair or
 	// not for as long as anyone holds or waits for it.
 	Fair bool
+
+	// Keepalive has the service renew the lease every TTL/3 (see keepalive.go).
+	Keepalive bool
+	// MaxHold bounds a keep-alive lease's life. Zero means Config.DefaultMaxHold.
+	MaxHold time.Duration
+	// Heartbeat, when non-zero, stops renewals once the holder has not called
+	// Renew within this interval.
+	Heartbeat time.Duration
 }
 
 // Lease is a granted lock lease.
@@ -27,8 +36,9 @@ type Lease struct {
 	Fence     int64 // strictly increasing per name across new grants
 	HoldCount int64
 	TTL       time.Duration
-	ExpiresAt time.Time // computed from the Redis clock
-	Reentrant bool      // true when an existing lease was re-entered
+	ExpiresAt time.Time  // computed from the Redis clock
+	Reentrant bool       // true when an existing lease was re-entered
+	Keepalive *Keepalive // set when the service keeps the lease alive
 }
 
 // Released is the outcome of a release.
@@ -45,10 +55,14 @@ type LockState struct {
 	HoldCount int64
 	TTL       time.Duration
 	ExpiresAt time.Time
-	Fence     int64 // the holder's fence, or the last fence issued when free
-	Owned     bool  // the token given to Inspect owns the lease
-	Waiters   int64 // waiters whose wait has not ended, in every process
-	Fair      bool  // held by a fair lease, or fair waiters are queued
+	Fence     int64      // the holder's fence, or the last fence issued when free
+	Owned     bool       // the token given to Inspect owns the lease
+	Waiters   int64      // waiters whose wait has not ended, in every process
+	Fair      bool       // held by a fair lease, or fair waiters are queued
+	Keepalive *Keepalive // set when the lease is kept alive by the service
+	// LostReason says why the token given to Inspect lost its lease (one of
+	// the Lost* constants), when it does not own it and that is known.
+	LostReason string
 }
 
 func (s *Service) checkTTL(field string, d time.Duration) error {
@@ -90,6 +104,9 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	case req.Wait > s.cfg.MaxWait:
 		return Lease{}, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
 	}
+	if err := s.checkKeepalive(&req); err != nil {
+		return Lease{}, err
+	}
 	k := s.keys(name)
 	if req.Wait > 0 {
 		return s.acquireWaiting(ctx, name, k, req)
@@ -108,18 +125,25 @@ func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, w
 	if req.Fair {
 		mode = "1"
 	}
-	res, err := s.run(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue},
-		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds(), mode, waiterTimeout.Milliseconds())
+	ka := "0"
+	if req.Keepalive {
+		ka = "1"
+	}
+	res, err := s.run(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
+		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds(), mode, waiterTimeout.Milliseconds(),
+		ka, req.MaxHold.Milliseconds(), req.Heartbeat.Milliseconds(), registryMember(req.Token, k.name),
+		s.cfg.LostTTL.Milliseconds())
 	if err != nil {
 		return attemptResult{}, err
 	}
-	v, err := int64s("acquire", res, 7)
+	v, err := int64s("acquire", res, 9)
 	if err != nil {
 		return attemptResult{}, err
 	}
 	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
 		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
-		recheck: time.Duration(v[5]) * time.Millisecond, fair: v[6] == 1}, nil
+		recheck: time.Duration(v[5]) * time.Millisecond, fair: v[6] == 1,
+		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
 }
 
 // attemptResult is the decoded reply of the acquire script.
@@ -131,6 +155,7 @@ type attemptResult struct {
 	nowMS     int64
 	recheck   time.Duration // when not granted: retry by then without a wake-up
 	fair      bool          // the lock's mode
+	keepalive *Keepalive    // a granted keep-alive lease's bounds
 }
 
 const (
@@ -157,6 +182,7 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 		TTL:       r.ttl,
 		ExpiresAt: time.UnixMilli(r.nowMS + r.ttl.Milliseconds()).UTC(),
 		Reentrant: r.status == 2,
+		Keepalive: r.keepalive,
 	}
 	if lease.Reentrant {
 		s.metrics.grants.WithLabelValues("reentrant").Inc()
@@ -183,7 +209,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 		}
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, renewScript, []string{k.lock}, token, ttl.Milliseconds())
+	res, err := s.run(ctx, renewScript, []string{k.lock, k.lost}, token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds())
 	if err != nil {
 		return Lease{}, err
 	}
@@ -212,7 +238,8 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 		return Released{}, err
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, releaseScript, []string{k.lock, k.channel}, token)
+	res, err := s.run(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
+		token, registryMember(token, name))
 	if err != nil {
 		return Released{}, err
 	}
@@ -240,7 +267,8 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel}, s.cfg.FenceTTL.Milliseconds())
+	res, err := s.run(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
+		s.cfg.FenceTTL.Milliseconds(), s.cfg.LostTTL.Milliseconds(), name)
 	if err != nil {
 		return false, err
 	}
@@ -264,19 +292,25 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		}
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue}, token)
+	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost}, token)
 	if err != nil {
 		return LockState{}, err
 	}
-	v, err := int64s("inspect", res, 8)
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 12 {
+		return LockState{}, fmt.Errorf("inspect: unexpected reply %T %v", res, res)
+	}
+	v, err := int64s("inspect", arr[:11], 11)
 	if err != nil {
 		return LockState{}, err
 	}
 	st := LockState{Name: name, Held: v[0] == 1, HoldCount: v[1], Fence: v[3], Owned: v[4] == 1,
 		Waiters: v[6], Fair: v[7] == 1}
+	st.LostReason, _ = arr[11].(string)
 	if st.Held {
 		st.TTL = time.Duration(v[2]) * time.Millisecond
 		st.ExpiresAt = time.UnixMilli(v[5] + v[2]).UTC()
+		st.Keepalive = keepaliveOf(v[8], v[9], v[10])
 	}
 	return st, nil
 }

@@ -35,12 +35,15 @@ var (
 	rateLimitFixedWindowScript   = newScript("ratelimit_fixed_window", lua.RateLimitFixedWindow)
 	rateLimitSlidingWindowScript = newScript("ratelimit_sliding_window", lua.RateLimitSlidingWindow)
 	rateLimitTokenBucketScript   = newScript("ratelimit_token_bucket", lua.RateLimitTokenBucket)
+	keepaliveDueScript           = newScript("keepalive_due", lua.KeepaliveDue)
+	renewBatchScript             = newScript("renew_batch", lua.RenewBatch)
 )
 
 // allScripts lists every script loaded at start-up and by Ready.
 var allScripts = []*script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
 	rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript,
-	leaveScript}
+	leaveScript,
+	keepaliveDueScript, renewBatchScript}
 
 // LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
 // compile stops start-up. Returns an error wrapping ErrUnavailable when Redis

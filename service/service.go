@@ -25,6 +25,7 @@ type Service struct {
 	rdb     RedisClient
 	cfg     Config
 	metrics *metrics
+	ka      *keepaliveMetrics
 	scripts []*script
 	rl      *rateLimiter
 	sub     *subscriber
@@ -42,6 +43,7 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	m := newMetrics(cfg.Registerer)
 	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts}
+	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
 	s.sub = newSubscriber(rdb, cfg.OpTimeout, cfg.SubscriberPing, m)
 	return s, nil

@@ -30,6 +30,8 @@ type Config struct {
 	RedisMaxQueued  int64
 	MaxWait         time.Duration
 	HoldPing        time.Duration
+	MaxHold         time.Duration // default max_hold of a keep-alive lease
+	MaxHoldCap      time.Duration // largest max_hold a request may ask for
 
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -114,6 +116,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", time.Hour, "largest lease TTL a request may ask for")
 	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together as pipelines")
 	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline; past it requests get 503")
+	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", time.Hour, "max_hold of a keep-alive lease that names none")
+	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", 24*time.Hour, "largest max_hold a keep-alive lease may ask for (400 above)")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
 	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", 60*time.Second, "longest wait an acquire or hold may ask for; must be below -write-timeout")
 	e.dur(&c.HoldPing, "hold-ping", "LATCHKEY_HOLD_PING", 15*time.Second, "interval of keep-alive comments on an idle hold stream")
@@ -166,6 +170,8 @@ func (c Config) Validate() error {
 		"-max-wait %s plus -redis-timeout %s must be below -write-timeout %s, so a wait ends with an answer",
 		c.MaxWait, c.RedisTimeout, c.WriteTimeout)
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
+	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
+	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	check(c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} \t\r\n"),
 		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)

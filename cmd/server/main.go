@@ -58,8 +58,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	svc, err := service.New(rdb, service.Config{
 		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
-		RateLimit: serviceRL,
-		MaxWait:   cfg.MaxWait,
+		RateLimit:      serviceRL,
+		MaxWait:        cfg.MaxWait,
+		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
 	})
 	if err != nil {
 		return err
@@ -98,6 +99,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "store", store)
+
+	// The keep-alive renewer runs until run returns, and stops before the
+	// Redis client closes.
+	renewerCtx, stopRenewer := context.WithCancel(ctx)
+	renewerDone := make(chan struct{})
+	go func() { defer close(renewerDone); svc.RunRenewer(renewerCtx) }()
+	defer func() { stopRenewer(); <-renewerDone }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -3,10 +3,12 @@
 -- lock; in fair mode it also joins the FIFO queue, and only the queue's head
 -- may take a free lock.
 --
--- KEYS[1]  lock hash {token, count, fence, ttl, fair}; its TTL is the lease TTL
+-- KEYS[1]  lock hash {token, count, fence, ttl, fair, ka_*}; its TTL is the lease TTL
 -- KEYS[2]  fence counter (string); outlives the lock, refreshed on every grant
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
 -- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
+-- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence counter TTL in milliseconds
@@ -14,8 +16,14 @@
 -- ARGV[5]  waiter timeout in milliseconds: when > 0 and the lock is not
 --          granted, the caller stays registered as a waiter until now + this
 --          (0: try once, register nothing)
+-- ARGV[6]  "1" to keep the lease alive (renewed by the service), else "0"
+-- ARGV[7]  keep-alive max hold in milliseconds (the lease ends at grant + max hold)
+-- ARGV[8]  keep-alive heartbeat interval in milliseconds, 0 for none
+-- ARGV[9]  keep-alive registry member ("<token>:<name>")
+-- ARGV[10] how long lost-lease reasons are kept, in milliseconds
 --
--- Reply: {status, hold_count, fence, ttl_ms, now_ms, recheck_ms, fair}
+-- Reply: {status, hold_count, fence, ttl_ms, now_ms, recheck_ms, fair,
+--         ka_until_ms, ka_heartbeat_ms}
 --   status 1 = new grant, 2 = reentrant grant,
 --          0 = not granted: held by another token, or (fair mode) free while
 --              another waiter is first in the queue,
@@ -25,7 +33,7 @@
 --   fence the holder's fence, and recheck_ms the latest time to try again
 --   without a wake-up (the holder's TTL, or the queue head's deadline).
 --   fair is 1 when the lock is fair: held by a fair lease or with fair
---   waiters queued.
+--   waiters queued. ka_until_ms is 0 when the lease is not kept alive.
 -- The fence of a new grant is INCR of the counter; a missing counter is
 -- seeded from Redis TIME in microseconds, so fences keep increasing after a
 -- restart or FLUSHALL that lost the counter.
@@ -61,31 +69,58 @@ local function register()
   end
 end
 
+-- keepalive turns keep-alive on for a granted lease (new grant, or a
+-- re-entry asking for it), or counts a re-entry as a heartbeat. It returns
+-- the TTL to set (capped at the max-hold deadline), the deadline and the
+-- heartbeat interval (0, 0 when the lease is not kept alive).
+local function keepalive()
+  local v = redis.call('HMGET', KEYS[1], 'ka_until', 'ka_hb')
+  local untl, hb = tonumber(v[1]), tonumber(v[2]) or 0
+  if not untl then
+    if ARGV[6] ~= '1' then
+      return ttl, 0, 0
+    end
+    untl, hb = now_ms + tonumber(ARGV[7]), tonumber(ARGV[8])
+    redis.call('HSET', KEYS[1], 'ka_until', untl, 'ka_hb', hb)
+    redis.call('HDEL', KEYS[6], ARGV[1])
+  end
+  redis.call('HSET', KEYS[1], 'ka_hb_at', now_ms)
+  local pttl = math.max(math.min(ttl, untl - now_ms), 1)
+  if pttl < ttl then
+    -- the max-hold deadline ends this lease; say so if it is not renewed by hand
+    redis.call('HSET', KEYS[6], ARGV[1], 'max-hold')
+    redis.call('PEXPIRE', KEYS[6], ARGV[10])
+  end
+  redis.call('ZADD', KEYS[5], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
+  return pttl, untl, hb
+end
+
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'fair')
   if v[1] == ARGV[1] then
     local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
     redis.call('HSET', KEYS[1], 'ttl', ttl)
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    return {2, count, tonumber(v[3]), ttl, now_ms, 0, v[4] == '1' and 1 or 0}
+    local pttl, untl, hb = keepalive()
+    redis.call('PEXPIRE', KEYS[1], pttl)
+    return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}
   end
   local pttl = redis.call('PTTL', KEYS[1])
   local held_fair = v[4] == '1'
   if held_fair ~= fair then
-    return {-3, tonumber(v[2]) or 0, tonumber(v[3]) or 0, pttl, now_ms, pttl, held_fair and 1 or 0}
+    return {-3, tonumber(v[2]) or 0, tonumber(v[3]) or 0, pttl, now_ms, pttl, held_fair and 1 or 0, 0, 0}
   end
   register()
-  return {0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, pttl, now_ms, pttl, held_fair and 1 or 0}
+  return {0, tonumber(v[2]) or 0, tonumber(v[3]) or 0, pttl, now_ms, pttl, held_fair and 1 or 0, 0, 0}
 end
 
 -- The lock is free.
 if head and head ~= ARGV[1] then
   local wait = tonumber(redis.call('ZSCORE', KEYS[3], head)) - now_ms
   if not fair then
-    return {-3, 0, 0, 0, now_ms, wait, 1}
+    return {-3, 0, 0, 0, now_ms, wait, 1, 0, 0}
   end
   register()
-  return {0, 0, 0, 0, now_ms, wait, 1}
+  return {0, 0, 0, 0, now_ms, wait, 1, 0, 0}
 end
 if head then
   redis.call('LPOP', KEYS[4])
@@ -98,5 +133,6 @@ end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'count', 1, 'fence', fence, 'ttl', ttl, 'fair', fair and 1 or 0)
-redis.call('PEXPIRE', KEYS[1], ttl)
-return {1, 1, fence, ttl, now_ms, 0, fair and 1 or 0}
+local pttl, untl, hb = keepalive()
+redis.call('PEXPIRE', KEYS[1], pttl)
+return {1, 1, fence, pttl, now_ms, 0, fair and 1 or 0, untl, hb}

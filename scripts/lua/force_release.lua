@@ -6,14 +6,25 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  fence counter
 -- KEYS[3]  pub/sub channel that waiters of this lock listen on
+-- KEYS[4]  keep-alive registry (zset); the evicted lease is removed from it
+-- KEYS[5]  lost-lease reasons of this lock (hash: token -> reason)
 -- ARGV[1]  fence counter TTL in milliseconds
+-- ARGV[2]  how long lost-lease reasons are kept, in milliseconds
+-- ARGV[3]  lock name (keep-alive registry members are "<token>:<name>")
 --
 -- Reply: 1 when a lease was removed, 0 when the lock was free.
+local tok = redis.call('HGET', KEYS[1], 'token')
 local removed = redis.call('DEL', KEYS[1])
 if removed == 1 then
   if redis.call('EXISTS', KEYS[2]) == 1 then
     redis.call('INCR', KEYS[2])
     redis.call('PEXPIRE', KEYS[2], ARGV[1])
+  end
+  if tok then
+    -- keep-alive: no renewal may follow, and the owner can learn why it lost the lease
+    redis.call('ZREM', KEYS[4], tok .. ':' .. ARGV[3])
+    redis.call('HSET', KEYS[5], tok, 'force-released')
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
   end
   redis.call('PUBLISH', KEYS[3], 'forced')
 end

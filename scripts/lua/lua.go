@@ -48,3 +48,13 @@ var RateLimitTokenBucket string
 //
 //go:embed leave.lua
 var Leave string
+
+// KeepaliveDue lists the keep-alive leases due for renewal.
+//
+//go:embed keepalive_due.lua
+var KeepaliveDue string
+
+// RenewBatch renews a batch of keep-alive leases in one call.
+//
+//go:embed renew_batch.lua
+var RenewBatch string

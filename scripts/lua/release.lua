@@ -3,7 +3,10 @@
 --
 -- KEYS[1]  lock hash {token, count, fence}
 -- KEYS[2]  pub/sub channel that waiters of this lock listen on
+-- KEYS[3]  keep-alive registry (zset); the last hold removes the lease from it
+-- KEYS[4]  lost-lease reasons of this lock (hash: token -> reason)
 -- ARGV[1]  token (base64url)
+-- ARGV[2]  keep-alive registry member ("<token>:<name>")
 --
 -- Reply: {status, hold_count}
 --   status 1 = released (hold_count is what remains; 0 means the lock is free)
@@ -21,5 +24,8 @@ if count > 0 then
   return {1, count}
 end
 redis.call('DEL', KEYS[1])
+-- keep-alive: no renewal may follow a release, and a released lease is not lost
+redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('PUBLISH', KEYS[2], 'released')
 return {1, 0}

@@ -1,0 +1,381 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+)
+
+func TestKeepaliveValidation(t *testing.T) {
+	e := newTestEnv(t, func(sc *service.Config, _ *handlers.Config) { sc.MaxHoldCap = time.Hour })
+	tests := []struct {
+		body, field, rule, detail string
+	}{
+		{`{"keepalive":true,"max_hold":"2h"}`, "max_hold", "max", "max_hold must be at most 1h0m0s"},
+		{`{"max_hold":"1m"}`, "max_hold", "keepalive", "keepalive: true"},
+		{`{"keepalive":false,"heartbeat":"5s"}`, "heartbeat", "keepalive", "keepalive: true"},
+		{`{"keepalive":true,"heartbeat":"2h"}`, "heartbeat", "max", "heartbeat must be at most 1h0m0s"},
+		{`{"keepalive":true,"heartbeat":"soon"}`, "heartbeat", "posduration", "positive duration"},
+		{`{"keepalive":true,"max_hold":"-1s"}`, "max_hold", "posduration", "positive duration"},
+		{`{"keepalive":"yes"}`, "keepalive", "type", "boolean"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.body, func(t *testing.T) {
+			r := e.do(t, "POST", "/v1/locks/ka-bad", tc.body)
+			if r.Status != http.StatusBadRequest {
+				t.Fatalf("status = %d, want 400; body %s", r.Status, r.Body)
+			}
+			p := r.JSON(t)
+			errs, _ := p["errors"].([]any)
+			if len(errs) == 0 {
+				t.Fatalf("no errors member in %s", r.Body)
+			}
+			fe := errs[0].(map[string]any)
+			if fe["field"] != tc.field || fe["rule"] != tc.rule {
+				t.Errorf("errors[0] = %v/%v, want %s/%s", fe["field"], fe["rule"], tc.field, tc.rule)
+			}
+			if d, _ := p["detail"].(string); !strings.Contains(d, tc.detail) {
+				t.Errorf("detail = %q, want it to contain %q", d, tc.detail)
+			}
+			if ks := e.keys(t); len(ks) != 0 {
+				t.Errorf("keys after a refused acquire = %v, want none", ks)
+			}
+		})
+	}
+}
+
+// A keep-alive lease with ttl 2s stays held while its holder heartbeats,
+// and is lost (heartbeat-missed) once the heartbeats stop.
+func TestKeepaliveHeartbeat(t *testing.T) {
+	rdb, url := newRedis(t)
+	a := newInstance(t, rdb, rdb, uniquePrefix())
+	a.RedisURL = url
+	tok := a.acquireKeepalive(t, "ka-hb", `{"ttl":"2s","keepalive":true,"heartbeat":"1s"}`)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r := a.do(t, "POST", "/v1/locks/ka-hb/renew", "", "Lock-Token", tok)
+		if r.Status != http.StatusOK {
+			t.Fatalf("heartbeat = %d %s, want 200", r.Status, r.Body)
+		}
+		time.Sleep(300 * time.Millisecond)
+		st := a.lockState(t, "ka-hb", tok)
+		if st["held"] != true || st["owned"] != true {
+			t.Fatalf("while heartbeating: state %v, want held and owned", st)
+		}
+		ka, _ := st["keepalive"].(map[string]any)
+		if ka == nil || ka["heartbeat_ms"] != float64(1000) || ka["heartbeat_due"] == nil || ka["max_hold_until"] == nil {
+			t.Fatalf("while heartbeating: keepalive %v, want heartbeat_ms 1000, heartbeat_due and max_hold_until", ka)
+		}
+	}
+	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got < 5 {
+		t.Errorf("renewals = %v after 10s of a 2s lease, want at least 5", got)
+	}
+
+	// Heartbeats stop: renewals stop within the heartbeat, then the TTL runs out.
+	took := a.waitFree(t, "ka-hb", 1*time.Second+2*time.Second+2*time.Second)
+	t.Logf("lease gone %s after the last heartbeat", took)
+	st := a.lockState(t, "ka-hb", tok)
+	if st["owned"] != false || st["lost_reason"] != "heartbeat-missed" {
+		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat-missed", st)
+	}
+	waitFor(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
+	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="heartbeat-missed"}`); got < 1 {
+		t.Errorf(`renewal failures{reason="heartbeat-missed"} = %v, want at least 1`, got)
+	}
+}
+
+// A late heartbeat, while the lease still lives, resumes the renewals.
+func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
+	rdb, _ := newRedis(t)
+	a := newInstance(t, rdb, rdb, uniquePrefix())
+	tok := a.acquireKeepalive(t, "ka-late", `{"ttl":"3s","keepalive":true,"heartbeat":"300ms"}`)
+	time.Sleep(1500 * time.Millisecond) // heartbeat missed, lease still alive (ttl 3s)
+	if st := a.lockState(t, "ka-late", tok); st["owned"] != true {
+		t.Fatalf("before the late heartbeat: %v, want owned", st)
+	}
+	for range 15 { // 3s of heartbeats: the lease is renewed past its TTL
+		if r := a.do(t, "POST", "/v1/locks/ka-late/renew", "", "Lock-Token", tok); r.Status != http.StatusOK {
+			t.Fatalf("heartbeat = %d %s", r.Status, r.Body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st := a.lockState(t, "ka-late", tok)
+	if st["owned"] != true || st["lost_reason"] != nil {
+		t.Fatalf("after resumed heartbeats: %v, want owned and no lost_reason", st)
+	}
+}
+
+// A keep-alive lease is renewed past its TTL but never past max_hold.
+func TestKeepaliveMaxHold(t *testing.T) {
+	rdb, _ := newRedis(t)
+	a := newInstance(t, rdb, rdb, uniquePrefix())
+	start := time.Now()
+	r := a.do(t, "POST", "/v1/locks/ka-max", `{"ttl":"1s","keepalive":true,"max_hold":"2500ms"}`)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("acquire = %d %s", r.Status, r.Body)
+	}
+	tok := r.Header.Get("Lock-Token")
+	until, err := time.Parse(time.RFC3339Nano, r.JSON(t)["keepalive"].(map[string]any)["max_hold_until"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for time.Since(start) < 2*time.Second {
+		st := a.lockState(t, "ka-max", tok)
+		if st["owned"] != true {
+			t.Fatalf("at %s: %v, want owned (renewed past its 1s TTL)", time.Since(start), st)
+		}
+		exp, _ := time.Parse(time.RFC3339Nano, st["expires_at"].(string))
+		if exp.After(until) {
+			t.Fatalf("expires_at %s is past max_hold_until %s", exp, until)
+		}
+		// A heartbeat-less renew by hand cannot pass max_hold either.
+		rr := a.do(t, "POST", "/v1/locks/ka-max/renew", `{"ttl":"10s"}`, "Lock-Token", tok)
+		if rr.Status != http.StatusOK {
+			t.Fatalf("renew = %d %s", rr.Status, rr.Body)
+		}
+		if exp, _ := time.Parse(time.RFC3339Nano, rr.JSON(t)["expires_at"].(string)); exp.After(until) {
+			t.Fatalf("renew by hand: expires_at %s is past max_hold_until %s", exp, until)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	a.waitFree(t, "ka-max", 2*time.Second)
+	if held := time.Since(start); held > 2500*time.Millisecond+500*time.Millisecond {
+		t.Errorf("held for %s, want about max_hold 2.5s", held)
+	}
+	st := a.lockState(t, "ka-max", tok)
+	if st["owned"] != false || st["lost_reason"] != "max-hold" {
+		t.Errorf("after max_hold: %v, want owned false, lost_reason max-hold", st)
+	}
+}
+
+// Release stops the renewals at once: no renewal follows it, and the owner
+// is not told it lost anything.
+func TestKeepaliveReleaseStopsRenewal(t *testing.T) {
+	rdb, _ := newRedis(t)
+	a := newInstance(t, rdb, rdb, uniquePrefix())
+	tok := a.acquireKeepalive(t, "ka-rel", `{"ttl":"300ms","keepalive":true}`)
+	time.Sleep(700 * time.Millisecond) // renewed at least once
+	if st := a.lockState(t, "ka-rel", tok); st["owned"] != true {
+		t.Fatalf("before release: %v, want owned", st)
+	}
+	if r := a.do(t, "DELETE", "/v1/locks/ka-rel", "", "Lock-Token", tok); r.Status != http.StatusOK {
+		t.Fatalf("release = %d %s", r.Status, r.Body)
+	}
+	if n := a.registrySize(t); n != 0 {
+		t.Errorf("registry after release = %d entries, want 0", n)
+	}
+	renewals := a.metric(t, "latchkey_keepalive_renewals_total")
+	time.Sleep(time.Second)
+	st := a.lockState(t, "ka-rel", tok)
+	if st["held"] != false || st["lost_reason"] != nil {
+		t.Errorf("after release: %v, want not held and no lost_reason", st)
+	}
+	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got != renewals {
+		t.Errorf("renewals went from %v to %v after the release, want none", renewals, got)
+	}
+}
+
+// A renewal batch that read the registry before a release and runs after it
+// does not bring the lease back.
+func TestKeepaliveReleaseDuringBatch(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	gc := &gatedClient{Client: rdb, entered: make(chan []any, 1), gate: make(chan struct{})}
+	slow := newInstance(t, rdb, gc, prefix, func(sc *service.Config, _ *handlers.Config) { sc.OpTimeout = 10 * time.Second })
+	t.Cleanup(func() {
+		select {
+		case <-gc.gate:
+		default:
+			close(gc.gate)
+		}
+	})
+	tok := slow.acquireKeepalive(t, "ka-race", `{"ttl":"900ms","keepalive":true}`)
+
+	var args []any
+	select {
+	case args = <-gc.entered: // the batch holding our lease is in flight
+	case <-time.After(3 * time.Second):
+		t.Fatal("no renewal batch started")
+	}
+	if !strings.Contains(fmt.Sprint(args), ":ka-race") {
+		t.Fatalf("batch args %v do not name ka-race", args)
+	}
+	if r := slow.do(t, "DELETE", "/v1/locks/ka-race", "", "Lock-Token", tok); r.Status != http.StatusOK {
+		t.Fatalf("release = %d %s", r.Status, r.Body)
+	}
+	// Someone else takes the free name with a plain 500ms lease, before the
+	// stale batch runs: that batch must neither revive the released lease
+	// nor extend the new one.
+	other := slow.do(t, "POST", "/v1/locks/ka-race", `{"ttl":"500ms"}`)
+	if other.Status != http.StatusCreated {
+		t.Fatalf("acquire by another = %d %s, want 201", other.Status, other.Body)
+	}
+	close(gc.gate) // the batch now runs, after the release
+	freed := slow.waitFree(t, "ka-race", 2*time.Second)
+	if freed > 700*time.Millisecond {
+		t.Errorf("the other's 500ms lease lasted %s: the stale batch extended it", freed)
+	}
+	if n := slow.registrySize(t); n != 0 {
+		t.Errorf("registry = %d entries, want 0", n)
+	}
+	if st := slow.lockState(t, "ka-race", tok); st["held"] != false || st["lost_reason"] != nil {
+		t.Errorf("released owner sees %v, want not held and no lost_reason", st)
+	}
+	if got := slow.metric(t, "latchkey_keepalive_renewals_total"); got != 0 {
+		t.Errorf("renewals = %v, want 0", got)
+	}
+}
+
+// Acquire, renew and release hammered from many goroutines while two
+// renewers run flat out: when the dust settles no lease is left behind.
+func TestKeepaliveReleaseRaceHammer(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
+	a := newInstance(t, rdb, rdb, prefix, fast)
+	b := newInstance(t, rdb, rdb, prefix, fast)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := t.Context()
+			svc := []*service.Service{a.Svc, b.Svc}[g%2]
+			for i := range 60 {
+				name := fmt.Sprintf("ka-hammer-%d", (g+i)%4)
+				l, err := svc.Acquire(ctx, name, service.AcquireRequest{TTL: 30 * time.Millisecond, Keepalive: true})
+				if err != nil {
+					continue // held by another goroutine
+				}
+				time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond) // renewed a few times meanwhile
+				if rand.IntN(2) == 0 {
+					_, _ = svc.Renew(ctx, name, l.Token, 0)
+				}
+				if _, err := svc.Release(ctx, name, l.Token); err != nil {
+					t.Errorf("release %s: %v (a keep-alive lease was lost while held)", name, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ks, err := rdb.Keys(t.Context(), prefix+"lock:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ks) != 0 {
+		t.Errorf("lock keys left after every lease was released: %v", ks)
+	}
+	if n := a.registrySize(t); n != 0 {
+		t.Errorf("registry = %d entries after every lease was released, want 0", n)
+	}
+	if a.metric(t, "latchkey_keepalive_renewals_total")+b.metric(t, "latchkey_keepalive_renewals_total") == 0 {
+		t.Error("no renewal happened: the race was not exercised")
+	}
+}
+
+// Two instances on one Redis: the lease taken through A outlives A's hard
+// death, renewed by B.
+func TestKeepaliveSurvivesInstanceCrash(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	a := newInstance(t, rdb, rdb, prefix)
+	b := newInstance(t, rdb, rdb, prefix)
+	tok := a.acquireKeepalive(t, "ka-crash", `{"ttl":"1s","keepalive":true}`)
+	a.kill()
+	before := b.metric(t, "latchkey_keepalive_renewals_total")
+	time.Sleep(3 * time.Second)
+	st := b.lockState(t, "ka-crash", tok)
+	if st["held"] != true || st["owned"] != true {
+		t.Fatalf("3 TTLs after A died: %v, want held and owned", st)
+	}
+	if got := b.metric(t, "latchkey_keepalive_renewals_total") - before; got < 3 {
+		t.Errorf("B renewed %v times in 3s of a 1s lease, want at least 3", got)
+	}
+}
+
+// With no instance running, nothing renews: the lease expires after its TTL,
+// and the owner learns why once an instance is back.
+func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	a := newInstance(t, rdb, rdb, prefix)
+	a.stopRenewer()
+	tok := a.acquireKeepalive(t, "ka-down", `{"ttl":"400ms","keepalive":true}`)
+	a.waitFree(t, "ka-down", 2*time.Second)
+	b := newInstance(t, rdb, rdb, prefix)
+	waitFor(t, 2*time.Second, "lost_reason expired", func() bool {
+		return b.lockState(t, "ka-down", tok)["lost_reason"] == "expired"
+	})
+	if got := b.metric(t, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
+		t.Errorf(`renewal failures{reason="expired"} = %v, want 1`, got)
+	}
+}
+
+// A lease force-released while two renewers renew hundreds of others stays
+// released, and its owner learns it was force-released.
+func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond; sc.RenewBatch = 50 }
+	a := newInstance(t, rdb, rdb, prefix, fast)
+	b := newInstance(t, rdb, rdb, prefix, fast)
+	tokens := map[string]string{}
+	for i := range 300 {
+		name := fmt.Sprintf("ka-storm-%d", i)
+		l, err := a.Svc.Acquire(t.Context(), name, service.AcquireRequest{TTL: 150 * time.Millisecond, Keepalive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[name] = l.Token
+	}
+	time.Sleep(300 * time.Millisecond) // the storm is on: 300 leases renewed every 50ms
+	var forced []string
+	for i := 0; i < 300; i += 15 {
+		name := fmt.Sprintf("ka-storm-%d", i)
+		if r := b.do(t, "DELETE", "/v1/locks/"+name+"?force=true", "", "Authorization", "Bearer "+testAdminKey); r.Status != http.StatusNoContent {
+			t.Fatalf("force-release %s = %d %s", name, r.Status, r.Body)
+		}
+		forced = append(forced, name)
+	}
+	time.Sleep(time.Second)
+	var gotReasons, wantReasons []string
+	for _, name := range forced {
+		st := a.lockState(t, name, tokens[name])
+		if st["held"] != false {
+			t.Errorf("%s held again after force-release: %v", name, st)
+		}
+		r, _ := st["lost_reason"].(string)
+		gotReasons = append(gotReasons, r)
+		wantReasons = append(wantReasons, "force-released")
+	}
+	if diff := cmp.Diff(wantReasons, gotReasons); diff != "" {
+		t.Errorf("lost reasons of force-released leases (-want +got):\n%s", diff)
+	}
+	if st := a.lockState(t, "ka-storm-1", tokens["ka-storm-1"]); st["owned"] != true {
+		t.Errorf("a lease not force-released: %v, want still owned", st)
+	}
+	if got, want := a.registrySize(t), int64(300-len(forced)); got != want {
+		t.Errorf("registry = %d entries, want %d", got, want)
+	}
+}
+
+// waitFor polls cond every 20ms until it holds, failing after within.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

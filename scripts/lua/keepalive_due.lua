@@ -1,0 +1,25 @@
+-- keepalive_due: list the keep-alive leases that are due for renewal first
+-- (read-only). The renewer passes these members to renew_batch, which checks
+-- again, atomically, that each one is still due.
+--
+-- KEYS[1]  keep-alive registry (zset: "<token>:<name>" -> next renewal due, ms)
+-- ARGV[1]  most entries to return
+--
+-- Reply: {now_ms, tracked, next_due_ms, member1, due1_ms, member2, due2_ms, ...}
+--   members are the registry entries due now (due <= now_ms), earliest first;
+--   tracked is the registry's size; next_due_ms is when the first entry not
+--   returned falls due (-1 when there is none).
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[1])
+local out = {now_ms, redis.call('ZCARD', KEYS[1]), -1}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+for i = 1, #due, 2 do
+  out[#out + 1] = due[i]
+  out[#out + 1] = tonumber(due[i + 1])
+end
+local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if #nxt > 0 then
+  out[3] = tonumber(nxt[2])
+end
+return out

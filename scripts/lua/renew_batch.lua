@@ -1,0 +1,77 @@
+-- renew_batch: renew a batch of keep-alive leases in one call. Each entry is
+-- checked atomically against the registry (still due: an entry another
+-- instance renewed first, or that release removed, is skipped), the owner's
+-- token and the lease's bounds, so a renewal can never revive a lease that
+-- was released, force-released or has expired, nor extend one past its
+-- max-hold deadline.
+--
+-- KEYS[1]      keep-alive registry (zset: "<token>:<name>" -> next renewal due, ms)
+-- KEYS[2i]     lock hash of entry i {token, ttl, ka_until, ka_hb, ka_hb_at}
+-- KEYS[2i+1]   lost-lease reasons of entry i's lock (hash: token -> reason)
+-- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
+-- ARGV[1+i]    registry member of entry i ("<token>:<name>")
+--
+-- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
+--   code 0 = skipped (no longer due or no longer registered)
+--        1 = renewed (reason "max-hold" when this renewal runs to the deadline)
+--        2 = not renewed: heartbeat missed, the lease runs out its TTL
+--        3 = lost: the lease is gone or taken over; reason says why
+--            (expired, force-released, max-hold, heartbeat-missed)
+--        4 = dropped: the lease is no longer kept alive (nothing was lost)
+--   lag is how late the entry was visited (now - due).
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local keep = ARGV[1]
+local out = {now_ms}
+
+local function lose(lost, tok, reason)
+  redis.call('HSET', lost, tok, reason)
+  redis.call('PEXPIRE', lost, keep)
+end
+
+for i = 1, #ARGV - 1 do
+  local m = ARGV[1 + i]
+  local lock, lost = KEYS[2 * i], KEYS[2 * i + 1]
+  local due = tonumber(redis.call('ZSCORE', KEYS[1], m))
+  local code, lag, reason = 0, 0, ''
+  if due and due <= now_ms then
+    lag = now_ms - due
+    local tok = string.match(m, '^([^:]+):')
+    local v = redis.call('HMGET', lock, 'token', 'ttl', 'ka_until', 'ka_hb', 'ka_hb_at')
+    local untl = tonumber(v[3])
+    if v[1] ~= tok then
+      code, reason = 3, redis.call('HGET', lost, tok) or 'expired'
+      lose(lost, tok, reason)
+      redis.call('ZREM', KEYS[1], m)
+    elseif not untl then
+      code = 4
+      redis.call('ZREM', KEYS[1], m)
+    elseif now_ms >= untl then
+      code, reason = 3, 'max-hold'
+      redis.call('DEL', lock)
+      lose(lost, tok, reason)
+      redis.call('ZREM', KEYS[1], m)
+    else
+      local ttl = tonumber(v[2])
+      local hb, hb_at = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+      if hb > 0 and now_ms - hb_at > hb then
+        code, reason = 2, 'heartbeat-missed'
+        lose(lost, tok, reason)
+        redis.call('ZADD', KEYS[1], now_ms + math.max(redis.call('PTTL', lock), 1), m)
+      else
+        code = 1
+        local pttl, nxt = ttl, now_ms + math.max(math.floor(ttl / 3), 1)
+        if untl - now_ms <= ttl then
+          pttl, nxt, reason = untl - now_ms, untl, 'max-hold'
+          lose(lost, tok, reason)
+        end
+        redis.call('PEXPIRE', lock, pttl)
+        redis.call('ZADD', KEYS[1], nxt, m)
+      end
+    end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = lag
+  out[#out + 1] = reason
+end
+return out
