@@ -74,6 +74,12 @@ func TestConfigDefaults(t *testing.T) {
 		MaxWait:    60 * time.Second,
 
 		SubscriberPing: 10 * time.Second,
+
+		DefaultMaxHold: time.Hour,
+		MaxHoldCap:     24 * time.Hour,
+		LostTTL:        time.Hour,
+		RenewBatch:     100,
+		RenewPoll:      100 * time.Millisecond,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Config() mismatch (-want +got):\n%s", diff)
