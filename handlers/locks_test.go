@@ -98,12 +98,14 @@ func TestLockRequestValidation(t *testing.T) {
 		{desc: "renew ttl negative", req: newRequest("POST", "/v1/locks/orders/renew", `{"ttl":"-5s"}`, "Lock-Token", tokenA), status: 400, typ: "invalid-request", field: "ttl"},
 		{desc: "wait unparsable", req: newRequest("POST", "/v1/locks/orders", `{"wait":"later"}`), status: 400, typ: "invalid-request", field: "wait"},
 
-		// Acquire fields this server does not act on yet.
+		// Acquire fields that reach the service.
 		{desc: "wait", req: newRequest("POST", "/v1/locks/orders", `{"wait":"5s"}`), status: 201, calls: []string{"Acquire"}},
-		{desc: "keepalive", req: newRequest("POST", "/v1/locks/orders", `{"keepalive":true}`), status: 400, typ: "invalid-request", field: "keepalive"},
-		{desc: "max_hold", req: newRequest("POST", "/v1/locks/orders", `{"max_hold":"1m"}`), status: 400, typ: "invalid-request", field: "max_hold"},
-		{desc: "heartbeat", req: newRequest("POST", "/v1/locks/orders", `{"heartbeat":"10s"}`), status: 400, typ: "invalid-request", field: "heartbeat"},
 		{desc: "fair", req: newRequest("POST", "/v1/locks/orders", `{"fair":true,"wait":"1s"}`), status: 201, calls: []string{"Acquire"}},
+		// Keep-alive: the handler checks the durations; the service checks the bounds.
+		{desc: "keepalive", req: newRequest("POST", "/v1/locks/orders", `{"keepalive":true,"max_hold":"1m","heartbeat":"10s"}`), status: 201, calls: []string{"Acquire"}},
+		{desc: "keepalive not a boolean", req: newRequest("POST", "/v1/locks/orders", `{"keepalive":"yes"}`), status: 400, typ: "invalid-request", field: "keepalive"},
+		{desc: "max_hold unparsable", req: newRequest("POST", "/v1/locks/orders", `{"keepalive":true,"max_hold":"forever"}`), status: 400, typ: "invalid-request", field: "max_hold"},
+		{desc: "heartbeat zero", req: newRequest("POST", "/v1/locks/orders", `{"keepalive":true,"heartbeat":"0s"}`), status: 400, typ: "invalid-request", field: "heartbeat"},
 		{desc: "their defaults are fine", req: newRequest("POST", "/v1/locks/orders", `{"wait":"0s","keepalive":false,"fair":false}`), status: 201, calls: []string{"Acquire"}},
 
 		// Lock-Token.

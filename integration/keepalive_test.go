@@ -252,13 +252,13 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 			defer wg.Done()
 			ctx := t.Context()
 			svc := []*service.Service{a.Svc, b.Svc}[g%2]
-			for i := range 60 {
+			for i := range 25 {
 				name := fmt.Sprintf("ka-hammer-%d", (g+i)%4)
-				l, err := svc.Acquire(ctx, name, service.AcquireRequest{TTL: 30 * time.Millisecond, Keepalive: true})
+				l, err := svc.Acquire(ctx, name, service.AcquireRequest{TTL: 300 * time.Millisecond, Keepalive: true})
 				if err != nil {
 					continue // held by another goroutine
 				}
-				time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond) // renewed a few times meanwhile
+				time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond) // often renewed meanwhile
 				if rand.IntN(2) == 0 {
 					_, _ = svc.Renew(ctx, name, l.Token, 0)
 				}
