@@ -53,7 +53,7 @@ func TestGetLockReportsLostReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"name": "orders", "held": false, "hold_count": float64(0), "ttl_ms": float64(0), "fence": float64(3),
-		"owned": false, "lost_reason": "heartbeat-missed"}
+		"owned": false, "lost_reason": "heartbeat-missed", "waiters": float64(0), "fair": false}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GET body (-want +got):\n%s", diff)
 	}

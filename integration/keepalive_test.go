@@ -333,13 +333,13 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 	tokens := map[string]string{}
 	for i := range 300 {
 		name := fmt.Sprintf("ka-storm-%d", i)
-		l, err := a.Svc.Acquire(t.Context(), name, service.AcquireRequest{TTL: 150 * time.Millisecond, Keepalive: true})
+		l, err := a.Svc.Acquire(t.Context(), name, service.AcquireRequest{TTL: 600 * time.Millisecond, Keepalive: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tokens[name] = l.Token
 	}
-	time.Sleep(300 * time.Millisecond) // the storm is on: 300 leases renewed every 50ms
+	time.Sleep(700 * time.Millisecond) // the storm is on: 300 leases renewed every 200ms
 	var forced []string
 	for i := 0; i < 300; i += 15 {
 		name := fmt.Sprintf("ka-storm-%d", i)
@@ -348,7 +348,7 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 		}
 		forced = append(forced, name)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(1500 * time.Millisecond)
 	var gotReasons, wantReasons []string
 	for _, name := range forced {
 		st := a.lockState(t, name, tokens[name])
