@@ -21,7 +21,7 @@ func TestAcquireKeepalivePassesBoundsAndAnswersThem(t *testing.T) {
 		return service.Lease{Name: name, Token: tokenA, Fence: 1, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires,
 			Keepalive: &service.Keepalive{Until: until, Heartbeat: 10 * time.Second, HeartbeatDue: expires}}, nil
 	}
-	rec := serve(newTestRouter(t, fake, handlers.Config{}),
+	rec := serve(t, newTestRouter(t, fake, handlers.Config{}),
 		newRequest("POST", "/v1/locks/orders", `{"ttl":"30s","keepalive":true,"max_hold":"1h","heartbeat":"10s"}`, "Lock-Token", tokenA))
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("status = %d, want 201 (body %s)", rec.Code, rec.Body)
@@ -47,13 +47,13 @@ func TestGetLockReportsLostReason(t *testing.T) {
 	fake.InspectFn = func(_ context.Context, name, _ string) (service.LockState, error) {
 		return service.LockState{Name: name, Fence: 3, LostReason: service.LostHeartbeatMissed}, nil
 	}
-	rec := serve(newTestRouter(t, fake, handlers.Config{}), newRequest("GET", "/v1/locks/orders", "", "Lock-Token", tokenA))
+	rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest("GET", "/v1/locks/orders", "", "Lock-Token", tokenA))
 	var got map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]any{"name": "orders", "held": false, "hold_count": float64(0), "ttl_ms": float64(0), "fence": float64(3),
-		"owned": false, "lost_reason": "heartbeat-missed", "waiters": float64(0), "fair": false}
+		"owned": false, "lost_reason": "heartbeat_missed", "waiters": float64(0), "fair": false}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GET body (-want +got):\n%s", diff)
 	}

@@ -85,7 +85,7 @@ func startRenewer(t testing.TB, svc *service.Service) func() {
 }
 
 // metric reads one sample of the instance's /metrics (name with its labels,
-// as printed, e.g. `x_total{reason="max-hold"}`); absent counts as 0.
+// as printed, e.g. `x_total{reason="max_hold"}`); absent counts as 0.
 func (e *testEnv) metric(t testing.TB, sample string) float64 {
 	t.Helper()
 	r := e.do(t, "GET", "/metrics", "")

@@ -53,7 +53,7 @@ func TestKeepaliveValidation(t *testing.T) {
 }
 
 // A keep-alive lease with ttl 2s stays held while its holder heartbeats,
-// and is lost (heartbeat-missed) once the heartbeats stop.
+// and is lost (heartbeat_missed) once the heartbeats stop.
 func TestKeepaliveHeartbeat(t *testing.T) {
 	rdb, url := newRedis(t)
 	a := newInstance(t, rdb, rdb, uniquePrefix())
@@ -84,12 +84,12 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 	took := a.waitFree(t, "ka-hb", 1*time.Second+2*time.Second+2*time.Second)
 	t.Logf("lease gone %s after the last heartbeat", took)
 	st := a.lockState(t, "ka-hb", tok)
-	if st["owned"] != false || st["lost_reason"] != "heartbeat-missed" {
-		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat-missed", st)
+	if st["owned"] != false || st["lost_reason"] != "heartbeat_missed" {
+		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat_missed", st)
 	}
 	waitFor(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="heartbeat-missed"}`); got < 1 {
-		t.Errorf(`renewal failures{reason="heartbeat-missed"} = %v, want at least 1`, got)
+	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
+		t.Errorf(`renewal failures{reason="heartbeat_missed"} = %v, want at least 1`, got)
 	}
 }
 
@@ -154,8 +154,8 @@ func TestKeepaliveMaxHold(t *testing.T) {
 		t.Errorf("held for %s, want about max_hold 2.5s", held)
 	}
 	st := a.lockState(t, "ka-max", tok)
-	if st["owned"] != false || st["lost_reason"] != "max-hold" {
-		t.Errorf("after max_hold: %v, want owned false, lost_reason max-hold", st)
+	if st["owned"] != false || st["lost_reason"] != "max_hold" {
+		t.Errorf("after max_hold: %v, want owned false, lost_reason max_hold", st)
 	}
 }
 
@@ -357,7 +357,7 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 		}
 		r, _ := st["lost_reason"].(string)
 		gotReasons = append(gotReasons, r)
-		wantReasons = append(wantReasons, "force-released")
+		wantReasons = append(wantReasons, "force_released")
 	}
 	if diff := cmp.Diff(wantReasons, gotReasons); diff != "" {
 		t.Errorf("lost reasons of force-released leases (-want +got):\n%s", diff)

@@ -26,7 +26,7 @@ const (
 	// than its TTL (a store outage) or the store no longer had it.
 	LostExpired = "expired"
 	// LostForceReleased: an administrator force-released the lock.
-	LostForceReleased = "force-released"
+	LostForceReleased = "force_released"
 )
 
 // HoldEvent is one thing that happened to a held lease.

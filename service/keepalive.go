@@ -29,8 +29,8 @@ import (
 // LostExpired (the TTL ran out before a renewal, e.g. while no instance was
 // running) and LostForceReleased (see hold.go).
 const (
-	LostMaxHold         = "max-hold"         // the lease reached its max-hold deadline
-	LostHeartbeatMissed = "heartbeat-missed" // the holder stopped calling renew within its heartbeat
+	LostMaxHold         = "max_hold"         // the lease reached its max-hold deadline
+	LostHeartbeatMissed = "heartbeat_missed" // the holder stopped calling renew within its heartbeat
 )
 
 // Keepalive describes the keep-alive of a lease.
@@ -122,7 +122,7 @@ func keepaliveOf(untilMS, heartbeatMS, heartbeatAtMS int64) *Keepalive {
 // keepaliveMetrics are the renewer's Prometheus collectors.
 type keepaliveMetrics struct {
 	renewals prometheus.Counter
-	failures *prometheus.CounterVec // reason: expired, force-released, max-hold, heartbeat-missed, store
+	failures *prometheus.CounterVec // reason: expired, force_released, max_hold, heartbeat_missed, store
 	tracked  prometheus.Gauge
 	lag      prometheus.Histogram
 	batches  prometheus.Counter
@@ -135,7 +135,7 @@ func newKeepaliveMetrics(reg prometheus.Registerer) *keepaliveMetrics {
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "latchkey_keepalive_renewal_failures_total",
-			Help: "Keep-alive renewals that did not renew, by reason (expired, force-released, max-hold, heartbeat-missed, store).",
+			Help: "Keep-alive renewals that did not renew, by reason (expired, force_released, max_hold, heartbeat_missed, store).",
 		}, []string{"reason"}),
 		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "latchkey_keepalive_leases", Help: "Keep-alive leases in the registry (shared by every instance), as last seen.",

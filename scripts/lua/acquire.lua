@@ -88,7 +88,7 @@ local function keepalive()
   local pttl = math.max(math.min(ttl, untl - now_ms), 1)
   if pttl < ttl then
     -- the max-hold deadline ends this lease; say so if it is not renewed by hand
-    redis.call('HSET', KEYS[6], ARGV[1], 'max-hold')
+    redis.call('HSET', KEYS[6], ARGV[1], 'max_hold')
     redis.call('PEXPIRE', KEYS[6], ARGV[10])
   end
   redis.call('ZADD', KEYS[5], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])

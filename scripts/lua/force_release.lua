@@ -23,7 +23,7 @@ if removed == 1 then
   if tok then
     -- keep-alive: no renewal may follow, and the owner can learn why it lost the lease
     redis.call('ZREM', KEYS[4], tok .. ':' .. ARGV[3])
-    redis.call('HSET', KEYS[5], tok, 'force-released')
+    redis.call('HSET', KEYS[5], tok, 'force_released')
     redis.call('PEXPIRE', KEYS[5], ARGV[2])
   end
   redis.call('PUBLISH', KEYS[3], 'forced')

@@ -30,12 +30,12 @@ local untl = tonumber(v[5])
 if untl then
   -- keep-alive: a heartbeat; the renewer resumes if it had stopped
   redis.call('HSET', KEYS[1], 'ka_hb_at', now_ms)
-  if redis.call('HGET', KEYS[2], ARGV[1]) == 'heartbeat-missed' then
+  if redis.call('HGET', KEYS[2], ARGV[1]) == 'heartbeat_missed' then
     redis.call('HDEL', KEYS[2], ARGV[1])
   end
   if untl - now_ms < ttl then
     ttl = math.max(untl - now_ms, 1)
-    redis.call('HSET', KEYS[2], ARGV[1], 'max-hold')
+    redis.call('HSET', KEYS[2], ARGV[1], 'max_hold')
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
 end

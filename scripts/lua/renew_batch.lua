@@ -13,10 +13,10 @@
 --
 -- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
 --   code 0 = skipped (no longer due or no longer registered)
---        1 = renewed (reason "max-hold" when this renewal runs to the deadline)
+--        1 = renewed (reason "max_hold" when this renewal runs to the deadline)
 --        2 = not renewed: heartbeat missed, the lease runs out its TTL
 --        3 = lost: the lease is gone or taken over; reason says why
---            (expired, force-released, max-hold, heartbeat-missed)
+--            (expired, force_released, max_hold, heartbeat_missed)
 --        4 = dropped: the lease is no longer kept alive (nothing was lost)
 --   lag is how late the entry was visited (now - due).
 local t = redis.call('TIME')
@@ -47,7 +47,7 @@ for i = 1, #ARGV - 1 do
       code = 4
       redis.call('ZREM', KEYS[1], m)
     elseif now_ms >= untl then
-      code, reason = 3, 'max-hold'
+      code, reason = 3, 'max_hold'
       redis.call('DEL', lock)
       lose(lost, tok, reason)
       redis.call('ZREM', KEYS[1], m)
@@ -55,14 +55,14 @@ for i = 1, #ARGV - 1 do
       local ttl = tonumber(v[2])
       local hb, hb_at = tonumber(v[4]) or 0, tonumber(v[5]) or 0
       if hb > 0 and now_ms - hb_at > hb then
-        code, reason = 2, 'heartbeat-missed'
+        code, reason = 2, 'heartbeat_missed'
         lose(lost, tok, reason)
         redis.call('ZADD', KEYS[1], now_ms + math.max(redis.call('PTTL', lock), 1), m)
       else
         code = 1
         local pttl, nxt = ttl, now_ms + math.max(math.floor(ttl / 3), 1)
         if untl - now_ms <= ttl then
-          pttl, nxt, reason = untl - now_ms, untl, 'max-hold'
+          pttl, nxt, reason = untl - now_ms, untl, 'max_hold'
           lose(lost, tok, reason)
         end
         redis.call('PEXPIRE', lock, pttl)
