@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
 	"github.com/redis/go-redis/v9"
@@ -173,5 +174,32 @@ func TestHoldLostInOutage(t *testing.T) {
 	}
 	if elapsed := time.Since(start); elapsed < 200*time.Millisecond || elapsed > time.Second {
 		t.Errorf("lost %s after the outage began, want about the lease's 300ms TTL", elapsed)
+	}
+}
+
+// TestHoldForceReleaseUnheard: when the force-release's wake-up never
+// reaches the hold (every message is lost), the next renewal still finds
+// the lease gone and reports why: force_released, as the store recorded.
+func TestHoldForceReleaseUnheard(t *testing.T) {
+	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = deaf.Close() })
+	e := holdEnv(t, func(c *redis.Client) service.RedisClient { return deafSubscriber{Client: c, deaf: deaf} })
+	h := e.openHold(t, "unheard", `{"ttl":"600ms"}`)
+	if ev := h.next(t, time.Second, false); ev.Name != "acquired" {
+		t.Fatalf("first event %+v, want acquired", ev)
+	}
+	r := e.send(t.Context(), "DELETE", "/v1/locks/unheard?force=true", "", "Authorization", "Bearer "+testAdminKey)
+	if r.Status != http.StatusNoContent {
+		t.Fatalf("force-release: %d %s", r.Status, r.Body)
+	}
+	for {
+		ev := h.next(t, time.Second, false) // the next renewal is at most ttl/3 away
+		if ev.Name == "renewed" {
+			continue
+		}
+		if ev.Name != "lost" || ev.Data["reason"] != "force_released" {
+			t.Fatalf("event %+v, want lost (force_released)", ev)
+		}
+		break
 	}
 }

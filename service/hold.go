@@ -111,7 +111,11 @@ func (h *Hold) run(ctx context.Context) {
 		if err == nil {
 			expires = sent.Add(lease.TTL)
 		}
-		kind, reason := holdOutcome(err, hint, time.Now().After(expires))
+		recorded := ""
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotOwner) {
+			recorded = h.recordedLoss(ctx)
+		}
+		kind, reason := holdOutcome(err, hint, recorded, time.Now().After(expires))
 		if kind == "" {
 			continue
 		}
@@ -130,16 +134,30 @@ func (h *Hold) run(ctx context.Context) {
 	}
 }
 
+// recordedLoss is the reason the store recorded for the loss of the hold's
+// lease (a force-release, for one), or "" when none is known.
+func (h *Hold) recordedLoss(ctx context.Context) string {
+	st, err := h.s.Inspect(ctx, h.lease.Name, h.lease.Token)
+	if err != nil {
+		return ""
+	}
+	return st.LostReason
+}
+
 // holdOutcome decides what one renewal means for a hold: a renewed lease
-// goes on; a lease the store no longer has is lost (or, right after the
-// owner's own release, released); a store error is survived until the
-// lease's TTL has passed without a renewal. hint is the wake-up that caused
-// the renewal ("" for the timer). An empty kind means "keep going". It is
-// the one place that names why a hold ends.
-func holdOutcome(err error, hint string, expired bool) (kind HoldEventKind, reason string) {
+// goes on; a lease the store no longer has is lost, for the reason the
+// store recorded if any (or, right after the owner's own release,
+// released); a store error is survived until the lease's TTL has passed
+// without a renewal. hint is the wake-up that caused the renewal ("" for
+// the timer). An empty kind means "keep going". It is the one place that
+// names why a hold ends.
+func holdOutcome(err error, hint, recorded string, expired bool) (kind HoldEventKind, reason string) {
+	gone := errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotOwner)
 	switch {
 	case err == nil:
 		return HoldRenewed, ""
+	case gone && recorded != "":
+		return HoldLost, recorded
 	case errors.Is(err, ErrNotFound) && hint == hintReleased:
 		return HoldReleased, ""
 	case errors.Is(err, ErrNotFound) && hint == hintForced:
