@@ -27,6 +27,7 @@ type Config struct {
 	MaxTTL          time.Duration
 	MaxBodyBytes    int64
 	RedisPipeline   bool
+	PprofAddr       string
 	RedisMaxQueued  int64
 	MaxWait         time.Duration
 	HoldPing        time.Duration
@@ -118,6 +119,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", time.Hour, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", 24*time.Hour, "largest max_hold a keep-alive lease may ask for (400 above)")
+	e.str(&c.PprofAddr, "pprof-addr", "LATCHKEY_PPROF_ADDR", "", "serve Go profiling endpoints (/debug/pprof/) on this loopback address; empty: off")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
 	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", 60*time.Second, "longest wait an acquire or hold may ask for; must be below -write-timeout")
 	e.dur(&c.HoldPing, "hold-ping", "LATCHKEY_HOLD_PING", 15*time.Second, "interval of keep-alive comments on an idle hold stream")
@@ -164,6 +166,7 @@ func (c Config) Validate() error {
 		check(positive[name] <= 0, "%s must be positive, got %s", name, positive[name])
 	}
 	check(c.DefaultTTL > c.MaxTTL, "-default-ttl %s is above -max-ttl %s", c.DefaultTTL, c.MaxTTL)
+	check(c.PprofAddr != "" && !isLoopback(c.PprofAddr), "-pprof-addr %q must be a loopback address such as 127.0.0.1:6060", c.PprofAddr)
 	check(c.RedisMaxQueued < 1, "-redis-max-queued must be at least 1, got %d", c.RedisMaxQueued)
 	check(c.MaxWait <= 0, "-max-wait must be positive, got %s", c.MaxWait)
 	check(c.MaxWait > 0 && c.WriteTimeout > 0 && c.MaxWait+c.RedisTimeout >= c.WriteTimeout,

@@ -99,6 +99,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "store", store)
+	if cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.PprofAddr, log)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("-pprof-addr: %w", err)
+		}
+		defer stopPprof()
+	}
 
 	// The keep-alive renewer runs until run returns, and stops before the
 	// Redis client closes.
