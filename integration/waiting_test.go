@@ -78,6 +78,15 @@ func TestWaitStorm(t *testing.T) {
 	if ch, l := e.Svc.Subscriptions(); ch != 0 || l != 0 {
 		t.Errorf("subscriptions after the storm = %d channels, %d listeners; want 0, 0", ch, l)
 	}
+	m := metrics(t, e)
+	for series, want := range map[string]float64{
+		"latchkey_pubsub_channels": 0, "latchkey_lock_listeners": 0,
+		`latchkey_lock_waits_total{outcome="acquired"}`: n, // every request asked to wait
+	} {
+		if got := m[series]; got != want {
+			t.Errorf("%s = %v after the storm, want %v", series, got, want)
+		}
+	}
 	if st := e.state(t, "storm"); st.Waiters != 0 || st.Held {
 		t.Errorf("state after the storm = %+v, want free with 0 waiters", st)
 	}
