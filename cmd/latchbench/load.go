@@ -103,6 +103,7 @@ type Result struct {
 	RPSRatio    float64        `json:"rps_ratio_to_ceiling"`
 	P99Ratio    float64        `json:"p99_ratio_to_ceiling"`
 	Description string         `json:"description"`
+	Usage       usage          `json:"usage"`
 	Notes       []string       `json:"notes,omitempty"`
 }
 

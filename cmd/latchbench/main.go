@@ -21,6 +21,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -42,7 +44,9 @@ type options struct {
 	warmup    time.Duration
 	scenarios string
 	jsonOut   string
+	redisURL  string
 	b         bench
+	meter     meter
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -56,7 +60,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.conns, "c", 64, "concurrent keep-alive connections per scenario (1-1024)")
 	fs.DurationVar(&o.duration, "d", 10*time.Second, "duration of each scenario (at most 5m)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up before each scenario")
-	fs.StringVar(&o.scenarios, "scenarios", "ceiling,gate,check,lock,contended,keepalive", "comma-separated scenarios; ceiling always runs first")
+	fs.StringVar(&o.scenarios, "scenarios", "ceiling,gate,check,lock,contended,keepalive,waiters", "comma-separated scenarios; ceiling always runs first")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&o.b.gatePolicy, "gate-policy", "bench", "policy name for gate and keepalive")
 	fs.StringVar(&o.b.checkPolicy, "check-policy", "bench", "policy name for check")
@@ -64,6 +68,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.names, "names", 100000, "distinct lock names for lock")
 	fs.IntVar(&o.b.hotNames, "hot-names", 8, "lock names shared by all clients in contended")
 	fs.IntVar(&o.b.leases, "leases", 1000, "keep-alive leases held during keepalive")
+	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
+	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
+	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +79,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.duration <= 0 || o.duration > 5*time.Minute {
 		return fmt.Errorf("-d %s: want (0, 5m]", o.duration)
+	}
+	if o.b.waiters < 1 || o.b.waiters > 15000 || o.b.waiterNames < 1 {
+		return fmt.Errorf("-waiters %d / -waiter-names %d: want 1-15000 waiters on at least one lock", o.b.waiters, o.b.waiterNames)
 	}
 	if o.start == (o.url != "") {
 		return errors.New("give exactly one of -url and -start")
@@ -82,12 +92,24 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		defer st.stop()
-		o.url = st.url
+		o.url, o.redisURL = st.url, st.redisURL
 	}
 	if err := checkLoopback(o.url); err != nil {
 		return err
 	}
 	o.b.base = strings.TrimRight(o.url, "/")
+	o.meter.base = o.b.base
+	if o.redisURL != "" {
+		ropts, err := redis.ParseURL(o.redisURL)
+		if err != nil {
+			return fmt.Errorf("-redis-url: %w", err)
+		}
+		if err := checkLoopback("http://" + ropts.Addr); err != nil {
+			return fmt.Errorf("-redis-url: %w", err)
+		}
+		o.meter.redis = redis.NewClient(ropts)
+		defer o.meter.redis.Close()
+	}
 
 	want := map[string]bool{"ceiling": true}
 	for _, s := range strings.Split(o.scenarios, ",") {
@@ -122,6 +144,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	report := Report{Connections: o.conns, Duration: o.duration.String(), Results: results, Machine: machine()}
 	printText(stdout, report)
+	fmt.Fprintln(stdout, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
+		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds")
 	if o.jsonOut != "" {
 		return writeJSON(stdout, o.jsonOut, report)
 	}
@@ -136,11 +160,20 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 		}
 		defer cleanup()
 	}
+	if sc.run != nil { // a scenario with its own shape, not a closed loop
+		before := o.meter.read(ctx)
+		res, err := sc.run(ctx)
+		res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
+		res.Description = sc.description
+		return res, err
+	}
 	if o.warmup > 0 {
 		runLoad(ctx, o.b.base, o.conns, o.warmup, sc.op)
 	}
+	before := o.meter.read(ctx)
 	samples, elapsed := runLoad(ctx, o.b.base, o.conns, o.duration, sc.op)
 	res := summarize(sc.name, samples, elapsed)
+	res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
 	res.Description = sc.description
 	if res.Requests == 0 {
 		return res, fmt.Errorf("no request succeeded (%d transport errors)", res.Errors)
@@ -176,15 +209,23 @@ type Report struct {
 
 func printText(w io.Writer, r Report) {
 	fmt.Fprintf(w, "latchbench: %d connections, %s per scenario, %s\n", r.Connections, r.Duration, r.Machine)
-	fmt.Fprintf(w, "%-10s %10s %8s %8s %8s %8s %8s %7s %7s  %s\n",
-		"scenario", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "x p99", "non-2xx")
+	fmt.Fprintf(w, "%-10s %9s %7s %7s %8s %8s %6s %6s %6s %7s %7s %7s %7s  %s\n",
+		"scenario", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "x p99",
+		"cpu s", "rss MiB", "r ops/q", "r cpu s", "non-2xx")
 	for _, res := range r.Results {
 		if res.Requests == 0 {
 			fmt.Fprintf(w, "%-10s %s\n", res.Scenario, strings.Join(res.Notes, "; "))
 			continue
 		}
-		fmt.Fprintf(w, "%-10s %10.0f %8.2f %8.2f %8.2f %8.2f %8d %7.2f %7.2f  %v\n",
-			res.Scenario, res.RPS, res.P50MS, res.P90MS, res.P99MS, res.P999MS, res.Errors, res.RPSRatio, res.P99Ratio, res.Non2xx)
+		u := res.Usage
+		fmt.Fprintf(w, "%-10s %9.0f %7.2f %7.2f %8.2f %8.2f %6d %6.2f %6.2f %7.2f %7.1f %7.2f %7.2f  %v\n",
+			res.Scenario, res.RPS, res.P50MS, res.P90MS, res.P99MS, res.P999MS, res.Errors, res.RPSRatio, res.P99Ratio,
+			u.ServerCPUSeconds, u.ServerRSSEndMiB, u.RedisCmdsPerReq, u.RedisCPUSeconds, res.Non2xx)
+	}
+	for _, res := range r.Results {
+		for _, n := range res.Notes {
+			fmt.Fprintf(w, "  %s: %s\n", res.Scenario, n)
+		}
 	}
 }
 

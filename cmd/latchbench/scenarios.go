@@ -16,6 +16,8 @@ type scenario struct {
 	// setup runs once before the load (e.g. takes the leases that stay held
 	// while the load runs) and returns a cleanup.
 	setup func(ctx context.Context, b *bench) (func(), error)
+	// run, when set, replaces the closed loop with a shape of its own.
+	run func(ctx context.Context) (Result, error)
 }
 
 // bench holds what the scenarios need to know about the server.
@@ -27,6 +29,8 @@ type bench struct {
 	names       int // distinct lock names for lock
 	hotNames    int // lock names for contended
 	leases      int // keep-alive leases held during keepalive
+	waiters     int // concurrent waiters in waiters
+	waiterNames int // locks they wait on
 }
 
 func newRequest(ctx context.Context, method, url, body string) *http.Request {
@@ -109,6 +113,11 @@ func (b *bench) scenarios() []scenario {
 				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
 				w.do(req, false)
 			},
+		},
+		{
+			name:        "waiters",
+			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
+			run:         b.runWaiters,
 		},
 	}
 }

@@ -17,8 +17,9 @@ import (
 
 // stack is a redis-server and a Latchkey server started for one run.
 type stack struct {
-	url  string
-	stop func()
+	url      string
+	redisURL string
+	stop     func()
 }
 
 // freePort returns a free TCP port on 127.0.0.1.
@@ -102,7 +103,7 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 		tail, _ := os.ReadFile(logFile.Name())
 		return fail(fmt.Errorf("%w; server log:\n%s", err, lastLines(string(tail), 20)))
 	}
-	return &stack{url: url, stop: stop}, nil
+	return &stack{url: url, redisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort), stop: stop}, nil
 }
 
 // benchPolicies holds a high-limit policy named "bench", so gate and check
@@ -124,6 +125,7 @@ func stackEnv(policies string, redisPort, port int) []string {
 		"LATCHKEY_RATELIMIT_POLICIES=" + policies,
 		"LATCHKEY_TRUSTED_PROXIES=127.0.0.1/32",
 		"LATCHKEY_LOG_LEVEL=warn",
+		"LATCHKEY_MAX_WAIT=60s",
 	}
 }
 

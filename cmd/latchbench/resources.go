@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// usage is what a scenario cost the server and Redis.
+type usage struct {
+	ServerCPUSeconds  float64 `json:"server_cpu_seconds"`
+	ServerRSSStartMiB float64 `json:"server_rss_start_mib"`
+	ServerRSSEndMiB   float64 `json:"server_rss_end_mib"`
+	HeapInuseEndMiB   float64 `json:"server_heap_inuse_end_mib"`
+	RedisCommands     int64   `json:"redis_commands,omitempty"`
+	RedisCPUSeconds   float64 `json:"redis_cpu_seconds,omitempty"`
+	RedisCmdsPerReq   float64 `json:"redis_commands_per_request,omitempty"` // counting the commands scripts run
+}
+
+// snapshot is a reading of the counters usage is computed from.
+type snapshot struct {
+	serverCPU, rss, heapInuse float64
+	redisCmds                 int64
+	redisCPU                  float64
+}
+
+// meter reads the server's /metrics and, when it knows Redis, INFO.
+type meter struct {
+	base  string
+	redis *redis.Client // nil when the Redis address is unknown
+}
+
+func (m *meter) read(ctx context.Context) snapshot {
+	var s snapshot
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.base+"/metrics", nil); err == nil {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				name, val, ok := strings.Cut(sc.Text(), " ")
+				if !ok {
+					continue
+				}
+				f, _ := strconv.ParseFloat(val, 64)
+				switch name {
+				case "process_cpu_seconds_total":
+					s.serverCPU = f
+				case "process_resident_memory_bytes":
+					s.rss = f
+				case "go_memstats_heap_inuse_bytes":
+					s.heapInuse = f
+				}
+			}
+			resp.Body.Close()
+		}
+	}
+	if m.redis != nil {
+		if info, err := m.redis.Info(ctx, "stats", "cpu").Result(); err == nil {
+			for _, line := range strings.Split(info, "\r\n") {
+				k, v, _ := strings.Cut(line, ":")
+				switch k {
+				case "total_commands_processed":
+					s.redisCmds, _ = strconv.ParseInt(v, 10, 64)
+				case "used_cpu_sys", "used_cpu_user":
+					f, _ := strconv.ParseFloat(v, 64)
+					s.redisCPU += f
+				}
+			}
+		}
+	}
+	return s
+}
+
+func (m *meter) usage(before, after snapshot, requests int) usage {
+	const mib = 1 << 20
+	u := usage{
+		ServerCPUSeconds:  after.serverCPU - before.serverCPU,
+		ServerRSSStartMiB: before.rss / mib,
+		ServerRSSEndMiB:   after.rss / mib,
+		HeapInuseEndMiB:   after.heapInuse / mib,
+	}
+	if m.redis != nil {
+		u.RedisCommands = after.redisCmds - before.redisCmds - 1 // not counting the INFO itself
+		u.RedisCPUSeconds = after.redisCPU - before.redisCPU
+		if requests > 0 {
+			u.RedisCmdsPerReq = float64(u.RedisCommands) / float64(requests)
+		}
+	}
+	return u
+}
