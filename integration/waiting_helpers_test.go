@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/latchkey/latchkey/api"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
 	"github.com/prometheus/client_golang/prometheus"
@@ -272,6 +274,9 @@ func (h *holdStream) next(t testing.TB, d time.Duration, withComments bool) sseE
 			if ev.Comment != "" && !withComments {
 				continue
 			}
+			if ev.Comment == "" {
+				wantEventSchema(t, ev)
+			}
 			return ev
 		case <-timer.C:
 			t.Fatalf("no hold event within %s", d)
@@ -292,5 +297,36 @@ func (h *holdStream) ended(d time.Duration) bool {
 		return true
 	case <-time.After(d):
 		return false
+	}
+}
+
+// holdEventSchemas names the api/openapi.yaml schema of each hold event's data.
+var holdEventSchemas = map[string]string{
+	"acquired": "HoldAcquiredEvent", "renewed": "Lease", "lost": "HoldLostEvent", "released": "HoldReleasedEvent",
+}
+
+// wantEventSchema checks a hold event's data against its schema in
+// api/openapi.yaml (the harness checks a stream's headers only).
+func wantEventSchema(t testing.TB, ev sseEvent) {
+	t.Helper()
+	name, ok := holdEventSchemas[ev.Name]
+	if !ok {
+		t.Errorf("hold event %q is not documented in api/openapi.yaml", ev.Name)
+		return
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	ref := doc.Components.Schemas[name]
+	if ref == nil || ref.Value == nil {
+		t.Fatalf("api/openapi.yaml has no schema %s", name)
+	}
+	data := map[string]any{}
+	for k, v := range ev.Data {
+		data[k] = v
+	}
+	if err := ref.Value.VisitJSON(data); err != nil {
+		t.Errorf("%s event data %v does not match schema %s: %v", ev.Name, ev.Data, name, err)
 	}
 }
