@@ -114,10 +114,14 @@ func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
 	}
 }
 
-// A keep-alive lease is renewed past its TTL but never past max_hold.
+// A keep-alive lease is renewed past its TTL but never past max_hold, even
+// with two instances racing to renew it.
 func TestKeepaliveMaxHold(t *testing.T) {
 	rdb, _ := newRedis(t)
-	a := newInstance(t, rdb, rdb, uniquePrefix())
+	prefix := uniquePrefix()
+	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
+	a := newInstance(t, rdb, rdb, prefix, fast)
+	newInstance(t, rdb, rdb, prefix, fast)
 	start := time.Now()
 	r := a.do(t, "POST", "/v1/locks/ka-max", `{"ttl":"1s","keepalive":true,"max_hold":"2500ms"}`)
 	if r.Status != http.StatusCreated {
@@ -379,5 +383,23 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 			t.Fatalf("timed out after %s waiting for %s", within, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two instances polling flat out renew a lease once per due time between
+// them, never twice.
+func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
+	a := newInstance(t, rdb, rdb, prefix, fast)
+	b := newInstance(t, rdb, rdb, prefix, fast)
+	start := time.Now()
+	a.acquireKeepalive(t, "ka-once", `{"ttl":"600ms","keepalive":true}`)
+	time.Sleep(3 * time.Second)
+	total := a.metric(t, "latchkey_keepalive_renewals_total") + b.metric(t, "latchkey_keepalive_renewals_total")
+	// One renewal per ttl/3 = 200ms at most, plus one in flight at each end.
+	if most := float64(time.Since(start)/(200*time.Millisecond)) + 2; total > most || total < 5 {
+		t.Errorf("renewals by both instances in %s = %v, want between 5 and %v (one per due time)", time.Since(start), total, most)
 	}
 }

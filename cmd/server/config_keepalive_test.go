@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestKeepaliveSettings(t *testing.T) {
+	tests := []struct {
+		desc         string
+		env, args    []string
+		wantHold     time.Duration
+		wantHoldCap  time.Duration
+		wantErrParts []string // nil: valid
+	}{
+		{desc: "defaults", wantHold: time.Hour, wantHoldCap: 24 * time.Hour},
+		{desc: "from the environment", env: []string{"LATCHKEY_MAX_HOLD", "10m", "LATCHKEY_MAX_HOLD_CAP", "2h"},
+			wantHold: 10 * time.Minute, wantHoldCap: 2 * time.Hour},
+		{desc: "flags over the environment", env: []string{"LATCHKEY_MAX_HOLD", "10m"}, args: []string{"-max-hold", "5m"},
+			wantHold: 5 * time.Minute, wantHoldCap: 24 * time.Hour},
+		{desc: "default above the cap", args: []string{"-max-hold", "2h", "-max-hold-cap", "1h"},
+			wantErrParts: []string{"-max-hold 2h0m0s is above -max-hold-cap 1h0m0s"}},
+		{desc: "zero cap", args: []string{"-max-hold-cap", "0s"}, wantErrParts: []string{"-max-hold and -max-hold-cap must be positive"}},
+		{desc: "not a duration", env: []string{"LATCHKEY_MAX_HOLD", "forever"},
+			wantErrParts: []string{`LATCHKEY_MAX_HOLD="forever" is not a duration`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			c, err := parseConfig(tt.args, env(tt.env...), &bytes.Buffer{})
+			if tt.wantErrParts != nil {
+				if err == nil {
+					t.Fatalf("parseConfig = nil, want an error mentioning %q", tt.wantErrParts)
+				}
+				for _, w := range tt.wantErrParts {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not mention %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseConfig = %v", err)
+			}
+			if c.MaxHold != tt.wantHold || c.MaxHoldCap != tt.wantHoldCap {
+				t.Errorf("MaxHold, MaxHoldCap = %s, %s; want %s, %s", c.MaxHold, c.MaxHoldCap, tt.wantHold, tt.wantHoldCap)
+			}
+		})
+	}
+}
+
+// TestRunRenewsKeepaliveLeases: run starts the keep-alive renewer, so a
+// 300ms keep-alive lease outlives its TTL many times over; and it stops the
+// renewer on shutdown (run returns, checked by startServer's cleanup).
+func TestRunRenewsKeepaliveLeases(t *testing.T) {
+	s := startServer(t)
+	resp, lease := s.call(t, http.MethodPost, "/v1/locks/watched", `{"ttl":"300ms","keepalive":true}`)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("acquire = %d %v, want 201", resp.StatusCode, lease)
+	}
+	token := resp.Header.Get("Lock-Token")
+	time.Sleep(1500 * time.Millisecond)
+	if _, state := s.call(t, http.MethodGet, "/v1/locks/watched", "", "Lock-Token", token); state["owned"] != true {
+		t.Fatalf("a 300ms keep-alive lease 1.5s later: %v, want owned", state)
+	}
+	if resp, rel := s.call(t, http.MethodDelete, "/v1/locks/watched", "", "Lock-Token", token); resp.StatusCode != http.StatusOK {
+		t.Errorf("release = %d %v, want 200", resp.StatusCode, rel)
+	}
+}
