@@ -340,3 +340,31 @@ func TestWaitingCostsNothing(t *testing.T) {
 		t.Errorf("%.2f Redis requests per waiter-second, want at most 1.5", perWaiterSecond)
 	}
 }
+
+// TestWaitForKeepaliveLease: a lease the service keeps alive never expires
+// under a waiter, however short its TTL: the waiter's timed re-checks find
+// it renewed and its wait ends with 409. Once released, a waiter asking for
+// a kept-alive lease itself gets one.
+func TestWaitForKeepaliveLease(t *testing.T) {
+	rdb, url := newRedis(t)
+	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	startRenewer(t, e.Svc)
+	holder, _ := e.mustAcquire(t, "kept", `{"ttl":"300ms","keepalive":true,"max_hold":"1m"}`)
+	r := e.send(t.Context(), "POST", "/v1/locks/kept", `{"wait":"1s"}`)
+	if r.Status != http.StatusConflict || !strings.Contains(r.Body, `"lock-held"`) {
+		t.Fatalf("waiting for a kept-alive lease: %d %s, want 409 lock-held after the wait", r.Status, r.Body)
+	}
+	got := make(chan waitResult, 1)
+	go func() {
+		got <- e.send(t.Context(), "POST", "/v1/locks/kept", `{"ttl":"300ms","wait":"5s","keepalive":true,"max_hold":"1m"}`)
+	}()
+	e.waitForWaiters(t, "kept", 1)
+	e.mustRelease(t, "kept", holder)
+	if r := <-got; r.Status != http.StatusCreated || !strings.Contains(r.Body, `"keepalive"`) {
+		t.Fatalf("waiter: %d %s, want 201 with a kept-alive lease", r.Status, r.Body)
+	}
+	time.Sleep(time.Second) // three TTLs: only renewals keep it
+	if st := e.state(t, "kept"); !st.Held {
+		t.Errorf("the waiter's kept-alive lease expired: %+v", st)
+	}
+}
