@@ -1,0 +1,108 @@
+package service_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/service"
+)
+
+func TestAcquireKeepaliveValidation(t *testing.T) {
+	tests := []struct {
+		desc        string
+		req         service.AcquireRequest
+		field, rule string
+	}{
+		{"max_hold without keepalive", service.AcquireRequest{MaxHold: time.Minute}, "max_hold", "keepalive"},
+		{"heartbeat without keepalive", service.AcquireRequest{Heartbeat: time.Second}, "heartbeat", "keepalive"},
+		{"max_hold above the cap", service.AcquireRequest{Keepalive: true, MaxHold: 2 * time.Hour}, "max_hold", "max"},
+		{"max_hold below the min ttl", service.AcquireRequest{Keepalive: true, MaxHold: time.Microsecond}, "max_hold", "min"},
+		{"negative heartbeat", service.AcquireRequest{Keepalive: true, Heartbeat: -time.Second}, "heartbeat", "min"},
+		{"heartbeat above the cap", service.AcquireRequest{Keepalive: true, Heartbeat: 2 * time.Hour}, "heartbeat", "max"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			svc, m := newTestService(t, service.Config{MaxHoldCap: time.Hour})
+			_, err := svc.Acquire(t.Context(), "orders", tt.req)
+			wantValidation(t, err, tt.field, tt.rule)
+			if keys := m.Keys(); len(keys) != 0 {
+				t.Errorf("keys after a refused acquire = %v, want none", keys)
+			}
+		})
+	}
+}
+
+// advance moves the miniredis clock (TIME) and its TTLs forward together.
+func advance(m *miniredis.Miniredis, now *time.Time, d time.Duration) {
+	*now = now.Add(d)
+	m.SetTime(*now)
+	m.FastForward(d)
+}
+
+func TestKeepaliveBoundsStepByStep(t *testing.T) {
+	svc, m := newTestService(t, service.Config{})
+	ctx := t.Context()
+	now := t0
+	l := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: 3 * time.Second, Keepalive: true,
+		MaxHold: 6 * time.Second, Heartbeat: 2 * time.Second})
+	if l.Keepalive == nil || !l.Keepalive.Until.Equal(t0.Add(6*time.Second)) || l.Keepalive.Heartbeat != 2*time.Second {
+		t.Fatalf("lease keepalive = %+v, want until t0+6s, heartbeat 2s", l.Keepalive)
+	}
+	steps := []struct {
+		desc      string
+		advance   time.Duration
+		heartbeat bool
+		wantOwned bool
+		wantTTL   time.Duration // remaining TTL after the renewer ran (when owned)
+		wantLost  string        // lost reason seen by the owner (when not owned)
+	}{
+		{"t+1s: renewed to the full ttl", time.Second, false, true, 3 * time.Second, ""},
+		{"t+2.5s: heartbeat missed, not renewed", 1500 * time.Millisecond, false, true, 1500 * time.Millisecond, ""},
+		{"t+2.6s: a late heartbeat renews by hand", 100 * time.Millisecond, true, true, 3 * time.Second, ""},
+		{"t+3.6s: not due yet (due when the unrenewed TTL would have ended)", time.Second, false, true, 2 * time.Second, ""},
+		{"t+4s: renewals resume, capped at max_hold", 400 * time.Millisecond, false, true, 2 * time.Second, ""},
+		{"t+6s: max_hold ends the lease", 2 * time.Second, false, false, 0, service.LostMaxHold},
+	}
+	for _, st := range steps {
+		advance(m, &now, st.advance)
+		if st.heartbeat {
+			if _, err := svc.Renew(ctx, "orders", l.Token, 0); err != nil {
+				t.Fatalf("%s: Renew = %v", st.desc, err)
+			}
+		}
+		service.RenewDueNow(ctx, svc)
+		got := mustInspect(t, svc, "orders", l.Token)
+		if got.Owned != st.wantOwned || got.LostReason != st.wantLost {
+			t.Fatalf("%s: Owned %v, LostReason %q; want %v, %q", st.desc, got.Owned, got.LostReason, st.wantOwned, st.wantLost)
+		}
+		if st.wantOwned && got.TTL != st.wantTTL {
+			t.Errorf("%s: TTL = %s, want %s", st.desc, got.TTL, st.wantTTL)
+		}
+	}
+	if n, _ := m.ZMembers(svc.Config().KeyPrefix + "keepalive"); len(n) != 0 {
+		t.Errorf("registry after the lease ended = %v, want empty", n)
+	}
+}
+
+func TestReleaseAndForceReleaseLeaveNoRegistryEntry(t *testing.T) {
+	svc, m := newTestService(t, service.Config{})
+	ctx := t.Context()
+	a := mustAcquire(t, svc, "a", service.AcquireRequest{TTL: 3 * time.Second, Keepalive: true})
+	b := mustAcquire(t, svc, "b", service.AcquireRequest{TTL: 3 * time.Second, Keepalive: true})
+	if _, err := svc.Release(ctx, "a", a.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.ForceRelease(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := m.ZMembers(svc.Config().KeyPrefix + "keepalive"); len(n) != 0 {
+		t.Errorf("registry = %v, want empty", n)
+	}
+	if got := mustInspect(t, svc, "a", a.Token).LostReason; got != "" {
+		t.Errorf("released lease: LostReason %q, want none", got)
+	}
+	if got := mustInspect(t, svc, "b", b.Token).LostReason; got != service.LostForceReleased {
+		t.Errorf("force-released lease: LostReason %q, want %q", got, service.LostForceReleased)
+	}
+}
