@@ -403,3 +403,26 @@ func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
 		t.Errorf("renewals by both instances in %s = %v, want between 5 and %v (one per due time)", time.Since(start), total, most)
 	}
 }
+
+// A registered lease whose key was overwritten by something else is dropped
+// from the registry; it does not stop the renewal of the leases batched
+// with it.
+func TestKeepaliveForeignKeyDoesNotStopTheBatch(t *testing.T) {
+	rdb, _ := newRedis(t)
+	a := newInstance(t, rdb, rdb, uniquePrefix())
+	a.acquireKeepalive(t, "ka-foreign", `{"ttl":"600ms","keepalive":true}`)
+	tok := a.acquireKeepalive(t, "ka-neighbour", `{"ttl":"600ms","keepalive":true}`)
+	if err := rdb.Set(t.Context(), a.Prefix+"lock:{ka-foreign}", "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if st := a.lockState(t, "ka-neighbour", tok); st["owned"] != true {
+		t.Errorf("neighbour of a foreign key: %v, want still owned", st)
+	}
+	if n := a.registrySize(t); n != 1 {
+		t.Errorf("registry = %d entries, want 1 (the foreign key's entry dropped)", n)
+	}
+	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
+		t.Errorf(`renewal failures{reason="store"} = %v, want 0`, got)
+	}
+}

@@ -17,7 +17,8 @@
 --        2 = not renewed: heartbeat missed, the lease runs out its TTL
 --        3 = lost: the lease is gone or taken over; reason says why
 --            (expired, force_released, max_hold, heartbeat_missed)
---        4 = dropped: the lease is no longer kept alive (nothing was lost)
+--        4 = dropped: the lease is no longer kept alive (nothing was lost),
+--            or its key is not a lock hash
 --   lag is how late the entry was visited (now - due).
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,9 +38,14 @@ for i = 1, #ARGV - 1 do
   if due and due <= now_ms then
     lag = now_ms - due
     local tok = string.match(m, '^([^:]+):')
-    local v = redis.call('HMGET', lock, 'token', 'ttl', 'ka_until', 'ka_hb', 'ka_hb_at')
-    local untl = tonumber(v[3])
-    if v[1] ~= tok then
+    local v = redis.pcall('HMGET', lock, 'token', 'ttl', 'ka_until', 'ka_hb', 'ka_hb_at')
+    local untl = type(v) == 'table' and not v.err and tonumber(v[3])
+    if type(v) ~= 'table' or v.err then
+      -- not a lock hash (written by something else): drop the entry rather
+      -- than fail the whole batch on it, every time
+      code = 4
+      redis.call('ZREM', KEYS[1], m)
+    elseif v[1] ~= tok then
       code, reason = 3, redis.call('HGET', lost, tok) or 'expired'
       lose(lost, tok, reason)
       redis.call('ZREM', KEYS[1], m)
