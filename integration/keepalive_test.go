@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestKeepaliveValidation(t *testing.T) {
@@ -424,5 +425,40 @@ func TestKeepaliveForeignKeyDoesNotStopTheBatch(t *testing.T) {
 	}
 	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want 0`, got)
+	}
+}
+
+// A Redis outage shorter than the TTL costs a keep-alive lease nothing: the
+// renewer's calls time out (counted), it never hangs, and it renews again as
+// soon as Redis answers.
+func TestKeepaliveSurvivesShortRedisOutage(t *testing.T) {
+	_, url := startRedisContainer(t)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.MaxRetries = -1
+	opts.ContextTimeoutEnabled = true // as the server sets it: deadlines reach the socket
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	a := newInstance(t, rdb, rdb, uniquePrefix(), func(sc *service.Config, _ *handlers.Config) {
+		sc.OpTimeout = 300 * time.Millisecond
+	})
+	tok := a.acquireKeepalive(t, "ka-outage", `{"ttl":"4s","keepalive":true}`)
+	time.Sleep(500 * time.Millisecond)
+	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 2000, "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	renewals := a.metric(t, "latchkey_keepalive_renewals_total")
+	time.Sleep(3 * time.Second) // past the TTL of the last renewal before the pause
+	if st := a.lockState(t, "ka-outage", tok); st["owned"] != true {
+		t.Fatalf("after a 2s outage and 3s more: %v, want owned", st)
+	}
+	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got <= renewals {
+		t.Errorf("renewals after the outage: %v, then %v; want more", renewals, got)
+	}
+	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got < 1 {
+		t.Errorf(`renewal failures{reason="store"} = %v, want the outage counted`, got)
 	}
 }

@@ -33,14 +33,12 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 	for ctx.Err() == nil {
 		d, err := s.dueLeases(ctx)
 		if err != nil {
-			s.ka.failures.WithLabelValues("store").Inc()
-			return s.cfg.RenewPoll
+			return s.renewFailed(ctx)
 		}
 		s.ka.tracked.Set(float64(d.tracked))
 		if len(d.members) > 0 {
 			if err := s.renewBatch(ctx, d.members); err != nil {
-				s.ka.failures.WithLabelValues("store").Inc()
-				return s.cfg.RenewPoll
+				return s.renewFailed(ctx)
 			}
 		}
 		if len(d.members) < s.cfg.RenewBatch {
@@ -54,6 +52,16 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 		}
 	}
 	return 0
+}
+
+// renewFailed counts a failed Redis call of the renewer (unless it failed
+// because the renewer is stopping) and says when to try again.
+func (s *Service) renewFailed(ctx context.Context) time.Duration {
+	if ctx.Err() != nil {
+		return 0
+	}
+	s.ka.failures.WithLabelValues("store").Inc()
+	return s.cfg.RenewPoll
 }
 
 // dueSet is what keepalive_due reports.
