@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net/http"
+	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -202,4 +205,44 @@ func TestHoldForceReleaseUnheard(t *testing.T) {
 		}
 		break
 	}
+}
+
+// TestHoldWithCurl: `curl -N` shows the stream as it happens; when the curl
+// process is killed (SIGKILL), the lease is released at once.
+func TestHoldWithCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed")
+	}
+	e := holdEnv(t, nil)
+	cmd := exec.Command(curl, "-sS", "-N", "-X", "POST", "-H", "Content-Type: application/json",
+		"-d", `{"ttl":"600ms"}`, e.URL+"/v1/locks/curl/hold")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	var seen []string
+	for lines.Scan() && len(seen) < 3 {
+		if l := lines.Text(); strings.HasPrefix(l, "event: ") {
+			seen = append(seen, strings.TrimPrefix(l, "event: "))
+		}
+	}
+	if !slices.Equal(seen, []string{"acquired", "renewed", "renewed"}) {
+		t.Fatalf("curl -N printed events %v, want acquired, renewed, renewed as they happen", seen)
+	}
+	if !e.state(t, "curl").Held {
+		t.Fatal("lock not held while curl streams the hold")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	start := time.Now()
+	eventually(t, time.Second, "the lease is released once curl is killed", func() bool { return !e.state(t, "curl").Held })
+	t.Logf("lease released %s after curl was killed", time.Since(start))
 }
