@@ -20,6 +20,8 @@
 --        4 = dropped: the lease is no longer kept alive (nothing was lost),
 --            or its key is not a lock hash
 --   lag is how late the entry was visited (now - due).
+-- The keys of one batch span many hash slots: this needs a single Redis node
+-- (or Sentinel), not Redis Cluster.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = ARGV[1]
