@@ -1,6 +1,8 @@
 package service_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,5 +106,29 @@ func TestReleaseAndForceReleaseLeaveNoRegistryEntry(t *testing.T) {
 	}
 	if got := mustInspect(t, svc, "b", b.Token).LostReason; got != service.LostForceReleased {
 		t.Errorf("force-released lease: LostReason %q, want %q", got, service.LostForceReleased)
+	}
+}
+
+func TestMalformedRegistryEntriesDoNotCrowdOutLeases(t *testing.T) {
+	svc, m := newTestService(t, service.Config{RenewBatch: 10})
+	ctx := t.Context()
+	now := t0
+	registry := svc.Config().KeyPrefix + "keepalive"
+	l := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: 3 * time.Second, Keepalive: true})
+	for i := range 25 { // due before the lease, more than two batches of them
+		if _, err := m.ZAdd(registry, 0, fmt.Sprintf("junk-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advance(m, &now, 1500*time.Millisecond)
+	for range 5 { // the renewer loops at once after dropping entries
+		service.RenewDueNow(ctx, svc)
+	}
+	if got := mustInspect(t, svc, "orders", l.Token); got.TTL != 3*time.Second {
+		t.Errorf("lease TTL after the renewer ran = %s, want renewed to 3s", got.TTL)
+	}
+	members, _ := m.ZMembers(registry)
+	if want := []string{l.Token + ":orders"}; !slices.Equal(members, want) {
+		t.Errorf("registry = %v, want %v", members, want)
 	}
 }

@@ -1,6 +1,8 @@
--- keepalive_due: list the keep-alive leases that are due for renewal first
--- (read-only). The renewer passes these members to renew_batch, which checks
--- again, atomically, that each one is still due.
+-- keepalive_due: list the keep-alive leases that are due for renewal first.
+-- The renewer passes these members to renew_batch, which checks again,
+-- atomically, that each one is still due. Entries that are not
+-- "<token>:<name>" (Latchkey never writes them) are removed, so they cannot
+-- crowd out the real ones.
 --
 -- KEYS[1]  keep-alive registry (zset: "<token>:<name>" -> next renewal due, ms)
 -- ARGV[1]  most entries to return
@@ -8,18 +10,32 @@
 -- Reply: {now_ms, tracked, next_due_ms, member1, due1_ms, member2, due2_ms, ...}
 --   members are the registry entries due now (due <= now_ms), earliest first;
 --   tracked is the registry's size; next_due_ms is when the first entry not
---   returned falls due (-1 when there is none).
+--   returned falls due (-1 when there is none; now_ms after dropping
+--   entries, as more may be due).
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local out = {now_ms, redis.call('ZCARD', KEYS[1]), -1}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+local function wellformed(m)
+  local tok, name = string.match(m, '^([A-Za-z0-9_-]+):(.+)$')
+  return tok and #tok >= 22 and #tok <= 128 and #name <= 128
+    and string.match(name, '^[A-Za-z0-9][A-Za-z0-9._:-]*$') ~= nil
+end
+local dropped = false
 for i = 1, #due, 2 do
-  out[#out + 1] = due[i]
-  out[#out + 1] = tonumber(due[i + 1])
+  if wellformed(due[i]) then
+    out[#out + 1] = due[i]
+    out[#out + 1] = tonumber(due[i + 1])
+  else
+    redis.call('ZREM', KEYS[1], due[i])
+    dropped = true
+  end
 end
 local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-if #nxt > 0 then
+if dropped then
+  out[3] = now_ms -- entries dropped: more may be due behind them, look again now
+elseif #nxt > 0 then
   out[3] = tonumber(nxt[2])
 end
 return out
