@@ -108,9 +108,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		defer stopPprof()
 	}
 
-	// The keep-alive renewer runs until run returns, and stops before the
-	// Redis client closes.
-	renewerCtx, stopRenewer := context.WithCancel(ctx)
+	// The keep-alive renewer runs until run returns — through the drain of
+	// in-flight requests after a stop signal, so no lease lapses meanwhile —
+	// and stops before the Redis client closes.
+	renewerCtx, stopRenewer := context.WithCancel(context.WithoutCancel(ctx))
 	renewerDone := make(chan struct{})
 	go func() { defer close(renewerDone); svc.RunRenewer(renewerCtx) }()
 	defer func() { stopRenewer(); <-renewerDone }()
