@@ -92,8 +92,10 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	} else if err := ValidateToken(req.Token); err != nil {
 		return Lease{}, err
 	}
+	keepTTL := "0"
 	if req.TTL == 0 {
 		req.TTL = s.cfg.DefaultTTL
+		keepTTL = "1" // a re-entry without a ttl keeps the lease's own
 	}
 	if err := s.checkTTL("ttl", req.TTL); err != nil {
 		return Lease{}, err
@@ -109,9 +111,9 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	}
 	k := s.keys(name)
 	if req.Wait > 0 {
-		return s.acquireWaiting(ctx, name, k, req)
+		return s.acquireWaiting(ctx, name, k, req, keepTTL)
 	}
-	r, err := s.attempt(ctx, k, req, 0)
+	r, err := s.attempt(ctx, k, req, 0, keepTTL)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -119,8 +121,9 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 }
 
 // attempt is one run of the acquire script. waiterTimeout > 0 registers the
-// caller as a waiter for that long when the lock is not granted.
-func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration) (attemptResult, error) {
+// caller as a waiter for that long when the lock is not granted. keepTTL "1"
+// makes a re-entry keep the lease's own TTL (the request gave none).
+func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL string) (attemptResult, error) {
 	mode := "0"
 	if req.Fair {
 		mode = "1"
@@ -132,7 +135,7 @@ func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, w
 	res, err := s.run(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
 		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds(), mode, waiterTimeout.Milliseconds(),
 		ka, req.MaxHold.Milliseconds(), req.Heartbeat.Milliseconds(), registryMember(req.Token, k.name),
-		s.cfg.LostTTL.Milliseconds())
+		s.cfg.LostTTL.Milliseconds(), keepTTL)
 	if err != nil {
 		return attemptResult{}, err
 	}

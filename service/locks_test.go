@@ -92,6 +92,26 @@ func TestAcquireReentrant(t *testing.T) {
 	}
 }
 
+// A re-entry without a ttl refreshes the lease to its own TTL, not to the
+// server default: a lease taken for an hour stays an hour's lease.
+func TestAcquireReentrantKeepsItsOwnTTL(t *testing.T) {
+	svc, m := newTestService(t, service.Config{DefaultTTL: 30 * time.Second})
+	first := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: time.Hour})
+	m.FastForward(10 * time.Minute)
+	got := mustAcquire(t, svc, "orders", service.AcquireRequest{Token: first.Token})
+	if got.TTL != time.Hour || got.HoldCount != 2 {
+		t.Errorf("re-entry without ttl: TTL %s, hold count %d; want 1h0m0s, 2", got.TTL, got.HoldCount)
+	}
+	got = mustAcquire(t, svc, "orders", service.AcquireRequest{Token: first.Token, TTL: 5 * time.Second})
+	if got.TTL != 5*time.Second {
+		t.Errorf("re-entry with ttl 5s: TTL %s, want 5s", got.TTL)
+	}
+	got = mustAcquire(t, svc, "orders", service.AcquireRequest{Token: first.Token})
+	if got.TTL != 5*time.Second {
+		t.Errorf("re-entry without ttl after one with 5s: TTL %s, want the lease's 5s", got.TTL)
+	}
+}
+
 func TestAcquireHeldByAnother(t *testing.T) {
 	svc, m := newTestService(t, service.Config{})
 	holder := mustAcquire(t, svc, "orders", service.AcquireRequest{Token: tokenA, TTL: 10 * time.Second})

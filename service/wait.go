@@ -31,7 +31,7 @@ const (
 // While it waits, the caller is registered in Redis with a deadline from the
 // Redis clock (and queued, in fair mode), so waiters of every process are
 // counted and a fair queue skips a waiter that is gone.
-func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest) (lease Lease, err error) {
+func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL string) (lease Lease, err error) {
 	deadline := time.Now().Add(req.Wait)
 	l, err := s.sub.join(ctx, k.channel, req.Fair, min(s.cfg.OpTimeout, req.Wait))
 	if err != nil {
@@ -63,7 +63,7 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		if !final {
 			waiterTimeout = remaining + queueGrace
 		}
-		r, err := s.attempt(detached, k, req, waiterTimeout)
+		r, err := s.attempt(detached, k, req, waiterTimeout, keepTTL)
 		if err != nil {
 			return Lease{}, err
 		}

@@ -21,6 +21,8 @@
 -- ARGV[8]  keep-alive heartbeat interval in milliseconds, 0 for none
 -- ARGV[9]  keep-alive registry member ("<token>:<name>")
 -- ARGV[10] how long lost-lease reasons are kept, in milliseconds
+-- ARGV[11] "1" when the request gave no TTL: a re-entry then keeps the
+--          lease's own TTL instead of taking ARGV[2] (the server default)
 --
 -- Reply: {status, hold_count, fence, ttl_ms, now_ms, recheck_ms, fair,
 --         ka_until_ms, ka_heartbeat_ms}
@@ -99,6 +101,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'fair')
   if v[1] == ARGV[1] then
     local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+    if ARGV[11] == '1' then
+      ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl')) or ttl
+    end
     redis.call('HSET', KEYS[1], 'ttl', ttl)
     local pttl, untl, hb = keepalive()
     redis.call('PEXPIRE', KEYS[1], pttl)
