@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
@@ -162,6 +163,10 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.Redis
 	// No automatic resend: a command whose connection broke after it was
 	// written may already have run, and the lock scripts are not idempotent.
 	opts.MaxRetries = -1
+	// Two dial attempts, not go-redis's five 100ms apart: with Redis down a
+	// request should get its 503 at once, not after half a second.
+	opts.DialerRetries = 2
+	opts.DialerRetryTimeout = 50 * time.Millisecond
 	rdb := redis.NewClient(opts)
 	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
 	if !cfg.RedisPipeline {
