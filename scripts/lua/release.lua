@@ -1,7 +1,7 @@
 -- release: drop one hold of a lease; the last hold frees the lock and
 -- publishes a wake-up for waiters.
 --
--- KEYS[1]  lock hash {token, count, fence}
+-- KEYS[1]  lock hash (fields: see acquire.lua)
 -- KEYS[2]  pub/sub channel that waiters of this lock listen on
 -- KEYS[3]  keep-alive registry (zset); the last hold removes the lease from it
 -- KEYS[4]  lost-lease reasons of this lock (hash: token -> reason)
@@ -12,14 +12,14 @@
 --   status 1 = released (hold_count is what remains; 0 means the lock is free)
 --   status -1 = no such lease (expired or released)
 --   status -2 = held by another token
-local tok = redis.call('HGET', KEYS[1], 'token')
+local tok = redis.call('HGET', KEYS[1], 't')
 if not tok then
   return {-1, 0}
 end
 if tok ~= ARGV[1] then
   return {-2, 0}
 end
-local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
+local count = redis.call('HINCRBY', KEYS[1], 'n', -1)
 if count > 0 then
   return {1, count}
 end

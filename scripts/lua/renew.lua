@@ -2,7 +2,7 @@
 -- lease this is also the holder's heartbeat, and the TTL never reaches past
 -- the lease's max-hold deadline.
 --
--- KEYS[1]  lock hash {token, count, fence, ttl, ka_until, ka_hb, ka_hb_at}
+-- KEYS[1]  lock hash (fields: see acquire.lua)
 -- KEYS[2]  lost-lease reasons of this lock (hash: token -> reason)
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  new lease TTL in milliseconds; 0 renews for the lease's own TTL
@@ -13,7 +13,7 @@
 --   -2 = held by another token
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = redis.call('HMGET', KEYS[1], 'token', 'count', 'fence', 'ttl', 'ka_until')
+local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'l', 'ku')
 if not v[1] then
   return {-1, 0, 0, 0, now_ms}
 end
@@ -24,12 +24,12 @@ local ttl = tonumber(ARGV[2])
 if ttl <= 0 then
   ttl = tonumber(v[4])
 else
-  redis.call('HSET', KEYS[1], 'ttl', ttl)
+  redis.call('HSET', KEYS[1], 'l', ttl)
 end
 local untl = tonumber(v[5])
 if untl then
   -- keep-alive: a heartbeat; the renewer resumes if it had stopped
-  redis.call('HSET', KEYS[1], 'ka_hb_at', now_ms)
+  redis.call('HSET', KEYS[1], 'kb', now_ms)
   if redis.call('HGET', KEYS[2], ARGV[1]) == 'heartbeat_missed' then
     redis.call('HDEL', KEYS[2], ARGV[1])
   end

@@ -6,7 +6,7 @@
 -- max-hold deadline.
 --
 -- KEYS[1]      keep-alive registry (zset: "<token>:<name>" -> next renewal due, ms)
--- KEYS[2i]     lock hash of entry i {token, ttl, ka_until, ka_hb, ka_hb_at}
+-- KEYS[2i]     lock hash of entry i (fields: see acquire.lua)
 -- KEYS[2i+1]   lost-lease reasons of entry i's lock (hash: token -> reason)
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("<token>:<name>")
@@ -40,7 +40,7 @@ for i = 1, #ARGV - 1 do
   if due and due <= now_ms then
     lag = now_ms - due
     local tok = string.match(m, '^([^:]+):')
-    local v = redis.pcall('HMGET', lock, 'token', 'ttl', 'ka_until', 'ka_hb', 'ka_hb_at')
+    local v = redis.pcall('HMGET', lock, 't', 'l', 'ku', 'kh', 'kb')
     local untl = type(v) == 'table' and not v.err and tonumber(v[3])
     if type(v) ~= 'table' or v.err then
       -- not a lock hash (written by something else): drop the entry rather
