@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis memory budgets, measured with MEMORY USAGE on real Redis with the
+// default key prefix: every key a held lock uses, and the one key of a
+// rate-limit decision.
+const (
+	maxBytesPerHeldLock     = 250
+	maxBytesPerRateLimitKey = 100
+	// maxBytesPerKeepaliveLease guards a keep-alive lease: its bounds and its
+	// entry in the renewal registry (a sorted set member naming token and
+	// lock) come on top of a held lock's keys, so it is above the held-lock
+	// budget; docs/performance.md says by how much.
+	maxBytesPerKeepaliveLease = 450
+	// maxBytesPerSlidingWindowKey is the sliding window's own budget: its key
+	// holds two counters and the window's index.
+	maxBytesPerSlidingWindowKey = 128
+)
+
+// memoryOf sums MEMORY USAGE over the keys matching pattern.
+func memoryOf(t *testing.T, rdb *redis.Client, pattern string) (total int64, keys []string) {
+	t.Helper()
+	keys, err := rdb.Keys(t.Context(), pattern).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		n, err := rdb.MemoryUsage(t.Context(), k, 0).Result()
+		if err != nil {
+			t.Fatalf("MEMORY USAGE %s: %v", k, err)
+		}
+		total += n
+	}
+	return total, keys
+}
+
+func TestMemoryPerHeldLock(t *testing.T) {
+	_, url := startRedisContainer(t)
+	rdb := redis.NewClient(mustParseURL(t, url))
+	t.Cleanup(func() { _ = rdb.Close() })
+	svc, err := service.New(rdb, service.Config{KeyPrefix: service.DefaultKeyPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		req    service.AcquireRequest
+		budget int // bytes per lock, its share of shared keys included
+	}{
+		{"plain", service.AcquireRequest{TTL: 30 * time.Second}, maxBytesPerHeldLock},
+		{"fair", service.AcquireRequest{TTL: 30 * time.Second, Fair: true}, maxBytesPerHeldLock},
+		// A keep-alive lease also carries its bounds and an entry in the
+		// shared renewal registry.
+		{"keepalive", service.AcquireRequest{TTL: 30 * time.Second, Keepalive: true, MaxHold: time.Hour, Heartbeat: time.Minute},
+			maxBytesPerKeepaliveLease},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 200
+			for i := range n {
+				if _, err := svc.Acquire(t.Context(), fmt.Sprintf("%s-invoice-%06d", tc.name, i), tc.req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			total, keys := memoryOf(t, rdb, "latchkey:*{"+tc.name+"-invoice-*")
+			shared, _ := memoryOf(t, rdb, "latchkey:keepalive") // the registry: only keep-alive leases are in it
+			per := float64(total+shared) / n
+			t.Logf("%s: %d keys for %d held locks, %.0f bytes per lock (budget %d)", tc.name, len(keys), n, per, tc.budget)
+			if per > float64(tc.budget) {
+				t.Errorf("%s: %.0f bytes per held lock, want at most %d", tc.name, per, tc.budget)
+			}
+			if err := rdb.Del(t.Context(), append(keys, "latchkey:keepalive")...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestMemoryPerRateLimitKey(t *testing.T) {
+	_, url := startRedisContainer(t)
+	rdb := redis.NewClient(mustParseURL(t, url))
+	t.Cleanup(func() { _ = rdb.Close() })
+	policies := []struct {
+		service.Policy
+		budget int // bytes per key
+	}{
+		{service.Policy{Name: "per-ip", Key: "ip", DenyStatus: 429,
+			Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 100, Window: time.Minute}}, maxBytesPerRateLimitKey},
+		{service.Policy{Name: "per-ip", Key: "ip", DenyStatus: 429,
+			Limit: service.Limit{Algorithm: service.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}}, maxBytesPerRateLimitKey},
+		// Two counters and the window's index on one key (one key per
+		// decision keeps it Cluster-safe): a small hash, a little over the
+		// budget. docs/performance.md says so.
+		{service.Policy{Name: "per-ip", Key: "ip", DenyStatus: 429,
+			Limit: service.Limit{Algorithm: service.SlidingWindow, Limit: 100, Window: time.Minute}}, maxBytesPerSlidingWindowKey},
+	}
+	for _, p := range policies {
+		t.Run(string(p.Limit.Algorithm), func(t *testing.T) {
+			svc, err := service.New(rdb, service.Config{KeyPrefix: service.DefaultKeyPrefix,
+				RateLimit: service.RateLimitConfig{Policies: []service.Policy{p.Policy}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 200
+			for i := range n {
+				// Clients as the gate keys them: IPv4 addresses and IPv6 /64 networks.
+				key := fmt.Sprintf("198.51.%d.%d", i/256, i%256)
+				if i%2 == 1 {
+					key = fmt.Sprintf("2001:db8:%x:%x::/64", i*7919%65536, i)
+				}
+				if _, err := svc.CheckRateLimit(t.Context(), service.RateLimitRequest{Policy: "per-ip", Key: key}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			total, keys := memoryOf(t, rdb, "latchkey:rl:*")
+			defer rdb.Del(context.Background(), keys...)
+			if len(keys) == 0 {
+				t.Fatal("no rate-limit keys written")
+			}
+			per := float64(total) / float64(len(keys))
+			t.Logf("%s: %d keys, %.0f bytes per key (budget %d)", p.Limit.Algorithm, len(keys), per, p.budget)
+			if per > float64(p.budget) {
+				t.Errorf("%s: %.0f bytes per rate-limit key, want at most %d", p.Limit.Algorithm, per, p.budget)
+			}
+		})
+	}
+}
