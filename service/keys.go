@@ -3,21 +3,38 @@ package service
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"regexp"
 )
 
 // DefaultKeyPrefix prefixes every Redis key and channel Latchkey uses.
 const DefaultKeyPrefix = "latchkey:"
 
-var (
-	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{22,128}$`)
-)
+// Character classes of names, tokens and keys. They are checked byte by byte
+// (not with regexps): every request validates a name, a token or a key.
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+func isNameByte(c byte) bool  { return isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-' }
+func isTokenByte(c byte) bool { return isAlnum(c) || c == '_' || c == '-' }
+
+// matches reports whether s has minLen (at least 1) to maxLen bytes, its
+// first byte in first and every other byte in rest.
+func matches(s string, minLen, maxLen int, first, rest func(byte) bool) bool {
+	if len(s) < minLen || len(s) > maxLen || !first(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !rest(s[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateName checks a lock name: 1–128 characters of [A-Za-z0-9._:-],
 // starting with a letter or digit. Returns a *ValidationError otherwise.
 func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !matches(name, 1, 128, isAlnum, isNameByte) {
 		return invalid("name", "format",
 			"lock name must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit")
 	}
@@ -27,7 +44,7 @@ func ValidateName(name string) error {
 // ValidateToken checks a client-supplied lease token: 22–128 base64url
 // characters. Returns a *ValidationError otherwise.
 func ValidateToken(token string) error {
-	if !tokenRE.MatchString(token) {
+	if !matches(token, 22, 128, isTokenByte, isTokenByte) {
 		return invalid("Lock-Token", "format", "Lock-Token must be 22-128 base64url characters (A-Z a-z 0-9 - _)")
 	}
 	return nil

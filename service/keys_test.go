@@ -2,6 +2,8 @@ package service_test
 
 import (
 	"errors"
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -123,6 +125,39 @@ func TestKeysShareTheLocksHashTag(t *testing.T) {
 		}
 		if strings.Contains(k, "{orders}") == strings.Contains(k, "{jobs:nightly}") {
 			t.Errorf("key %q carries not exactly one lock's hash tag", k)
+		}
+	}
+}
+
+// The validators check bytes in loops for speed; each must accept exactly
+// the strings its documented pattern does.
+func TestValidatorsAgreeWithTheirPatterns(t *testing.T) {
+	cases := []struct {
+		name    string
+		pattern *regexp.Regexp
+		check   func(string) error
+	}{
+		{"lock name", regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`), service.ValidateName},
+		{"token", regexp.MustCompile(`^[A-Za-z0-9_-]{22,128}$`), service.ValidateToken},
+		{"policy name", regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`), service.ValidatePolicyName},
+		{"rate-limit key", regexp.MustCompile(`^[!-z|~]{1,256}$`), func(s string) error { return service.ValidateRateLimitKey("key", s) }},
+	}
+	inputs := []string{"", "a", "A", "0", ".a", "-a", "_a", ":a", "a.b", "a:b", "a_b", "a-b", "a b", "a{b", "a}b", "{", "}",
+		"a|b", "a~b", "a\x7f", "é", "a\x00", strings.Repeat("a", 21), strings.Repeat("a", 22), strings.Repeat("a", 64),
+		strings.Repeat("a", 65), strings.Repeat("a", 128), strings.Repeat("a", 129), strings.Repeat("a", 256), strings.Repeat("a", 257)}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		b := make([]byte, rnd.IntN(30)+1)
+		for i := range b {
+			b[i] = byte(rnd.IntN(128))
+		}
+		inputs = append(inputs, string(b))
+	}
+	for _, tc := range cases {
+		for _, in := range inputs {
+			if want, got := tc.pattern.MatchString(in), tc.check(in) == nil; got != want {
+				t.Errorf("%s %q: accepted = %v, want %v", tc.name, in, got, want)
+			}
 		}
 	}
 }

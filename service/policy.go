@@ -92,17 +92,13 @@ const InlinePolicyName = "inline"
 // environment.
 const DefaultPolicyName = "default"
 
-var (
-	policyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
-	rlKeyRE      = regexp.MustCompile(`^[!-z|~]{1,256}$`)
-)
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 
 // ValidatePolicyName checks a policy name: 1-64 characters of
 // [A-Za-z0-9._-], starting with a letter or digit. Returns a
 // *ValidationError otherwise.
 func ValidatePolicyName(name string) error {
-	if !policyNameRE.MatchString(name) {
+	if !matches(name, 1, 64, isAlnum, isPolicyNameByte) {
 		return invalid("policy", "format", "policy name must be 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit")
 	}
 	return nil
@@ -111,7 +107,7 @@ func ValidatePolicyName(name string) error {
 // ValidateRateLimitKey checks a rate-limit key: 1-256 printable ASCII
 // characters without spaces, '{' or '}'. Returns a *ValidationError otherwise.
 func ValidateRateLimitKey(field, key string) error {
-	if !rlKeyRE.MatchString(key) {
+	if !matches(key, 1, 256, isKeyByte, isKeyByte) {
 		return invalid(field, "format", "%s must be 1-256 printable ASCII characters without spaces, { or }", field)
 	}
 	return nil
@@ -147,7 +143,7 @@ func (c RateLimitConfig) validateLimit(prefix string, l Limit) error {
 }
 
 func (c RateLimitConfig) validatePolicy(p Policy) error {
-	if !policyNameRE.MatchString(p.Name) {
+	if !matches(p.Name, 1, 64, isAlnum, isPolicyNameByte) {
 		return fmt.Errorf("policy %q: names are 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", p.Name)
 	}
 	if p.Name == InlinePolicyName {
@@ -256,3 +252,10 @@ func (p Policy) withDefaults() Policy {
 	}
 	return p
 }
+
+// isPolicyNameByte is the class of a policy name's bytes after the first.
+func isPolicyNameByte(c byte) bool { return isAlnum(c) || c == '.' || c == '_' || c == '-' }
+
+// isKeyByte is the class of a rate-limit key's bytes: printable ASCII
+// without space, '{' and '}' (which would break Redis Cluster hash tags).
+func isKeyByte(c byte) bool { return '!' <= c && c <= 'z' || c == '|' || c == '~' }
