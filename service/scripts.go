@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/redis/go-redis/v9"
@@ -77,8 +78,14 @@ func (s *Service) load(ctx context.Context, sc *script) error {
 // or flushed its script cache) it loads the script and retries once. Errors
 // are translated by storeErr.
 func (s *Service) run(ctx context.Context, sc *script, keys []string, args ...any) (any, error) {
-	opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	defer cancel()
+	opCtx := ctx
+	if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > s.cfg.OpTimeout {
+		// Only when the caller's own deadline is later: a timer per call
+		// costs more than the script on the hot path.
+		var cancel context.CancelFunc
+		opCtx, cancel = context.WithTimeout(ctx, s.cfg.OpTimeout)
+		defer cancel()
+	}
 	res, err := s.rdb.EvalSha(opCtx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
