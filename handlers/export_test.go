@@ -20,3 +20,9 @@ func TitledTypes() []string {
 	sort.Strings(out)
 	return out
 }
+
+// DecisionResponse is the decision body, for the JSON encoding test.
+type DecisionResponse = decisionResponse
+
+// AppendDecisionJSON is appendDecisionJSON, for the JSON encoding test.
+var AppendDecisionJSON = appendDecisionJSON

@@ -22,6 +22,10 @@ func routeOf(r *http.Request) string {
 	return "unmatched"
 }
 
+// probeRoutes are polled by orchestrators and scrapers; their successful
+// requests are logged at debug level.
+var probeRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
 // requestLogger logs one line per request. It never logs headers, so lease
 // tokens and credentials stay out of the logs.
 func requestLogger(log *slog.Logger) func(http.Handler) http.Handler {
@@ -30,10 +34,15 @@ func requestLogger(log *slog.Logger) func(http.Handler) http.Handler {
 			start := time.Now()
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 			next.ServeHTTP(ww, r)
-			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			route := routeOf(r)
+			level := slog.LevelInfo
+			if probeRoutes[route] && ww.Status() < 500 {
+				level = slog.LevelDebug // health checks and scrapes every few seconds would drown the log
+			}
+			log.LogAttrs(r.Context(), level, "request",
 				slog.String("request_id", middleware.GetReqID(r.Context())),
 				slog.String("method", r.Method),
-				slog.String("route", routeOf(r)),
+				slog.String("route", route),
 				slog.Int("status", ww.Status()),
 				slog.Int("bytes", ww.BytesWritten()),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),

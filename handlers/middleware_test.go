@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,5 +168,31 @@ func TestPanicIsCounted(t *testing.T) {
 	want := `latchkey_http_requests_total{method="POST",route="/v1/locks/{name}",status="500"} 1`
 	if !strings.Contains(body, want) {
 		t.Errorf("/metrics lacks %s", want)
+	}
+}
+
+// Probes (health, readiness, metrics scrapes) are logged at debug level when
+// they succeed, so they do not drown the request log; API requests stay at info.
+func TestProbeRequestsLogAtDebug(t *testing.T) {
+	var logs syncBuffer
+	fake := grantingService()
+	fake.ReadyFn = func(context.Context) error { return nil }
+	h := newTestRouter(t, fake, handlers.Config{Logger: newJSONLogger(&logs)})
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/locks/orders"} {
+		serveUnchecked(h, newRequest(http.MethodGet, path, ""))
+	}
+	levels := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var entry struct{ Level, Msg, Route string }
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if entry.Msg == "request" {
+			levels[entry.Route] = entry.Level
+		}
+	}
+	want := map[string]string{"/healthz": "DEBUG", "/readyz": "DEBUG", "/metrics": "DEBUG", "/v1/locks/{name}": "INFO"}
+	if diff := cmp.Diff(want, levels); diff != "" {
+		t.Errorf("request log levels (-want +got):\n%s", diff)
 	}
 }

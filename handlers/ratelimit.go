@@ -172,7 +172,7 @@ func (a *api) identity(r *http.Request, pol service.Policy) (string, error) {
 // writeDecision answers a decision with its headers and JSON body.
 func (a *api) writeDecision(w http.ResponseWriter, status int, d service.Decision) {
 	setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)
-	writeJSON(w, status, decisionResponse{
+	writeDecisionJSON(w, status, decisionResponse{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetMS: ceilMillis(d.ResetAfter), RetryAfterMS: ceilMillis(d.RetryAfter),
 		Policy: d.Policy, Key: d.Key, Degraded: d.Degraded,
