@@ -90,18 +90,9 @@ func (a *api) writeWaitError(w http.ResponseWriter, r *http.Request, ctx context
 // them so proxies keep the connection open. When the client goes away the
 // lease is released at once.
 func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
-	name, err := lockName(r)
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
-	token, err := optionalToken(r)
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
 	var req holdRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
+	name, token, err := a.decodeLockRequest(w, r, &req)
+	if err != nil {
 		writeError(w, r, a.log, err)
 		return
 	}

@@ -73,20 +73,23 @@ func toLeaseResponse(l service.Lease, withToken bool) leaseResponse {
 
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
+// decodeLockRequest reads what acquiring and holding a lock share: the lock
+// name, the optional Lock-Token and the JSON body (into body), in that order.
+func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
+	if name, err = lockName(r); err != nil {
+		return "", "", err
+	}
+	if token, err = optionalToken(r); err != nil {
+		return "", "", err
+	}
+	return name, token, a.decodeJSON(w, r, body)
+}
+
 // handleAcquireLock implements operationId acquireLock.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
-	name, err := lockName(r)
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
-	token, err := optionalToken(r)
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
 	var req acquireRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
+	name, token, err := a.decodeLockRequest(w, r, &req)
+	if err != nil {
 		writeError(w, r, a.log, err)
 		return
 	}
