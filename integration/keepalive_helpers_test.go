@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,7 +16,6 @@ import (
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,22 +40,7 @@ func keepaliveConfig(prefix string) func(*service.Config, *handlers.Config) {
 // until t ends or kill is called.
 func newInstance(t testing.TB, rdb *redis.Client, client service.RedisClient, prefix string, opts ...envOption) *instance {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	scfg := service.Config{Registerer: reg}
-	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
-	keepaliveConfig(prefix)(&scfg, &hcfg)
-	for _, o := range opts {
-		o(&scfg, &hcfg)
-	}
-	svc, err := service.New(client, scfg)
-	if err != nil {
-		t.Fatalf("service.New: %v", err)
-	}
-	if err := svc.LoadScripts(t.Context()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	srv := httptest.NewServer(handlers.NewRouter(svc, hcfg))
-	t.Cleanup(srv.Close)
+	srv, svc, _ := startServer(t, client, true, append([]envOption{keepaliveConfig(prefix)}, opts...)...)
 	in := &instance{srv: srv, testEnv: &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, Prefix: prefix, Svc: svc}}
 	in.stopRenewer = startRenewer(t, svc)
 	return in

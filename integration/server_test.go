@@ -45,22 +45,35 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 // newTestEnvOn starts a server for t on the given Redis.
 func newTestEnvOn(t testing.TB, rdb *redis.Client, url string, opts ...envOption) *testEnv {
 	t.Helper()
+	srv, svc, scfg := startServer(t, rdb, true, opts...)
+	return &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, RedisURL: url, Prefix: scfg.KeyPrefix, Svc: svc}
+}
+
+// startServer serves, for t, a service on client with the harness's
+// defaults (a unique key prefix, a private metrics registry, the test admin
+// key) adjusted by opts. With load, the scripts are loaded first, as at a
+// normal start-up; without, the server starts as cmd/server does when Redis
+// cannot be reached. It returns the server, the service and its config.
+func startServer(t testing.TB, client service.RedisClient, load bool, opts ...envOption) (*httptest.Server, *service.Service, service.Config) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	scfg := service.Config{KeyPrefix: uniquePrefix(), Registerer: reg}
 	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
 	for _, o := range opts {
 		o(&scfg, &hcfg)
 	}
-	svc, err := service.New(rdb, scfg)
+	svc, err := service.New(client, scfg)
 	if err != nil {
 		t.Fatalf("service.New: %v", err)
 	}
-	if err := svc.LoadScripts(t.Context()); err != nil {
-		t.Fatalf("load scripts: %v", err)
+	if load {
+		if err := svc.LoadScripts(t.Context()); err != nil {
+			t.Fatalf("load scripts: %v", err)
+		}
 	}
 	srv := httptest.NewServer(handlers.NewRouter(svc, hcfg))
 	t.Cleanup(srv.Close)
-	return &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, RedisURL: url, Prefix: scfg.KeyPrefix, Svc: svc}
+	return srv, svc, scfg
 }
 
 func uniquePrefix() string {

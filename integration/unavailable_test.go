@@ -2,10 +2,8 @@ package integration
 
 import (
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -87,18 +84,7 @@ var serverClients = []struct {
 // serves 503 until Redis answers). The env's RDB is nil.
 func newServerOn(t testing.TB, rdb service.RedisClient, opts ...envOption) *testEnv {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	scfg := service.Config{KeyPrefix: uniquePrefix(), Registerer: reg}
-	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
-	for _, o := range opts {
-		o(&scfg, &hcfg)
-	}
-	svc, err := service.New(rdb, scfg)
-	if err != nil {
-		t.Fatalf("service.New: %v", err)
-	}
-	srv := httptest.NewServer(handlers.NewRouter(svc, hcfg))
-	t.Cleanup(srv.Close)
+	srv, svc, scfg := startServer(t, rdb, false, opts...)
 	return &testEnv{URL: srv.URL, Client: newSpecClient(t), Prefix: scfg.KeyPrefix, Svc: svc}
 }
 
