@@ -122,17 +122,7 @@ func (e *testEnv) doWithin(t *testing.T, d time.Duration, method, path, body str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headerPairs); i += 2 {
-		req.Header.Set(headerPairs[i], headerPairs[i+1])
-	}
-	resp, err := e.Client.Do(req)
+	resp, err := e.Client.Do(e.newRequest(t, ctx, method, path, body, headerPairs...))
 	if err != nil {
 		t.Fatalf("%s %s: no answer within %s: %v", method, path, d, err)
 	}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -99,15 +100,12 @@ func (r response) JSON(t testing.TB) map[string]any {
 	return m
 }
 
-// do sends one request; a non-empty body is sent as application/json unless
-// headers set another Content-Type. Header pairs are name, value, name, value...
-func (e *testEnv) do(t testing.TB, method, path, body string, headerPairs ...string) response {
+// newRequest builds a request to the server; a non-empty body is sent as
+// application/json unless headers set another Content-Type. Header pairs are
+// name, value, name, value...
+func (e *testEnv) newRequest(t testing.TB, ctx context.Context, method, path, body string, headerPairs ...string) *http.Request {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, e.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +115,14 @@ func (e *testEnv) do(t testing.TB, method, path, body string, headerPairs ...str
 	for i := 0; i+1 < len(headerPairs); i += 2 {
 		req.Header.Set(headerPairs[i], headerPairs[i+1])
 	}
-	resp, err := e.Client.Do(req)
+	return req
+}
+
+// do sends one request; a non-empty body is sent as application/json unless
+// headers set another Content-Type. Header pairs are name, value, name, value...
+func (e *testEnv) do(t testing.TB, method, path, body string, headerPairs ...string) response {
+	t.Helper()
+	resp, err := e.Client.Do(e.newRequest(t, t.Context(), method, path, body, headerPairs...))
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

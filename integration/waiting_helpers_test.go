@@ -203,18 +203,7 @@ type holdStream struct {
 func (e *testEnv) openHold(t testing.TB, name, body string, headerPairs ...string) *holdStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	req, err := http.NewRequestWithContext(ctx, "POST", e.URL+"/v1/locks/"+name+"/hold", strings.NewReader(body))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headerPairs); i += 2 {
-		req.Header.Set(headerPairs[i], headerPairs[i+1])
-	}
-	resp, err := e.Client.Do(req)
+	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", "/v1/locks/"+name+"/hold", body, headerPairs...))
 	if err != nil {
 		cancel()
 		t.Fatalf("hold %s: %v", name, err)
