@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // scenario is one kind of load. op runs one iteration on a worker; it may
@@ -122,32 +123,55 @@ func (b *bench) scenarios() []scenario {
 	}
 }
 
-// holdKeepaliveLeases takes b.leases keep-alive leases before the load and
-// releases them after it.
+// holdKeepaliveLeases takes b.leases keep-alive leases (16 clients at a
+// time) before the load and releases them after it.
 func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	type lease struct{ name, token string }
-	leases := make([]lease, 0, b.leases)
-	for i := 0; i < b.leases; i++ {
-		name := fmt.Sprintf("ka-%d", i)
-		resp, err := client.Do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name,
-			`{"ttl":"3s","keepalive":true,"max_hold":"10m"}`))
-		if err != nil {
-			return nil, err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			return nil, fmt.Errorf("keep-alive lease %s: status %d", name, resp.StatusCode)
-		}
-		leases = append(leases, lease{name, resp.Header.Get("Lock-Token")})
-	}
-	return func() {
-		for _, l := range leases {
-			req := newRequest(context.Background(), http.MethodDelete, b.base+"/v1/locks/"+l.name, "")
-			req.Header.Set("Lock-Token", l.token)
-			if resp, err := client.Do(req); err == nil {
-				resp.Body.Close()
+	const parallel = 16
+	tokens := make([]string, b.leases)
+	errs := make(chan error, parallel)
+	var wg sync.WaitGroup
+	for p := range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < b.leases; i += parallel {
+				status, token, err := acquireOnce(ctx, client, b.base, fmt.Sprintf("ka-%d", i),
+					`{"ttl":"3s","keepalive":true,"max_hold":"10m"}`)
+				if err != nil || status != http.StatusCreated {
+					errs <- fmt.Errorf("keep-alive lease ka-%d: status %d, %v", i, status, err)
+					return
+				}
+				tokens[i] = token
 			}
+		}()
+	}
+	wg.Wait()
+	release := func() {
+		var wg sync.WaitGroup
+		for p := range parallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := p; i < len(tokens); i += parallel {
+					if tokens[i] == "" {
+						continue
+					}
+					req := newRequest(context.Background(), http.MethodDelete, b.base+fmt.Sprintf("/v1/locks/ka-%d", i), "")
+					req.Header.Set("Lock-Token", tokens[i])
+					if resp, err := client.Do(req); err == nil {
+						resp.Body.Close()
+					}
+				}
+			}()
 		}
-	}, nil
+		wg.Wait()
+	}
+	select {
+	case err := <-errs:
+		release()
+		return nil, err
+	default:
+	}
+	return release, nil
 }
