@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.names, "names", 100000, "distinct lock names for lock")
 	fs.IntVar(&o.b.hotNames, "hot-names", 8, "lock names shared by all clients in contended")
 	fs.IntVar(&o.b.leases, "leases", 1000, "keep-alive leases held during keepalive")
+	fs.DurationVar(&o.b.leaseTTL, "lease-ttl", 30*time.Second, "TTL of the keep-alive leases (renewed every third of it)")
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
@@ -175,6 +176,9 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 	res := summarize(sc.name, samples, elapsed)
 	res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
 	res.Description = sc.description
+	if sc.name == "keepalive" {
+		res.Notes = append(res.Notes, o.meter.keepaliveReport(ctx)...)
+	}
 	if res.Requests == 0 {
 		return res, fmt.Errorf("no request succeeded (%d transport errors)", res.Errors)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -94,4 +95,65 @@ func (m *meter) usage(before, after snapshot, requests int) usage {
 		}
 	}
 	return u
+}
+
+// keepaliveReport reads the server's keep-alive metrics after a keepalive
+// scenario: leases tracked, renewals, failures, and the renewal lag's p99
+// (the upper bound of the histogram bucket holding it).
+func (m *meter) keepaliveReport(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.base+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return []string{"metrics: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	var renewals, failures, leases, lagCount float64
+	type bucket struct{ le, count float64 }
+	var buckets []bucket
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, val, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f, _ := strconv.ParseFloat(val, 64)
+		switch {
+		case name == "latchkey_keepalive_renewals_total":
+			renewals = f
+		case strings.HasPrefix(name, "latchkey_keepalive_renewal_failures_total"):
+			failures += f
+		case name == "latchkey_keepalive_leases":
+			leases = f
+		case name == "latchkey_keepalive_renewal_lag_seconds_count":
+			lagCount = f
+		case strings.HasPrefix(name, "latchkey_keepalive_renewal_lag_seconds_bucket{"):
+			_, le, _ := strings.Cut(name, `le="`)
+			le, _, _ = strings.Cut(le, `"`)
+			bound, err := strconv.ParseFloat(le, 64)
+			if err != nil { // +Inf
+				bound = -1
+			}
+			buckets = append(buckets, bucket{bound, f})
+		}
+	}
+	p99 := "n/a"
+	for _, b := range buckets {
+		if lagCount > 0 && b.count >= 0.99*lagCount {
+			if b.le < 0 {
+				p99 = "above the largest bucket"
+			} else {
+				p99 = fmt.Sprintf("<= %gms", b.le*1000)
+			}
+			break
+		}
+	}
+	return []string{fmt.Sprintf("keep-alive: %.0f leases tracked, %.0f renewals, %.0f renewal failures, renewal lag p99 %s",
+		leases, renewals, failures, p99)}
 }

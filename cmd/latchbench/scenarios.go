@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 )
 
 // scenario is one kind of load. op runs one iteration on a worker; it may
@@ -26,12 +27,13 @@ type bench struct {
 	base        string
 	gatePolicy  string
 	checkPolicy string
-	ips         int // distinct client IPs for gate and check
-	names       int // distinct lock names for lock
-	hotNames    int // lock names for contended
-	leases      int // keep-alive leases held during keepalive
-	waiters     int // concurrent waiters in waiters
-	waiterNames int // locks they wait on
+	ips         int           // distinct client IPs for gate and check
+	names       int           // distinct lock names for lock
+	hotNames    int           // lock names for contended
+	leases      int           // keep-alive leases held during keepalive
+	leaseTTL    time.Duration // their TTL: renewed every third of it
+	waiters     int           // concurrent waiters in waiters
+	waiterNames int           // locks they wait on
 }
 
 func newRequest(ctx context.Context, method, url, body string) *http.Request {
@@ -137,7 +139,7 @@ func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), erro
 			defer wg.Done()
 			for i := p; i < b.leases; i += parallel {
 				status, token, err := acquireOnce(ctx, client, b.base, fmt.Sprintf("ka-%d", i),
-					`{"ttl":"3s","keepalive":true,"max_hold":"10m"}`)
+					`{"ttl":"`+b.leaseTTL.String()+`","keepalive":true,"max_hold":"10m"}`)
 				if err != nil || status != http.StatusCreated {
 					errs <- fmt.Errorf("keep-alive lease ka-%d: status %d, %v", i, status, err)
 					return
