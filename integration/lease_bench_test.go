@@ -1,0 +1,72 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkLeasePath measures acquire + release on a real Redis from many
+// goroutines at once, through the plain client (one round trip per script)
+// and through the pipelined client the server uses (scripts of concurrent
+// requests share round trips). It reports lease cycles per second for each
+// and, in the pipelined run, its throughput as a ratio to the plain one.
+func BenchmarkLeasePath(b *testing.B) {
+	_, url := newRedis(b)
+	var plainRate float64
+	for _, pipelined := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "pipelined"}[pipelined]
+		b.Run(name, func(b *testing.B) {
+			opts, err := redis.ParseURL(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts.MaxRetries = -1
+			rdb := redis.NewClient(opts)
+			b.Cleanup(func() { _ = rdb.Close() })
+			var client service.RedisClient = rdb
+			if pipelined {
+				if client, err = service.NewPipelinedClient(rdb, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			svc, err := service.New(client, service.Config{KeyPrefix: uniquePrefix()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := svc.LoadScripts(ctx); err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			b.SetParallelism(16) // 16 goroutines per core, like concurrent HTTP requests
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					lockName := fmt.Sprintf("bench-%d", n.Add(1))
+					lease, err := svc.Acquire(ctx, lockName, service.AcquireRequest{TTL: 10 * time.Second})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := svc.Release(ctx, lockName, lease.Token); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			rate := float64(b.N) / time.Since(start).Seconds()
+			b.ReportMetric(rate, "cycles/s")
+			if pipelined && plainRate > 0 {
+				b.ReportMetric(rate/plainRate, "x-plain")
+			} else {
+				plainRate = rate
+			}
+		})
+	}
+}
