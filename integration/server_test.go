@@ -158,3 +158,21 @@ func TestHarnessValidatesAgainstSpec(t *testing.T) {
 		t.Errorf("readyz = %d %s", r.Status, r.Body)
 	}
 }
+
+// The operational routes answer through the spec-checking client: each is
+// documented with the status and content type it serves.
+func TestOperationalRoutesAreDocumented(t *testing.T) {
+	e := newTestEnv(t)
+	for _, c := range []struct{ path, contentType string }{
+		{"/healthz", "application/json"},
+		{"/readyz", "application/json"},
+		{"/openapi.yaml", "application/yaml"},
+		{"/metrics", "text/plain"},
+		{"/docs/index.html", "text/html"},
+	} {
+		r := e.do(t, "GET", c.path, "")
+		if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), c.contentType) {
+			t.Errorf("GET %s = %d %q, want 200 %s", c.path, r.Status, r.Header.Get("Content-Type"), c.contentType)
+		}
+	}
+}
