@@ -83,28 +83,14 @@ func (b *bench) scenarios() []scenario {
 			name:        "lock",
 			description: "POST /v1/locks/{random name} then DELETE with its token (each request counted)",
 			op: func(ctx context.Context, w *worker) {
-				name := fmt.Sprintf("bench-%d", w.next()%uint64(b.names))
-				status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, `{"ttl":"10s"}`), false)
-				if status != http.StatusCreated {
-					return
-				}
-				req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
-				req.Header.Set("Lock-Token", h.Get("Lock-Token"))
-				w.do(req, false)
+				b.acquireRelease(ctx, w, fmt.Sprintf("bench-%d", w.next()%uint64(b.names)), `{"ttl":"10s"}`)
 			},
 		},
 		{
 			name:        "contended",
 			description: "many clients, few names: POST /v1/locks/{hot name} with wait, then DELETE",
 			op: func(ctx context.Context, w *worker) {
-				name := fmt.Sprintf("hot-%d", w.next()%uint64(b.hotNames))
-				status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, `{"ttl":"5s","wait":"2s"}`), false)
-				if status != http.StatusCreated {
-					return
-				}
-				req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
-				req.Header.Set("Lock-Token", h.Get("Lock-Token"))
-				w.do(req, false)
+				b.acquireRelease(ctx, w, fmt.Sprintf("hot-%d", w.next()%uint64(b.hotNames)), `{"ttl":"5s","wait":"2s"}`)
 			},
 		},
 		{
@@ -123,6 +109,18 @@ func (b *bench) scenarios() []scenario {
 			run:         b.runWaiters,
 		},
 	}
+}
+
+// acquireRelease acquires name with body and, when granted, releases it
+// with its token; both requests are recorded.
+func (b *bench) acquireRelease(ctx context.Context, w *worker, name, body string) {
+	status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, body), false)
+	if status != http.StatusCreated {
+		return
+	}
+	req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
+	req.Header.Set("Lock-Token", h.Get("Lock-Token"))
+	w.do(req, false)
 }
 
 // holdKeepaliveLeases takes b.leases keep-alive leases (16 clients at a
