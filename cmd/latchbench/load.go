@@ -41,9 +41,7 @@ func (w *worker) do(req *http.Request, keepBody bool) (int, http.Header, []byte)
 	start := time.Now()
 	resp, err := w.client.Do(req)
 	if err != nil {
-		if req.Context().Err() == nil { // not cut off by the end of the run
-			w.samples = append(w.samples, sample{latency: time.Since(start)})
-		}
+		w.samples = append(w.samples, sample{latency: time.Since(start)})
 		return 0, nil, nil
 	}
 	var body []byte
@@ -57,8 +55,9 @@ func (w *worker) do(req *http.Request, keepBody bool) (int, http.Header, []byte)
 	return resp.StatusCode, resp.Header, body
 }
 
-// runLoad runs op on conns workers for d and returns every sample. Each
-// worker has its own transport so it keeps exactly one connection.
+// runLoad runs op on conns workers for d and returns every sample and the
+// time until the last iteration ended. Each worker has its own transport so
+// it keeps exactly one connection.
 func runLoad(ctx context.Context, base string, conns int, d time.Duration, op func(context.Context, *worker)) ([]sample, time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -74,8 +73,12 @@ func runLoad(ctx context.Context, base string, conns int, d time.Duration, op fu
 		go func() {
 			defer wg.Done()
 			defer tr.CloseIdleConnections()
+			// An iteration that has started runs to its end: cutting its
+			// requests off would leave a granted lock unreleased, holding
+			// its name for its whole TTL into the next phase.
+			opCtx := context.WithoutCancel(ctx)
 			for ctx.Err() == nil {
-				op(ctx, w)
+				op(opCtx, w)
 			}
 		}()
 	}
