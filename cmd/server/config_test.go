@@ -140,6 +140,9 @@ func TestParseConfigValidation(t *testing.T) {
 		{"unknown log level", []string{"-log-level", "loud"}, nil, []string{`log level "loud"`}},
 		{"several problems at once", []string{"-default-ttl", "2h", "-admin-key", "short"}, nil,
 			[]string{"-default-ttl", "-admin-key"}},
+		{"profiling on loopback", []string{"-pprof-addr", "127.0.0.1:6060"}, nil, nil},
+		{"profiling on all interfaces", []string{"-pprof-addr", ":6060"}, nil, []string{`-pprof-addr ":6060" must be a loopback address`}},
+		{"no pipeline queue", []string{"-redis-max-queued", "0"}, nil, []string{"-redis-max-queued must be at least 1"}},
 		{"stray argument", []string{"serve"}, nil, []string{"unexpected arguments: serve"}},
 		{"unknown flag", []string{"-port", "80"}, nil, []string{"-port"}},
 	}
