@@ -111,16 +111,7 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, badRequest("key", "required", "key is required with an inline limit"))
 		return
 	}
-	d, err := a.svc.CheckRateLimit(r.Context(), sreq)
-	if err != nil {
-		writeError(w, r, a.log, err)
-		return
-	}
-	status := http.StatusOK
-	if !d.Allowed {
-		status = http.StatusTooManyRequests
-	}
-	a.writeDecision(w, status, d)
+	a.decide(w, r, sreq, http.StatusTooManyRequests)
 }
 
 // handleGateRateLimit implements the gateway route (operationId
@@ -137,14 +128,20 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	d, err := a.svc.CheckRateLimit(r.Context(), service.RateLimitRequest{Policy: pol.Name, Key: key})
+	a.decide(w, r, service.RateLimitRequest{Policy: pol.Name, Key: key}, pol.DenyStatus)
+}
+
+// decide makes one decision and answers it: 200 when allowed, denyStatus
+// when denied, a problem when no decision could be made.
+func (a *api) decide(w http.ResponseWriter, r *http.Request, req service.RateLimitRequest, denyStatus int) {
+	d, err := a.svc.CheckRateLimit(r.Context(), req)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
 	}
 	status := http.StatusOK
 	if !d.Allowed {
-		status = pol.DenyStatus
+		status = denyStatus
 	}
 	a.writeDecision(w, status, d)
 }
