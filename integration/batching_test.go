@@ -127,8 +127,7 @@ func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 	_, url := startRedisContainer(t)
 	svc := newPipelinedService(t, url, 150*time.Millisecond)
-	admin := redis.NewClient(mustParseURL(t, url))
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := newClient(t, url)
 
 	if _, err := svc.Acquire(t.Context(), "before-pause", service.AcquireRequest{}); err != nil {
 		t.Fatal(err)
@@ -190,13 +189,4 @@ func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 			t.Errorf("acquire %s after the pause = %+v, %v", name, lease, err)
 		}
 	}
-}
-
-func mustParseURL(t *testing.T, url string) *redis.Options {
-	t.Helper()
-	o, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
 }

@@ -83,12 +83,7 @@ func processCPU() time.Duration {
 func BenchmarkKeepalive10kLeases(b *testing.B) {
 	const leases, ttl = 10000, 3 * time.Second
 	_, url := startRedisContainer(b)
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	b.Cleanup(func() { _ = rdb.Close() })
+	rdb := newClient(b, url)
 	rec := &lagRecorder{Client: rdb}
 	svc, err := service.New(rec, service.Config{KeyPrefix: uniquePrefix()})
 	if err != nil {

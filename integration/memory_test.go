@@ -45,8 +45,7 @@ func memoryOf(t *testing.T, rdb *redis.Client, pattern string) (total int64, key
 
 func TestMemoryPerHeldLock(t *testing.T) {
 	_, url := startRedisContainer(t)
-	rdb := redis.NewClient(mustParseURL(t, url))
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := newClient(t, url)
 	svc, err := service.New(rdb, service.Config{KeyPrefix: service.DefaultKeyPrefix})
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +86,7 @@ func TestMemoryPerHeldLock(t *testing.T) {
 
 func TestMemoryPerRateLimitKey(t *testing.T) {
 	_, url := startRedisContainer(t)
-	rdb := redis.NewClient(mustParseURL(t, url))
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := newClient(t, url)
 	policies := []struct {
 		service.Policy
 		budget int // bytes per key

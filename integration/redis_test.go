@@ -102,12 +102,7 @@ func newRedis(t testing.TB) (*redis.Client, string) {
 	if url == "" {
 		_, url = startRedisContainer(t)
 	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := newClient(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -121,4 +116,16 @@ func TestRedisHelper(t *testing.T) {
 	if err := rdb.Set(t.Context(), "k", "v", time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newClient returns a go-redis client on url, closed when t ends.
+func newClient(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }

@@ -39,7 +39,8 @@ func TestRedisRestartRecovery(t *testing.T) {
 	const opTimeout = time.Second
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = opTimeout, opTimeout, opTimeout, opTimeout
 	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = 1
+	opts.MaxRetries = -1
+	opts.DialerRetries, opts.DialerRetryTimeout = 2, 50*time.Millisecond
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := newTestEnvOn(t, rdb, url, func(c *service.Config, _ *handlers.Config) { c.OpTimeout = opTimeout })

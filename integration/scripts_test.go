@@ -25,18 +25,6 @@ func newPrivateEnv(t testing.TB, opts ...envOption) *testEnv {
 	return newTestEnvOn(t, newClient(t, url), url, opts...)
 }
 
-// newClient returns a go-redis client on url, closed when t ends.
-func newClient(t testing.TB, url string) *redis.Client {
-	t.Helper()
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
-
 // lockScripts are the sources of the lock scripts, by name.
 var lockScripts = map[string]string{
 	"acquire": lua.Acquire, "release": lua.Release, "renew": lua.Renew,

@@ -198,12 +198,7 @@ func TestMissedMessageStillAcquires(t *testing.T) {
 // subscription is restored, so later releases are heard again.
 func TestSubscriberConnectionKilled(t *testing.T) {
 	_, url := startRedisContainer(t) // CLIENT KILL would hit other tests' subscribers
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := newClient(t, url)
 	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
 
 	waitOnce := func(step string, kill bool) {
@@ -294,12 +289,7 @@ func serverRequests(m map[string]int64) int64 {
 // commands per waiter-second stay bounded.
 func TestWaitingCostsNothing(t *testing.T) {
 	_, url := startRedisContainer(t) // a private Redis: its command counts are ours alone
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := newClient(t, url)
 	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
 	e.mustAcquire(t, "cost", `{"ttl":"20s"}`)
 
