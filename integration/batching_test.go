@@ -12,27 +12,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// newPipelinedService returns a service whose scripts ride go-redis's
-// autopipeliner, as cmd/server runs it, on the Redis at url.
-func newPipelinedService(t *testing.T, url string, opTimeout time.Duration) *service.Service {
-	t.Helper()
+// newScriptService returns a service on the Redis at url with the server's
+// client settings (no resend of a failed command), its scripts riding
+// go-redis's autopipeliner when pipelined, as cmd/server runs it by default.
+func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.Duration) *service.Service {
+	tb.Helper()
 	opts, err := redis.ParseURL(url)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	opts.MaxRetries = -1
 	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
-	pc, err := service.NewPipelinedClient(rdb, 0)
-	if err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { _ = rdb.Close() })
+	var client service.RedisClient = rdb
+	if pipelined {
+		if client, err = service.NewPipelinedClient(rdb, 0); err != nil {
+			tb.Fatal(err)
+		}
 	}
-	svc, err := service.New(pc, service.Config{KeyPrefix: uniquePrefix(), OpTimeout: opTimeout})
+	svc, err := service.New(client, service.Config{KeyPrefix: uniquePrefix(), OpTimeout: opTimeout})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	if err := svc.LoadScripts(t.Context()); err != nil {
-		t.Fatal(err)
+	if err := svc.LoadScripts(context.Background()); err != nil {
+		tb.Fatal(err)
 	}
 	return svc
 }
@@ -41,7 +44,7 @@ func newPipelinedService(t *testing.T, url string, opTimeout time.Duration) *ser
 // that caller asked for, through many shared pipelines.
 func TestPipelinedRepliesReachTheirCallers(t *testing.T) {
 	_, url := newRedis(t)
-	svc := newPipelinedService(t, url, 2*time.Second)
+	svc := newScriptService(t, url, true, 2*time.Second)
 	const workers, rounds = 64, 60
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
@@ -89,7 +92,7 @@ func TestPipelinedRepliesReachTheirCallers(t *testing.T) {
 // succeed.
 func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 	rdb, url := newRedis(t)
-	svc := newPipelinedService(t, url, 2*time.Second)
+	svc := newScriptService(t, url, true, 2*time.Second)
 	prefix := svc.Config().KeyPrefix
 	const n = 200
 	for i := 0; i < n; i += 4 {
@@ -126,7 +129,7 @@ func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 // later callers get their own replies, not the late ones of timed-out calls.
 func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 	_, url := startRedisContainer(t)
-	svc := newPipelinedService(t, url, 150*time.Millisecond)
+	svc := newScriptService(t, url, true, 150*time.Millisecond)
 	admin := newClient(t, url)
 
 	if _, err := svc.Acquire(t.Context(), "before-pause", service.AcquireRequest{}); err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service"
-	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkLeasePath measures acquire + release on a real Redis from many
@@ -22,27 +21,8 @@ func BenchmarkLeasePath(b *testing.B) {
 	for _, pipelined := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "pipelined"}[pipelined]
 		b.Run(name, func(b *testing.B) {
-			opts, err := redis.ParseURL(url)
-			if err != nil {
-				b.Fatal(err)
-			}
-			opts.MaxRetries = -1
-			rdb := redis.NewClient(opts)
-			b.Cleanup(func() { _ = rdb.Close() })
-			var client service.RedisClient = rdb
-			if pipelined {
-				if client, err = service.NewPipelinedClient(rdb, 0); err != nil {
-					b.Fatal(err)
-				}
-			}
-			svc, err := service.New(client, service.Config{KeyPrefix: uniquePrefix()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			svc := newScriptService(b, url, pipelined, 0)
 			ctx := context.Background()
-			if err := svc.LoadScripts(ctx); err != nil {
-				b.Fatal(err)
-			}
 			var n atomic.Int64
 			b.SetParallelism(16) // 16 goroutines per core, like concurrent HTTP requests
 			start := time.Now()
