@@ -42,21 +42,31 @@ func (c ClientIPConfig) ClientIP(r *http.Request) (netip.Addr, error) {
 			return a, nil
 		}
 	}
-	var hops []string
-	for _, v := range r.Header.Values("X-Forwarded-For") {
-		hops = append(hops, strings.Split(v, ",")...)
-	}
+	// X-Forwarded-For walked right to left across all its lines, without
+	// splitting it into a slice: this runs on every gateway request.
 	addr := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, ok := parseHop(strings.TrimSpace(hops[i]))
-		if !ok {
-			// Nothing left of a malformed hop can be trusted: the last
-			// proxy that forwarded it is the client as far as we can tell.
-			return addr, nil
-		}
-		addr = a
-		if !c.trusted(a) {
-			return a, nil
+	values := r.Header.Values("X-Forwarded-For")
+	for i := len(values) - 1; i >= 0; i-- {
+		rest := values[i]
+		for {
+			hop := rest
+			j := strings.LastIndexByte(rest, ',')
+			if j >= 0 {
+				hop, rest = rest[j+1:], rest[:j]
+			}
+			a, ok := parseHop(strings.TrimSpace(hop))
+			if !ok {
+				// Nothing left of a malformed hop can be trusted: the last
+				// proxy that forwarded it is the client as far as we can tell.
+				return addr, nil
+			}
+			addr = a
+			if !c.trusted(a) {
+				return a, nil
+			}
+			if j < 0 {
+				break
+			}
 		}
 	}
 	return addr, nil
@@ -104,6 +114,12 @@ func (c ClientIPConfig) trusted(a netip.Addr) bool {
 func parseHop(s string) (netip.Addr, bool) {
 	if s == "" {
 		return netip.Addr{}, false
+	}
+	// Try the form the text has first: parsing a wrong guess costs an error.
+	if s[0] == '[' || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap().WithZone(""), true
+		}
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap().WithZone(""), true

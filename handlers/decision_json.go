@@ -48,10 +48,17 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// Header values shared by every decision; net/http only reads them.
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
 // writeDecisionJSON answers d with the given status.
 func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
 	_, _ = w.Write(appendDecisionJSON(make([]byte, 0, 192), d))
 }

@@ -180,12 +180,28 @@ func (a *api) writeDecision(w http.ResponseWriter, status int, d service.Decisio
 // (RateLimit-Policy: "name";q=limit;w=window-seconds and RateLimit:
 // "name";r=remaining;t=reset-seconds), Retry-After on a denial (seconds,
 // rounded up), the degraded marker on a fail-open answer, and the legacy
-// X-RateLimit-* headers when asked to.
+// X-RateLimit-* headers when asked to. Every gateway request answers the
+// first two, so they are built in one buffer and go in under their
+// canonical names.
 func setRateLimitHeaders(h http.Header, d service.Decision, legacy bool) {
-	name := strconv.Quote(d.Policy)
 	reset := ceilSeconds(d.ResetAfter)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(d.Window), 10))
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(reset, 10))
+	var buf [128]byte
+	b := strconv.AppendQuote(buf[:0], d.Policy)
+	name := len(b)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+	policyEnd := len(b)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	// One string holds both values: RateLimit is its name plus its tail.
+	all := string(b)
+	vals := []string{all[:policyEnd], all[:name] + all[policyEnd:]}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
 	if !d.Allowed {
 		h.Set("Retry-After", retryAfterSeconds(d.RetryAfter))
 	}

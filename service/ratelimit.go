@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,9 @@ type rateLimiter struct {
 	lastLog  atomic.Int64 // unix nanoseconds of the last fail-open warning
 
 	decisions *prometheus.CounterVec // policy, result: allowed, denied
+	// byPolicy holds each configured policy's decision counters, looked up
+	// once; it is not written after newRateLimiter.
+	byPolicy  map[string]decisionCounters
 	cacheHits prometheus.Counter
 	failOpen  *prometheus.CounterVec // policy
 }
@@ -72,13 +76,32 @@ func newRateLimiter(cfg RateLimitConfig, reg prometheus.Registerer) *rateLimiter
 			Name: "latchkey_ratelimit_fail_open_total", Help: "Requests allowed unchecked because Redis was unreachable, by policy.",
 		}, []string{"policy"}),
 	}
+	rl.byPolicy = map[string]decisionCounters{}
 	for _, p := range cfg.Policies {
 		rl.policies[p.Name] = p.withDefaults()
+		rl.byPolicy[p.Name] = rl.newCounters(p.Name)
 	}
+	rl.byPolicy[InlinePolicyName] = rl.newCounters(InlinePolicyName)
 	if reg != nil {
 		reg.MustRegister(rl.decisions, rl.cacheHits, rl.failOpen)
 	}
 	return rl
+}
+
+// decisionCounters are one policy's decision counters.
+type decisionCounters struct{ allowed, denied prometheus.Counter }
+
+func (rl *rateLimiter) newCounters(policy string) decisionCounters {
+	return decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
+		denied: rl.decisions.WithLabelValues(policy, "denied")}
+}
+
+// counters returns a policy's decision counters.
+func (rl *rateLimiter) counters(policy string) decisionCounters {
+	if c, ok := rl.byPolicy[policy]; ok {
+		return c
+	}
+	return rl.newCounters(policy)
 }
 
 // RateLimitPolicy returns the named policy. Returns a *PolicyNotFoundError
@@ -125,11 +148,11 @@ func (s *Service) CheckRateLimit(ctx context.Context, req RateLimitRequest) (Dec
 	}
 	rkey := s.rateLimitKey(pol, req.Key)
 	d := Decision{Policy: pol.Name, Key: req.Key, Limit: pol.Limit.Limit, Window: pol.Window}
-	cacheKey := rkey + "|" + strconv.FormatInt(pol.Limit.Limit, 10) + "|" + strconv.FormatInt(pol.Burst, 10)
+	cacheKey := denyKey{key: rkey, limit: pol.Limit.Limit, burst: pol.Burst}
 	now := time.Now()
 	if e, ok := s.rl.cache.get(cacheKey, req.Cost, now); ok {
 		s.rl.cacheHits.Inc()
-		s.rl.decisions.WithLabelValues(pol.Name, "denied").Inc()
+		s.rl.counters(pol.Name).denied.Inc()
 		d.Remaining = e.remaining
 		d.ResetAfter = max(e.reset.Sub(now), 0)
 		d.RetryAfter = max(e.until.Sub(now), time.Millisecond)
@@ -154,9 +177,9 @@ func (s *Service) CheckRateLimit(ctx context.Context, req RateLimitRequest) (Dec
 	d.ResetAfter = time.Duration(v[2]) * time.Millisecond
 	d.RetryAfter = time.Duration(v[3]) * time.Millisecond
 	if d.Allowed {
-		s.rl.decisions.WithLabelValues(pol.Name, "allowed").Inc()
+		s.rl.counters(pol.Name).allowed.Inc()
 	} else {
-		s.rl.decisions.WithLabelValues(pol.Name, "denied").Inc()
+		s.rl.counters(pol.Name).denied.Inc()
 		s.rl.cache.put(cacheKey, denyEntry{until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter),
 			cost: req.Cost, remaining: d.Remaining}, now)
 	}
@@ -202,7 +225,7 @@ var keyCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", Token
 
 // runLimit runs the algorithm's script, bounded by the decision timeout.
 // The reply is {allowed, remaining, reset_ms, retry_after_ms}.
-func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([]int64, error) {
+func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([4]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
 	defer cancel()
 	var res any
@@ -220,9 +243,27 @@ func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64)
 		res, err = s.run(ctx, rateLimitTokenBucketScript, []string{key}, l.Limit, l.Window.Milliseconds(), burst, cost)
 	}
 	if err != nil {
-		return nil, err
+		return [4]int64{}, err
 	}
-	return int64s("ratelimit "+string(l.Algorithm), res, 4)
+	return decisionReply(l.Algorithm, res)
+}
+
+// decisionReply reads a rate-limit script's reply {allowed, remaining,
+// reset_ms, retry_after_ms}.
+func decisionReply(alg Algorithm, res any) ([4]int64, error) {
+	var out [4]int64
+	arr, ok := res.([]any)
+	if !ok || len(arr) != len(out) {
+		return out, fmt.Errorf("ratelimit %s: unexpected reply %T %v", alg, res, res)
+	}
+	for i, v := range arr {
+		x, ok := v.(int64)
+		if !ok {
+			return out, fmt.Errorf("ratelimit %s: reply[%d] is %T, want int64", alg, i, v)
+		}
+		out[i] = x
+	}
+	return out, nil
 }
 
 // logFailOpen warns that a policy failed open, at most once per LogInterval.

@@ -11,7 +11,14 @@ import (
 type denyCache struct {
 	mu  sync.Mutex
 	max int
-	m   map[string]denyEntry
+	m   map[denyKey]denyEntry
+}
+
+// denyKey names a cached denial: the Redis key of the decision and the limit
+// it was taken under, so a changed limit never reuses an old denial.
+type denyKey struct {
+	key          string
+	limit, burst int64
 }
 
 // denyEntry is one cached denial: requests costing at least cost are denied
@@ -28,13 +35,13 @@ func newDenyCache(max int) *denyCache {
 	if max < 1 {
 		return nil
 	}
-	return &denyCache{max: max, m: make(map[string]denyEntry)}
+	return &denyCache{max: max, m: make(map[denyKey]denyEntry)}
 }
 
 // get returns the cached denial of key for a request of cost, if one holds
 // at now. A request cheaper than the cached one may fit and is not answered
 // from the cache.
-func (c *denyCache) get(key string, cost int64, now time.Time) (denyEntry, bool) {
+func (c *denyCache) get(key denyKey, cost int64, now time.Time) (denyEntry, bool) {
 	if c == nil {
 		return denyEntry{}, false
 	}
@@ -53,7 +60,7 @@ func (c *denyCache) get(key string, cost int64, now time.Time) (denyEntry, bool)
 
 // put caches a denial. When the cache is full it first drops expired
 // entries, then, if still full, an arbitrary one.
-func (c *denyCache) put(key string, e denyEntry, now time.Time) {
+func (c *denyCache) put(key denyKey, e denyEntry, now time.Time) {
 	if c == nil || !now.Before(e.until) {
 		return
 	}

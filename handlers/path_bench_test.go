@@ -1,0 +1,85 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// instantRedis answers every script call at once with reply, so a benchmark
+// of the router measures Latchkey's own work on the hot path (routing,
+// middleware, identity, the service, headers and body) without a network.
+type instantRedis struct {
+	*redis.Client // never dialled: only the methods below are called
+	reply         any
+}
+
+func (r *instantRedis) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return redis.NewCmdResult(r.reply, nil)
+}
+
+func (r *instantRedis) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
+	return redis.NewStringResult("", nil)
+}
+
+// BenchmarkHotPath runs the gateway's routes through the whole router: the
+// ceiling route, a gate decision and a JSON check. Their difference is what
+// a decision costs Latchkey beyond serving HTTP; allocs/op is exact and does
+// not depend on the machine's load.
+func BenchmarkHotPath(b *testing.B) {
+	rdb := &instantRedis{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
+		reply: []any{int64(1), int64(999), int64(60000), int64(0)}}
+	b.Cleanup(func() { _ = rdb.Client.Close() })
+	svc, err := service.New(rdb, service.Config{RateLimit: service.RateLimitConfig{Policies: []service.Policy{{
+		Name: "bench", Key: "ip", Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 1000, Window: time.Minute},
+	}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	trusted, err := handlers.ParseTrustedProxies("127.0.0.1/32")
+	if err != nil {
+		b.Fatal(err)
+	}
+	router := handlers.NewRouter(svc, handlers.Config{
+		RateLimit: handlers.RateLimitConfig{ClientIP: handlers.ClientIPConfig{TrustedProxies: trusted}},
+	})
+	cases := []struct {
+		name string
+		req  func() *http.Request
+		want int
+	}{
+		{"ceiling", func() *http.Request { return httptest.NewRequest(http.MethodGet, "/healthz", nil) }, http.StatusOK},
+		{"gate", func() *http.Request {
+			r := httptest.NewRequest(http.MethodGet, "/v1/ratelimit/gate/bench", nil)
+			r.RemoteAddr = "127.0.0.1:40000"
+			r.Header.Set("X-Forwarded-For", "10.1.2.3")
+			return r
+		}, http.StatusOK},
+		{"check", func() *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/v1/ratelimit/check", strings.NewReader(`{"policy":"bench","key":"user-1"}`))
+			r.Header.Set("Content-Type", "application/json")
+			return r
+		}, http.StatusOK},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				req, w := bc.req(), httptest.NewRecorder()
+				b.StartTimer()
+				router.ServeHTTP(w, req)
+				if w.Code != bc.want {
+					b.Fatalf("status %d, want %d: %s", w.Code, bc.want, w.Body)
+				}
+			}
+		})
+	}
+}
