@@ -41,6 +41,10 @@ type Config struct {
 	// RenewBatch is how many keep-alive leases one renewal script call
 	// handles. Default 100.
 	RenewBatch int
+	// RenewParallel is how many renewal script calls (of up to RenewBatch
+	// leases each) the renewer keeps in flight at once: each look at the
+	// registry lists up to RenewBatch × RenewParallel due leases. Default 8.
+	RenewParallel int
 	// RenewPoll is the longest the renewer sleeps between looks at the
 	// registry; it bounds how late a lease acquired on another instance is
 	// first renewed. Default 100ms.

@@ -60,6 +60,9 @@ func (c Config) keepaliveDefaults() Config {
 	if c.RenewBatch <= 0 {
 		c.RenewBatch = 100
 	}
+	if c.RenewParallel <= 0 {
+		c.RenewParallel = 8
+	}
 	if c.RenewPoll <= 0 {
 		c.RenewPoll = 100 * time.Millisecond
 	}

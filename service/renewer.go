@@ -2,7 +2,10 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -12,8 +15,15 @@ import (
 // the same lease twice for one due time, and a renewal never outlives a
 // release, a force-release or the lease's bounds. RunRenewer never blocks a
 // request: it runs on its own goroutine with its own Redis calls, each
-// bounded by Config.OpTimeout. Redis errors are counted (reason "store") and
-// retried after Config.RenewPoll.
+// bounded by Config.OpTimeout. It keeps up to Config.RenewParallel renewal
+// calls of up to Config.RenewBatch leases each in flight at once, and each
+// lease listed as due goes into exactly one of them.
+//
+// No error comes back: a Redis error (a timeout or lost connection, which
+// wrap ErrUnavailable, or a script error) is counted (reason "store") and the
+// renewer looks again after Config.RenewPoll. When ctx ends RunRenewer
+// returns once its calls in flight have ended; their context errors are not
+// counted.
 func (s *Service) RunRenewer(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -27,21 +37,22 @@ func (s *Service) RunRenewer(ctx context.Context) {
 	}
 }
 
-// renewDue renews due leases, one batch per script call, until none is due;
-// it returns how long to sleep before looking again.
+// renewDue renews due leases until none is due: each look at the registry
+// lists up to RenewBatch × RenewParallel of them, renewed by concurrent
+// batches. It returns how long to sleep before looking again.
 func (s *Service) renewDue(ctx context.Context) time.Duration {
+	full := s.cfg.RenewBatch * s.cfg.RenewParallel
 	for ctx.Err() == nil {
-		d, err := s.dueLeases(ctx)
+		d, err := s.dueLeases(ctx, full)
 		if err != nil {
-			return s.renewFailed(ctx)
+			s.storeFailed(ctx)
+			return s.retryAfterFailure(ctx)
 		}
 		s.ka.tracked.Set(float64(d.tracked))
-		if len(d.members) > 0 {
-			if err := s.renewBatch(ctx, d.members); err != nil {
-				return s.renewFailed(ctx)
-			}
+		if err := s.renewBatches(ctx, d.members); err != nil {
+			return s.retryAfterFailure(ctx)
 		}
-		if len(d.members) < s.cfg.RenewBatch {
+		if len(d.members) < full {
 			wait := s.cfg.RenewPoll
 			if d.nextDueMS > 0 {
 				if until := time.Duration(d.nextDueMS-d.nowMS) * time.Millisecond; until < wait {
@@ -54,13 +65,52 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 	return 0
 }
 
-// renewFailed counts a failed Redis call of the renewer (unless it failed
-// because the renewer is stopping) and says when to try again.
-func (s *Service) renewFailed(ctx context.Context) time.Duration {
+// renewBatches splits members into batches of Config.RenewBatch, each
+// member in exactly one, runs renew_batch once per batch with every batch in
+// flight at once (a pipelining client sends them together) and waits for all
+// of them. Every batch that fails is counted (reason "store") unless ctx
+// ended; the outcomes of the others are recorded as usual. Returns nil when
+// every batch ran, else the errors of the failed ones joined: each wraps
+// ErrUnavailable (timeout, lost connection), is ctx's error (the renewer is
+// stopping) or is the script's own error.
+func (s *Service) renewBatches(ctx context.Context, members []string) error {
+	var errs []error
+	switch {
+	case len(members) == 0:
+		return nil
+	case len(members) <= s.cfg.RenewBatch: // one batch: no goroutine needed
+		errs = []error{s.renewBatch(ctx, members)}
+	default:
+		batches := slices.Collect(slices.Chunk(members, s.cfg.RenewBatch))
+		errs = make([]error, len(batches))
+		var wg sync.WaitGroup
+		for i, b := range batches {
+			wg.Go(func() { errs[i] = s.renewBatch(ctx, b) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			s.storeFailed(ctx)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// storeFailed counts a failed Redis call of the renewer, unless it failed
+// because the renewer is stopping.
+func (s *Service) storeFailed(ctx context.Context) {
+	if ctx.Err() == nil {
+		s.ka.failures.WithLabelValues("store").Inc()
+	}
+}
+
+// retryAfterFailure says when to look again after a failed call: after
+// Config.RenewPoll, or at once when the renewer is stopping.
+func (s *Service) retryAfterFailure(ctx context.Context) time.Duration {
 	if ctx.Err() != nil {
 		return 0
 	}
-	s.ka.failures.WithLabelValues("store").Inc()
 	return s.cfg.RenewPoll
 }
 
@@ -70,8 +120,10 @@ type dueSet struct {
 	members                   []string
 }
 
-func (s *Service) dueLeases(ctx context.Context) (dueSet, error) {
-	res, err := s.run(ctx, keepaliveDueScript, []string{s.registryKey()}, s.cfg.RenewBatch)
+// dueLeases runs keepalive_due for up to limit due members, earliest first.
+// Returns the error of the script call (see run) or of a malformed reply.
+func (s *Service) dueLeases(ctx context.Context, limit int) (dueSet, error) {
+	res, err := s.run(ctx, keepaliveDueScript, []string{s.registryKey()}, limit)
 	if err != nil {
 		return dueSet{}, err
 	}
