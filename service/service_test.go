@@ -79,6 +79,7 @@ func TestConfigDefaults(t *testing.T) {
 		MaxHoldCap:     24 * time.Hour,
 		LostTTL:        time.Hour,
 		RenewBatch:     100,
+		RenewParallel:  8,
 		RenewPoll:      100 * time.Millisecond,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
