@@ -33,6 +33,7 @@ type Config struct {
 	HoldPing        time.Duration
 	MaxHold         time.Duration // default max_hold of a keep-alive lease
 	MaxHoldCap      time.Duration // largest max_hold a request may ask for
+	RenewParallel   int64         // keep-alive renewal script calls in flight per instance
 
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -45,6 +46,10 @@ type Config struct {
 	// exit instead of serving (for container HEALTHCHECKs: no shell or curl needed).
 	HealthCheck bool
 }
+
+// maxRenewParallel bounds -renew-parallel: past a few dozen calls in flight
+// the renewer's batches only queue behind each other in Redis.
+const maxRenewParallel = 64
 
 // envFlags registers flags whose defaults come from the environment and
 // remembers which environment values could not be parsed.
@@ -119,6 +124,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", time.Hour, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", 24*time.Hour, "largest max_hold a keep-alive lease may ask for (400 above)")
+	e.int64(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", 8, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
 	e.str(&c.PprofAddr, "pprof-addr", "LATCHKEY_PPROF_ADDR", "", "serve Go profiling endpoints (/debug/pprof/) on this loopback address; empty: off")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
 	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", 60*time.Second, "longest wait an acquire or hold may ask for; must be below -write-timeout")
@@ -175,6 +181,8 @@ func (c Config) Validate() error {
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
 	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)
+	check(c.RenewParallel < 1 || c.RenewParallel > maxRenewParallel,
+		"-renew-parallel must be between 1 and %d, got %d", maxRenewParallel, c.RenewParallel)
 	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	check(c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} \t\r\n"),
 		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)

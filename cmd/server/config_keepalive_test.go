@@ -51,6 +51,39 @@ func TestKeepaliveSettings(t *testing.T) {
 	}
 }
 
+func TestRenewParallelSetting(t *testing.T) {
+	tests := []struct {
+		desc      string
+		env, args []string
+		want      int64
+		wantErr   string // "": valid
+	}{
+		{desc: "default", want: 8},
+		{desc: "from the environment", env: []string{"LATCHKEY_RENEW_PARALLEL", "16"}, want: 16},
+		{desc: "flag over the environment", env: []string{"LATCHKEY_RENEW_PARALLEL", "16"}, args: []string{"-renew-parallel", "1"}, want: 1},
+		{desc: "zero", args: []string{"-renew-parallel", "0"}, wantErr: "-renew-parallel must be between 1 and 64, got 0"},
+		{desc: "too many", args: []string{"-renew-parallel", "65"}, wantErr: "-renew-parallel must be between 1 and 64, got 65"},
+		{desc: "not a number", env: []string{"LATCHKEY_RENEW_PARALLEL", "lots"}, wantErr: `LATCHKEY_RENEW_PARALLEL="lots" is not a whole number`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			c, err := parseConfig(tt.args, env(tt.env...), &bytes.Buffer{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseConfig = %v, want an error mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseConfig = %v", err)
+			}
+			if c.RenewParallel != tt.want {
+				t.Errorf("RenewParallel = %d, want %d", c.RenewParallel, tt.want)
+			}
+		})
+	}
+}
+
 // TestRunRenewsKeepaliveLeases: run starts the keep-alive renewer, so a
 // 300ms keep-alive lease outlives its TTL many times over; and it stops the
 // renewer on shutdown (run returns, checked by startServer's cleanup).

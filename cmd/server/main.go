@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		RateLimit:      serviceRL,
 		MaxWait:        cfg.MaxWait,
 		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
+		RenewParallel: int(cfg.RenewParallel),
 	})
 	if err != nil {
 		return err
