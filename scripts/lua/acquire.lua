@@ -48,12 +48,17 @@ local ttl = tonumber(ARGV[2])
 local fair = ARGV[4] == '1'
 
 -- Waiters: drop the ones past their deadline, and queue heads that are no
--- longer registered (departed or expired), so the queue never sticks.
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-local head = redis.call('LINDEX', KEYS[4], 0)
-while head and not redis.call('ZSCORE', KEYS[3], head) do
-  redis.call('LPOP', KEYS[4])
+-- longer registered (departed or expired), so the queue never sticks. A
+-- lock nobody waits for (the common case) has neither key: one EXISTS.
+local waiting = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+local head = false
+if waiting then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
   head = redis.call('LINDEX', KEYS[4], 0)
+  while head and not redis.call('ZSCORE', KEYS[3], head) do
+    redis.call('LPOP', KEYS[4])
+    head = redis.call('LINDEX', KEYS[4], 0)
+  end
 end
 
 -- register keeps the caller as a waiter (and in fair mode queued at the
@@ -77,10 +82,14 @@ end
 -- keepalive turns keep-alive on for a granted lease (new grant, or a
 -- re-entry asking for it), or counts a re-entry as a heartbeat. It returns
 -- the TTL to set (capped at the max-hold deadline), the deadline and the
--- heartbeat interval (0, 0 when the lease is not kept alive).
-local function keepalive()
-  local v = redis.call('HMGET', KEYS[1], 'ku', 'kh')
-  local untl, hb = tonumber(v[1]), tonumber(v[2]) or 0
+-- heartbeat interval (0, 0 when the lease is not kept alive). fresh says
+-- the lock hash was just created, so it has no keep-alive fields yet.
+local function keepalive(fresh)
+  local untl, hb
+  if not fresh then
+    local v = redis.call('HMGET', KEYS[1], 'ku', 'kh')
+    untl, hb = tonumber(v[1]), tonumber(v[2]) or 0
+  end
   if not untl then
     if ARGV[6] ~= '1' then
       return ttl, 0, 0
@@ -108,7 +117,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
       ttl = tonumber(redis.call('HGET', KEYS[1], 'l')) or ttl
     end
     redis.call('HSET', KEYS[1], 'l', ttl)
-    local pttl, untl, hb = keepalive()
+    local pttl, untl, hb = keepalive(false)
     redis.call('PEXPIRE', KEYS[1], pttl)
     return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}
   end
@@ -133,17 +142,26 @@ end
 if head then
   redis.call('LPOP', KEYS[4])
 end
-redis.call('ZREM', KEYS[3], ARGV[1])
+if waiting then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
 
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], t[1] .. string.sub('000000' .. t[2], -6))
-end
 local fence = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', 1, 'f', fence, 'l', ttl)
-if fair then
-  redis.call('HSET', KEYS[1], 'm', 1) -- absent for a plain lock: one field less per lock
+if fence == 1 then
+  -- The counter was missing: seed it from the clock, then take the next.
+  redis.call('SET', KEYS[2], t[1] .. string.sub('000000' .. t[2], -6))
+  fence = redis.call('INCR', KEYS[2])
 end
-local pttl, untl, hb = keepalive()
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if fair then
+  -- m is absent for a plain lock: one field less per lock
+  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', 1, 'f', fence, 'l', ttl, 'm', 1)
+else
+  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', 1, 'f', fence, 'l', ttl)
+end
+local pttl, untl, hb = ttl, 0, 0
+if ARGV[6] == '1' then
+  pttl, untl, hb = keepalive(true)
+end
 redis.call('PEXPIRE', KEYS[1], pttl)
 return {1, 1, fence, pttl, now_ms, 0, fair and 1 or 0, untl, hb}

@@ -12,7 +12,8 @@
 --   status 1 = released (hold_count is what remains; 0 means the lock is free)
 --   status -1 = no such lease (expired or released)
 --   status -2 = held by another token
-local tok = redis.call('HGET', KEYS[1], 't')
+local v = redis.call('HMGET', KEYS[1], 't', 'ku')
+local tok = v[1]
 if not tok then
   return {-1, 0}
 end
@@ -24,8 +25,12 @@ if count > 0 then
   return {1, count}
 end
 redis.call('DEL', KEYS[1])
--- keep-alive: no renewal may follow a release, and a released lease is not lost
-redis.call('ZREM', KEYS[3], ARGV[2])
+if v[2] then
+  -- keep-alive: no renewal may follow a release (only a lease with a
+  -- max-hold deadline, ku, has a registry entry)
+  redis.call('ZREM', KEYS[3], ARGV[2])
+end
+-- a released lease is not lost
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('PUBLISH', KEYS[2], 'released')
 return {1, 0}
