@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -216,6 +217,162 @@ func BenchmarkCheckRateLimit(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(cc.evals.Load()-start)/float64(b.N), "redis_calls/op")
+		})
+	}
+}
+
+func sliding(name string, limit int64, window time.Duration) service.Policy {
+	return service.Policy{Name: name, Limit: service.Limit{Algorithm: service.SlidingWindow, Limit: limit, Window: window}}
+}
+
+// swState is what a sliding-window key holds: the index of the current fixed
+// window, its count and the previous window's count.
+type swState struct{ w, c, p int64 }
+
+// integer is the state in the script's integer form: the digits of w, c and
+// p zero-padded to n digits each, then n.
+func (s swState) integer() string {
+	n := len(strconv.FormatInt(max(s.c, s.p), 10))
+	return fmt.Sprintf("%d%0*d%0*d%d", s.w, n, s.c, n, s.p, n)
+}
+
+// text is the state in the script's text form, "w:c:p".
+func (s swState) text() string { return fmt.Sprintf("%d:%d:%d", s.w, s.c, s.p) }
+
+// swForms write a state in each form a sliding-window key may hold: the hash
+// of earlier versions and the script's two string forms.
+var swForms = []struct {
+	name  string
+	write func(m *miniredis.Miniredis, key string, s swState)
+}{
+	{"hash", func(m *miniredis.Miniredis, key string, s swState) {
+		m.HSet(key, "w", strconv.FormatInt(s.w, 10), "c", strconv.FormatInt(s.c, 10), "p", strconv.FormatInt(s.p, 10))
+	}},
+	{"integer", func(m *miniredis.Miniredis, key string, s swState) { mustSet(m, key, s.integer()) }},
+	{"text", func(m *miniredis.Miniredis, key string, s swState) { mustSet(m, key, s.text()) }},
+}
+
+func mustSet(m *miniredis.Miniredis, key, value string) {
+	if err := m.Set(key, value); err != nil {
+		panic(err)
+	}
+}
+
+// storedState describes a key's type and content, to tell whether a
+// decision changed it.
+func storedState(t *testing.T, m *miniredis.Miniredis, key string) string {
+	t.Helper()
+	switch typ := m.Type(key); typ {
+	case "hash":
+		return fmt.Sprintf("hash w=%s c=%s p=%s", m.HGet(key, "w"), m.HGet(key, "c"), m.HGet(key, "p"))
+	case "string":
+		v, err := m.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	default:
+		return typ
+	}
+}
+
+// TestCheckRateLimitSlidingWindowReadsEveryForm decides on a key written in
+// each form, the hash of earlier versions included: the decision is the
+// same, an allowed request stores the integer form, and a denied one leaves
+// the key as it was.
+func TestCheckRateLimitSlidingWindowReadsEveryForm(t *testing.T) {
+	const limit, window = 10, time.Minute
+	cur := t0.UnixMilli() / window.Milliseconds() // t0 starts a window
+	tests := []struct {
+		name  string
+		state swState
+		want  service.Decision // Policy, Key, Limit and Window filled in below
+		after swState          // the stored state after an allowed request
+	}{
+		// A quarter into the window: the previous count weighs 3/4.
+		{"current window", swState{cur, 4, 4},
+			service.Decision{Allowed: true, Remaining: 2, ResetAfter: 105 * time.Second}, swState{cur, 5, 4}},
+		{"previous window", swState{cur - 1, 8, 2},
+			service.Decision{Allowed: true, Remaining: 3, ResetAfter: 105 * time.Second}, swState{cur, 1, 8}},
+		{"older", swState{cur - 2, 9, 9},
+			service.Decision{Allowed: true, Remaining: 9, ResetAfter: 105 * time.Second}, swState{cur, 1, 0}},
+		{"clock went back", swState{cur + 1, 4, 0},
+			service.Decision{Allowed: true, Remaining: 5, ResetAfter: 2 * window}, swState{cur + 1, 5, 0}},
+		{"full", swState{cur, 10, 0},
+			service.Decision{Remaining: 0, ResetAfter: 105 * time.Second, RetryAfter: 51001 * time.Millisecond}, swState{}},
+		{"full with the previous window's weight", swState{cur, 2, 10},
+			service.Decision{Remaining: 0, ResetAfter: 105 * time.Second, RetryAfter: 3001 * time.Millisecond}, swState{}},
+	}
+	for _, form := range swForms {
+		for _, tt := range tests {
+			t.Run(form.name+"/"+tt.name, func(t *testing.T) {
+				svc, m := newTestService(t, rlConfig(-1, sliding("slide", limit, window)))
+				m.SetTime(t0.Add(window / 4))
+				key := service.DefaultKeyPrefix + "rl:sw:slide:192.0.2.1"
+				form.write(m, key, tt.state)
+				m.SetTTL(key, 90*time.Second)
+				before := storedState(t, m, key)
+
+				got := mustCheck(t, svc, service.RateLimitRequest{Policy: "slide", Key: "192.0.2.1"})
+				want := tt.want
+				want.Policy, want.Key, want.Limit, want.Window = "slide", "192.0.2.1", limit, window
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("decision (-want +got):\n%s", diff)
+				}
+				if !got.Allowed {
+					if after := storedState(t, m, key); after != before || m.TTL(key) != 90*time.Second {
+						t.Fatalf("a denial changed the key: %s with TTL %s, want %s with TTL 90s", after, m.TTL(key), before)
+					}
+					return
+				}
+				if after := storedState(t, m, key); after != tt.after.integer() {
+					t.Errorf("stored %q, want %q (%+v)", after, tt.after.integer(), tt.after)
+				}
+				if ttl := m.TTL(key); ttl != 2*window {
+					t.Errorf("TTL = %s, want %s", ttl, 2*window)
+				}
+			})
+		}
+	}
+}
+
+// TestCheckRateLimitSlidingWindowStoredForm checks which form the script
+// stores: the integer while it fits in 64 bits, else the text. A second
+// request of the same cost is denied only if the stored counts were read
+// back.
+func TestCheckRateLimitSlidingWindowStoredForm(t *testing.T) {
+	at := func(window time.Duration) int64 { return t0.UnixMilli() / window.Milliseconds() }
+	tests := []struct {
+		name   string
+		limit  int64
+		window time.Duration
+		want   string
+	}{
+		{"counts of one digit", 9, time.Minute, swState{at(time.Minute), 9, 0}.integer()},
+		{"counts of ten digits", 1_000_000_000, time.Minute, swState{at(time.Minute), 1_000_000_000, 0}.text()},
+		// Ten digits of window index, two of four and one: 19 digits.
+		{"19 digits below 9e18", 9999, 201 * time.Millisecond, "8932370149999900004"},
+		{"19 digits from 9e18", 9999, 196 * time.Millisecond, "9160236734:9999:0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := rlConfig(-1, sliding("slide", tt.limit, tt.window))
+			cfg.RateLimit.MinWindow = time.Millisecond
+			svc, m := newTestService(t, cfg)
+			req := service.RateLimitRequest{Policy: "slide", Key: "192.0.2.1", Cost: tt.limit}
+			if d := mustCheck(t, svc, req); !d.Allowed {
+				t.Fatalf("first request: %+v, want allowed", d)
+			}
+			key := service.DefaultKeyPrefix + "rl:sw:slide:192.0.2.1"
+			if got := storedState(t, m, key); got != tt.want {
+				t.Fatalf("stored %q, want %q", got, tt.want)
+			}
+			if d := mustCheck(t, svc, req); d.Allowed {
+				t.Fatalf("second request: %+v, want denied: the stored counts were not read", d)
+			}
+			if got := storedState(t, m, key); got != tt.want {
+				t.Errorf("after a denial: stored %q, want %q unchanged", got, tt.want)
+			}
 		})
 	}
 }

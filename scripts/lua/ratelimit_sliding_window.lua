@@ -3,12 +3,22 @@
 -- sliding window ending now is estimated as
 --   previous_count * (window - elapsed) / window + current_count
 -- where elapsed is the time since the current fixed window began. Both
--- counters live in one hash, so a decision touches a single key. Denied
+-- counters live in one string, so a decision touches a single key. Denied
 -- requests change nothing.
 --
--- KEYS[1]  hash {w = index of the current fixed window, c = its count,
---          p = count of the window before it}; expires 2 windows after the
---          last allowed request
+-- KEYS[1]  string holding w = index of the current fixed window, c = its
+--          count and p = count of the window before it; expires 2 windows
+--          after the last allowed request. Two forms:
+--            integer  the digits of w, then c and p zero-padded to n digits
+--                     each, then n: w=29731045 c=7 p=12 is 2973104507122.
+--                     Redis keeps an integer in the key itself, so the key
+--                     is as small as a fixed-window counter.
+--            text     "w:c:p", when the integer would not fit in 64 bits
+--                     (counts of many digits, very short windows); about
+--                     32 bytes more per key
+--          A hash {w, c, p}, as earlier versions wrote, is read too and
+--          replaced by the string at the next allowed request. Any other
+--          string counts as no key.
 -- ARGV[1]  limit: requests (cost units) allowed per window, >= 1
 -- ARGV[2]  window in milliseconds, >= 1
 -- ARGV[3]  cost of this request, 1 <= cost <= limit
@@ -28,14 +38,45 @@ local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local cur = math.floor(now / window)
 local elapsed = now - cur * window
 
-local h = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
-local idx = tonumber(h[1])
-local c = tonumber(h[2]) or 0
-local p = tonumber(h[3]) or 0
+-- decode returns w, c and p from either string form, or nil.
+local function decode(v)
+  local w, c, p = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if w then return tonumber(w), tonumber(c), tonumber(p) end
+  if not string.match(v, '^%d+$') then return nil end
+  local n = tonumber(string.sub(v, -1))
+  if n < 1 or #v < 2 * n + 2 then return nil end
+  return tonumber(string.sub(v, 1, -2 * n - 2)), tonumber(string.sub(v, -2 * n - 1, -n - 2)),
+    tonumber(string.sub(v, -n - 1, -2))
+end
+
+-- encode returns the integer form, or the text form from 9e18 on, where the
+-- integer may not fit Redis's signed 64 bits (at most 9.22e18). Redis would
+-- keep such a number as a string anyway, and the text is about as long.
+local function encode(w, c, p)
+  local n = #string.format('%d', math.max(c, p))
+  local s = string.format('%d%0' .. n .. 'd%0' .. n .. 'd%d', w, c, p, n)
+  if #s < 19 or (#s == 19 and tonumber(s) < 9e18) then return s end
+  return string.format('%d:%d:%d', w, c, p)
+end
+
+local idx, c, p
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then
+  -- Not a string: a hash from an earlier version (anything else fails here).
+  local h = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
+  idx, c, p = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+elseif v then
+  idx, c, p = decode(v)
+end
+c = c or 0
+p = p or 0
 if idx == nil or idx < cur - 1 then
   c, p = 0, 0
 elseif idx == cur - 1 then
-  c, p = 0, c
+  -- Two statements: gopher-lua (miniredis, the embedded store) gets
+  -- "c, p = 0, c" wrong and would lose the previous count.
+  p = c
+  c = 0
 elseif idx > cur then
   -- The clock went back (failover to a replica behind us): keep the counts.
   cur = idx
@@ -65,7 +106,7 @@ if est + cost > limit then
 end
 
 c = c + cost
-redis.call('HSET', KEYS[1], 'w', cur, 'c', c, 'p', p)
-redis.call('PEXPIRE', KEYS[1], 2 * window)
+-- SET replaces the key whatever its type, so an old hash goes in this write.
+redis.call('SET', KEYS[1], encode(cur, c, p), 'PX', 2 * window)
 local remaining = math.max(math.floor(limit - est - cost), 0)
 return {1, remaining, reset_ms(c, p), 0}
