@@ -245,6 +245,93 @@ func TestRateLimitSlidingWindowWeighsPreviousWindow(t *testing.T) {
 	}
 }
 
+// TestRateLimitSlidingWindowStorage checks the sliding window's key on real
+// Redis: an allowed request stores w, c and p as one integer, which Redis
+// keeps in the key itself; counts too long for 64 bits as "w:c:p" text; and
+// a hash {w, c, p} left by an earlier version is read, kept as it is by a
+// denial and replaced by the next allowed request.
+func TestRateLimitSlidingWindowStorage(t *testing.T) {
+	const window = time.Hour
+	e := newTestEnv(t, withPolicies(policy("slide", service.SlidingWindow, 10, window),
+		policy("big", service.SlidingWindow, 1_000_000_000, window)))
+	cur := currentWindow(t, e, window)
+	w := strconv.FormatInt(cur, 10)
+	tests := []struct {
+		name     string
+		policy   string
+		hash     []int64 // w, c and p of a hash left by an earlier version; nil for none
+		value    string  // a string already in the key; "" for none
+		cost     int64
+		allowed  bool
+		want     string // the value afterwards; "" when the hash stays
+		encoding string // of the value afterwards
+	}{
+		{"new key", "slide", nil, "", 3, true, w + "301", "int"},
+		{"integer", "slide", nil, w + "301", 2, true, w + "501", "int"},
+		{"full integer", "slide", nil, w + "10002", 1, false, w + "10002", "int"},
+		{"hash of the current window", "slide", []int64{cur, 4, 0}, "", 1, true, w + "501", "int"},
+		{"hash of the previous window", "slide", []int64{cur - 1, 4, 0}, "", 1, true, w + "141", "int"},
+		{"hash of an older window", "slide", []int64{cur - 2, 9, 9}, "", 1, true, w + "101", "int"},
+		{"hash of a later window (the clock went back)", "slide", []int64{cur + 1, 4, 0}, "", 1, true,
+			strconv.FormatInt(cur+1, 10) + "501", "int"},
+		{"full hash", "slide", []int64{cur, 10, 0}, "", 1, false, "", ""},
+		{"counts of ten digits", "big", nil, "", 1_000_000_000, true, w + ":1000000000:0", "embstr"},
+		{"full text", "big", nil, w + ":1000000000:0", 1, false, w + ":1000000000:0", "embstr"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := "192.0.2." + strconv.Itoa(i)
+			key := e.Prefix + "rl:sw:" + tt.policy + ":" + client
+			if tt.hash != nil {
+				if err := e.RDB.HSet(t.Context(), key, "w", tt.hash[0], "c", tt.hash[1], "p", tt.hash[2]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.value != "" {
+				if err := e.RDB.Set(t.Context(), key, tt.value, window).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, d := e.check(t, `{"policy":"`+tt.policy+`","key":"`+client+`","cost":`+strconv.FormatInt(tt.cost, 10)+`}`)
+			if d.Allowed != tt.allowed {
+				t.Fatalf("decision %+v, want allowed=%v", d, tt.allowed)
+			}
+			if tt.want == "" {
+				got, err := e.RDB.HGetAll(t.Context(), key).Result()
+				want := map[string]string{"w": strconv.FormatInt(tt.hash[0], 10),
+					"c": strconv.FormatInt(tt.hash[1], 10), "p": strconv.FormatInt(tt.hash[2], 10)}
+				if err != nil || !cmp.Equal(got, want) {
+					t.Errorf("hash after a denial = %v, %v; want %v unchanged", got, err, want)
+				}
+			} else if got, err := e.RDB.Get(t.Context(), key).Result(); err != nil || got != tt.want {
+				t.Errorf("GET %s = %q, %v; want %q", key, got, err, tt.want)
+			}
+			if tt.encoding == "" {
+				return
+			}
+			if got, err := e.RDB.ObjectEncoding(t.Context(), key).Result(); err != nil || got != tt.encoding {
+				t.Errorf("OBJECT ENCODING = %q, %v; want %q", got, err, tt.encoding)
+			}
+		})
+	}
+}
+
+// currentWindow returns the index of the current window of length w on the
+// Redis clock, first waiting out the window's last 5 seconds so that a test
+// of a few seconds stays inside it.
+func currentWindow(t testing.TB, e *testEnv, w time.Duration) int64 {
+	t.Helper()
+	now, err := e.RDB.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	if left := w - time.Duration(now.UnixNano())%w; left < 5*time.Second {
+		time.Sleep(left)
+		now = now.Add(left)
+	}
+	return now.UnixMilli() / w.Milliseconds()
+}
+
 // waitForNextWindow sleeps until the Redis clock is offset past the start of
 // the next window of length w (windows are aligned on the Redis clock).
 func waitForNextWindow(t testing.TB, e *testEnv, w, offset time.Duration) {
