@@ -18,24 +18,34 @@ import (
 // middleware, identity, the service, headers and body) without a network.
 type instantRedis struct {
 	*redis.Client // never dialled: only the methods below are called
-	reply         any
 }
 
-func (r *instantRedis) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmdResult(r.reply, nil)
+// EvalSha answers as the script with that many keys would: acquire (6
+// keys) a new grant, release (4) the last hold gone, a rate-limit
+// script (1) an allowed decision.
+func (r *instantRedis) EvalSha(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	switch len(keys) {
+	case 6:
+		return redis.NewCmdResult([]any{int64(1), int64(1), int64(42), int64(10000), time.Now().UnixMilli(),
+			int64(0), int64(0), int64(0), int64(0)}, nil)
+	case 4:
+		return redis.NewCmdResult([]any{int64(1), int64(0)}, nil)
+	default:
+		return redis.NewCmdResult([]any{int64(1), int64(999), int64(60000), int64(0)}, nil)
+	}
 }
 
 func (r *instantRedis) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
 	return redis.NewStringResult("", nil)
 }
 
-// BenchmarkHotPath runs the gateway's routes through the whole router: the
-// ceiling route, a gate decision and a JSON check. Their difference is what
+// BenchmarkHotPath runs the hot routes through the whole router: the
+// ceiling route, a gate decision, a JSON check, and a lock's acquire and
+// release. Their difference is what
 // a decision costs Latchkey beyond serving HTTP; allocs/op is exact and does
 // not depend on the machine's load.
 func BenchmarkHotPath(b *testing.B) {
-	rdb := &instantRedis{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
-		reply: []any{int64(1), int64(999), int64(60000), int64(0)}}
+	rdb := &instantRedis{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}
 	b.Cleanup(func() { _ = rdb.Client.Close() })
 	svc, err := service.New(rdb, service.Config{RateLimit: service.RateLimitConfig{Policies: []service.Policy{{
 		Name: "bench", Key: "ip", Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 1000, Window: time.Minute},
@@ -65,6 +75,16 @@ func BenchmarkHotPath(b *testing.B) {
 		{"check", func() *http.Request {
 			r := httptest.NewRequest(http.MethodPost, "/v1/ratelimit/check", strings.NewReader(`{"policy":"bench","key":"user-1"}`))
 			r.Header.Set("Content-Type", "application/json")
+			return r
+		}, http.StatusOK},
+		{"acquire", func() *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/v1/locks/orders-42", strings.NewReader(`{"ttl":"10s"}`))
+			r.Header.Set("Content-Type", "application/json")
+			return r
+		}, http.StatusCreated},
+		{"release", func() *http.Request {
+			r := httptest.NewRequest(http.MethodDelete, "/v1/locks/orders-42", nil)
+			r.Header.Set("Lock-Token", "bench-token-0123456789abcdef")
 			return r
 		}, http.StatusOK},
 	}

@@ -98,7 +98,7 @@ func (s *Service) checkKeepalive(req *AcquireRequest) error {
 }
 
 // registryKey is the sorted set of keep-alive leases.
-func (s *Service) registryKey() string { return s.cfg.KeyPrefix + "keepalive" }
+func (s *Service) registryKey() string { return s.regKey }
 
 // registryMember names a keep-alive lease in the registry. Tokens never hold
 // ':', so the first ':' separates the token from the lock name.

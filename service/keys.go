@@ -69,16 +69,32 @@ type lockKeys struct {
 	name    string // the lock's name (keep-alive registry members carry it)
 }
 
+// keys names the keys of the lock called name. They are cut from one
+// string, one allocation for all six: every lock request needs them.
 func (s *Service) keys(name string) lockKeys {
-	tag := "{" + name + "}"
 	p := s.cfg.KeyPrefix
-	return lockKeys{
-		lock:    p + "lock:" + tag,
-		fence:   p + "fence:" + tag,
-		channel: p + "unlock:" + tag,
-		waiters: p + "waiters:" + tag,
-		queue:   p + "queue:" + tag,
-		lost:    p + "lost:" + tag,
-		name:    name,
+	kinds := [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:"}
+	size := 0
+	for _, k := range kinds {
+		size += len(p) + len(k) + len(name) + 2
 	}
+	b := make([]byte, 0, size)
+	var ends [len(kinds)]int
+	for i, k := range kinds {
+		b = append(b, p...)
+		b = append(b, k...)
+		b = append(b, '{')
+		b = append(b, name...)
+		b = append(b, '}')
+		ends[i] = len(b)
+	}
+	all := string(b)
+	key := func(i int) string {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return all[start:ends[i]]
+	}
+	return lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name}
 }

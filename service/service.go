@@ -29,6 +29,7 @@ type Service struct {
 	scripts []*script
 	rl      *rateLimiter
 	sub     *subscriber
+	regKey  string // the keep-alive registry's key, named once
 }
 
 // New returns a Service on rdb. It does no I/O; call LoadScripts at start-up.
@@ -42,7 +43,7 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	m := newMetrics(cfg.Registerer)
-	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts}
+	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts, regKey: cfg.KeyPrefix + "keepalive"}
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
 	s.sub = newSubscriber(rdb, cfg.OpTimeout, cfg.SubscriberPing, m)
