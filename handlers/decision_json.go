@@ -48,12 +48,6 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Header values shared by every decision; net/http only reads them.
-var (
-	jsonContentType = []string{"application/json"}
-	noStore         = []string{"no-store"}
-)
-
 // writeDecisionJSON answers d with the given status.
 func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
 	h := w.Header()
