@@ -93,21 +93,24 @@ func runLoad(ctx context.Context, base string, conns int, d time.Duration, op fu
 
 // Result is one scenario's measurements.
 type Result struct {
-	Scenario    string         `json:"scenario"`
-	Requests    int            `json:"requests"`
-	Seconds     float64        `json:"seconds"`
-	RPS         float64        `json:"rps"`
-	P50MS       float64        `json:"p50_ms"`
-	P90MS       float64        `json:"p90_ms"`
-	P99MS       float64        `json:"p99_ms"`
-	P999MS      float64        `json:"p999_ms"`
-	Errors      int            `json:"errors"`
-	Non2xx      map[string]int `json:"non_2xx,omitempty"`
-	RPSRatio    float64        `json:"rps_ratio_to_ceiling"`
-	P99Ratio    float64        `json:"p99_ratio_to_ceiling"`
-	Description string         `json:"description"`
-	Usage       usage          `json:"usage"`
-	Notes       []string       `json:"notes,omitempty"`
+	Scenario string         `json:"scenario"`
+	Requests int            `json:"requests"`
+	Seconds  float64        `json:"seconds"`
+	RPS      float64        `json:"rps"`
+	P50MS    float64        `json:"p50_ms"`
+	P90MS    float64        `json:"p90_ms"`
+	P99MS    float64        `json:"p99_ms"`
+	P999MS   float64        `json:"p999_ms"`
+	Errors   int            `json:"errors"`
+	Non2xx   map[string]int `json:"non_2xx,omitempty"`
+	RPSRatio float64        `json:"rps_ratio_to_ceiling"`
+	P99Ratio float64        `json:"p99_ratio_to_ceiling"`
+	// RoundRPSRatios are the throughput ratios of each paired round, whose
+	// median is RPSRatio.
+	RoundRPSRatios []float64 `json:"rps_ratio_by_round,omitempty"`
+	Description    string    `json:"description"`
+	Usage          usage     `json:"usage"`
+	Notes          []string  `json:"notes,omitempty"`
 }
 
 // summarize turns samples into a Result. Requests cancelled by the end of

@@ -40,6 +40,7 @@ type options struct {
 	serverBin string
 	redisBin  string
 	conns     int
+	rounds    int
 	duration  time.Duration
 	warmup    time.Duration
 	scenarios string
@@ -47,6 +48,9 @@ type options struct {
 	redisURL  string
 	b         bench
 	meter     meter
+	// ceilingOp is the ceiling scenario's iteration, run in every round of
+	// a paired scenario.
+	ceilingOp func(context.Context, *worker)
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -59,6 +63,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary for -start")
 	fs.IntVar(&o.conns, "c", 64, "concurrent keep-alive connections per scenario (1-1024)")
 	fs.DurationVar(&o.duration, "d", 10*time.Second, "duration of each scenario (at most 5m)")
+	fs.IntVar(&o.rounds, "rounds", 5, "paired rounds per scenario: each runs the ceiling, then the scenario, for d/rounds; ratios are the median over rounds (1-100)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up before each scenario")
 	fs.StringVar(&o.scenarios, "scenarios", "ceiling,gate,check,lock,contended,keepalive,waiters", "comma-separated scenarios; ceiling always runs first")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file (- for stdout)")
@@ -77,6 +82,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.conns < 1 || o.conns > 1024 {
 		return fmt.Errorf("-c %d: want 1-1024", o.conns)
+	}
+	if o.rounds < 1 || o.rounds > 100 {
+		return fmt.Errorf("-rounds %d: want 1-100", o.rounds)
 	}
 	if o.duration <= 0 || o.duration > 5*time.Minute {
 		return fmt.Errorf("-d %s: want (0, 5m]", o.duration)
@@ -118,7 +126,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var results []Result
 	var ceiling Result
-	for _, sc := range o.b.scenarios() {
+	all := o.b.scenarios()
+	o.ceilingOp = all[0].op
+	for _, sc := range all {
 		if !want[sc.name] {
 			continue
 		}
@@ -129,8 +139,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		if sc.name == "ceiling" {
 			ceiling = res
+			res.RPSRatio, res.P99Ratio = 1, 1
 		}
-		if ceiling.RPS > 0 && res.RPS > 0 {
+		if res.RPSRatio == 0 && ceiling.RPS > 0 && res.RPS > 0 {
+			// A scenario of its own shape: against the ceiling measured first.
 			res.RPSRatio = res.RPS / ceiling.RPS
 			res.P99Ratio = res.P99MS / ceiling.P99MS
 		}
@@ -143,7 +155,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	for name := range want {
 		return fmt.Errorf("unknown scenario %q", name)
 	}
-	report := Report{Connections: o.conns, Duration: o.duration.String(), Results: results, Machine: machine()}
+	report := Report{Connections: o.conns, Duration: o.duration.String(), Rounds: o.rounds, Results: results, Machine: machine()}
 	printText(stdout, report)
 	fmt.Fprintln(stdout, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
 		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds")
@@ -171,11 +183,15 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 	if o.warmup > 0 {
 		runLoad(ctx, o.b.base, o.conns, o.warmup, sc.op)
 	}
-	before := o.meter.read(ctx)
-	samples, elapsed := runLoad(ctx, o.b.base, o.conns, o.duration, sc.op)
-	res := summarize(sc.name, samples, elapsed)
-	res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
-	res.Description = sc.description
+	if sc.name == "ceiling" {
+		before := o.meter.read(ctx)
+		samples, elapsed := runLoad(ctx, o.b.base, o.conns, o.duration, sc.op)
+		res := summarize(sc.name, samples, elapsed)
+		res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
+		res.Description = sc.description
+		return res, nil
+	}
+	res := runPaired(ctx, o, sc)
 	if sc.name == "keepalive" {
 		res.Notes = append(res.Notes, o.meter.keepaliveReport(ctx)...)
 	}
@@ -208,11 +224,12 @@ type Report struct {
 	Machine     string   `json:"machine"`
 	Connections int      `json:"connections"`
 	Duration    string   `json:"duration_per_scenario"`
+	Rounds      int      `json:"rounds"`
 	Results     []Result `json:"results"`
 }
 
 func printText(w io.Writer, r Report) {
-	fmt.Fprintf(w, "latchbench: %d connections, %s per scenario, %s\n", r.Connections, r.Duration, r.Machine)
+	fmt.Fprintf(w, "latchbench: %d connections, %s per scenario in %d paired rounds, %s\n", r.Connections, r.Duration, r.Rounds, r.Machine)
 	fmt.Fprintf(w, "%-10s %9s %7s %7s %8s %8s %6s %6s %6s %7s %7s %7s %7s  %s\n",
 		"scenario", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "x p99",
 		"cpu s", "rss MiB", "r ops/q", "r cpu s", "non-2xx")
