@@ -256,12 +256,8 @@ func decisionReply(alg Algorithm, res any) ([4]int64, error) {
 	if !ok || len(arr) != len(out) {
 		return out, fmt.Errorf("ratelimit %s: unexpected reply %T %v", alg, res, res)
 	}
-	for i, v := range arr {
-		x, ok := v.(int64)
-		if !ok {
-			return out, fmt.Errorf("ratelimit %s: reply[%d] is %T, want int64", alg, i, v)
-		}
-		out[i] = x
+	if i, ok := fillInt64s(arr, out[:]); !ok {
+		return out, fmt.Errorf("ratelimit %s: reply[%d] is %T, want int64", alg, i, arr[i])
 	}
 	return out, nil
 }

@@ -140,12 +140,21 @@ func int64s(op string, res any, n int) ([]int64, error) {
 		return nil, fmt.Errorf("%s: unexpected reply %T %v", op, res, res)
 	}
 	out := make([]int64, len(arr))
+	if i, ok := fillInt64s(arr, out); !ok {
+		return nil, fmt.Errorf("%s: reply[%d] is %T, want int64", op, i, arr[i])
+	}
+	return out, nil
+}
+
+// fillInt64s copies the integers of a script reply into out (as long as
+// arr). It reports the index of the first element that is not an integer.
+func fillInt64s(arr []any, out []int64) (bad int, ok bool) {
 	for i, v := range arr {
 		x, ok := v.(int64)
 		if !ok {
-			return nil, fmt.Errorf("%s: reply[%d] is %T, want int64", op, i, v)
+			return i, false
 		}
 		out[i] = x
 	}
-	return out, nil
+	return 0, true
 }
