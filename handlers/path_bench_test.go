@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// instantRedis answers every script call at once with reply, so a benchmark
+// instantRedis answers every script call at once, so a benchmark
 // of the router measures Latchkey's own work on the hot path (routing,
 // middleware, identity, the service, headers and body) without a network.
 type instantRedis struct {
@@ -41,9 +41,9 @@ func (r *instantRedis) ScriptLoad(ctx context.Context, _ string) *redis.StringCm
 
 // BenchmarkHotPath runs the hot routes through the whole router: the
 // ceiling route, a gate decision, a JSON check, and a lock's acquire and
-// release. Their difference is what
-// a decision costs Latchkey beyond serving HTTP; allocs/op is exact and does
-// not depend on the machine's load.
+// release. Their difference from the ceiling is what a request costs
+// Latchkey beyond serving HTTP; allocs/op is exact and does not depend on
+// the machine's load.
 func BenchmarkHotPath(b *testing.B) {
 	rdb := &instantRedis{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}
 	b.Cleanup(func() { _ = rdb.Client.Close() })

@@ -185,7 +185,7 @@ func (a *api) writeDecision(w http.ResponseWriter, status int, d service.Decisio
 // canonical names.
 func setRateLimitHeaders(h http.Header, d service.Decision, legacy bool) {
 	reset := ceilSeconds(d.ResetAfter)
-	var buf [128]byte
+	var buf [160]byte
 	b := strconv.AppendQuote(buf[:0], d.Policy)
 	name := len(b)
 	b = append(b, ";q="...)
@@ -193,13 +193,14 @@ func setRateLimitHeaders(h http.Header, d service.Decision, legacy bool) {
 	b = append(b, ";w="...)
 	b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
 	policyEnd := len(b)
+	b = append(b, b[:name]...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, reset, 10)
-	// One string holds both values: RateLimit is its name plus its tail.
+	// One string holds both values, one after the other.
 	all := string(b)
-	vals := []string{all[:policyEnd], all[:name] + all[policyEnd:]}
+	vals := []string{all[:policyEnd], all[policyEnd:]}
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	if !d.Allowed {

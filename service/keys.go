@@ -3,6 +3,7 @@ package service
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"strings"
 )
 
 // DefaultKeyPrefix prefixes every Redis key and channel Latchkey uses.
@@ -72,29 +73,19 @@ type lockKeys struct {
 // keys names the keys of the lock called name. They are cut from one
 // string, one allocation for all six: every lock request needs them.
 func (s *Service) keys(name string) lockKeys {
-	p := s.cfg.KeyPrefix
 	kinds := [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:"}
-	size := 0
-	for _, k := range kinds {
-		size += len(p) + len(k) + len(name) + 2
-	}
-	b := make([]byte, 0, size)
-	var ends [len(kinds)]int
+	var sb strings.Builder
+	sb.Grow(len(kinds) * (len(s.cfg.KeyPrefix) + len("waiters:{}") + len(name)))
+	var ends [len(kinds) + 1]int
 	for i, k := range kinds {
-		b = append(b, p...)
-		b = append(b, k...)
-		b = append(b, '{')
-		b = append(b, name...)
-		b = append(b, '}')
-		ends[i] = len(b)
+		sb.WriteString(s.cfg.KeyPrefix)
+		sb.WriteString(k)
+		sb.WriteByte('{')
+		sb.WriteString(name)
+		sb.WriteByte('}')
+		ends[i+1] = sb.Len()
 	}
-	all := string(b)
-	key := func(i int) string {
-		start := 0
-		if i > 0 {
-			start = ends[i-1]
-		}
-		return all[start:ends[i]]
-	}
+	all := sb.String()
+	key := func(i int) string { return all[ends[i]:ends[i+1]] }
 	return lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name}
 }
