@@ -45,6 +45,14 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+-- The TTL as the caller's string. Numbers reach redis.call as strings where a
+-- string is at hand: a Lua number is formatted with printf's %.17g on every
+-- call, which costs more than a simple command.
+local ttl_s = ARGV[2]
+local function ms(n)
+  if n == ttl then return ttl_s end
+  return n
+end
 local fair = ARGV[4] == '1'
 
 -- Waiters: drop the ones past their deadline, and queue heads that are no
@@ -112,13 +120,16 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'm')
   if v[1] == ARGV[1] then
-    local count = redis.call('HINCRBY', KEYS[1], 'n', 1)
+    local count = redis.call('HINCRBY', KEYS[1], 'n', '1')
     if ARGV[11] == '1' then
-      ttl = tonumber(redis.call('HGET', KEYS[1], 'l')) or ttl
+      local l = redis.call('HGET', KEYS[1], 'l')
+      if tonumber(l) then
+        ttl, ttl_s = tonumber(l), l
+      end
     end
-    redis.call('HSET', KEYS[1], 'l', ttl)
+    redis.call('HSET', KEYS[1], 'l', ttl_s)
     local pttl, untl, hb = keepalive(false)
-    redis.call('PEXPIRE', KEYS[1], pttl)
+    redis.call('PEXPIRE', KEYS[1], ms(pttl))
     return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}
   end
   local pttl = redis.call('PTTL', KEYS[1])
@@ -155,13 +166,13 @@ end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if fair then
   -- m is absent for a plain lock: one field less per lock
-  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', 1, 'f', fence, 'l', ttl, 'm', 1)
+  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', '1', 'f', fence, 'l', ttl_s, 'm', '1')
 else
-  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', 1, 'f', fence, 'l', ttl)
+  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', '1', 'f', fence, 'l', ttl_s)
 end
 local pttl, untl, hb = ttl, 0, 0
 if ARGV[6] == '1' then
   pttl, untl, hb = keepalive(true)
 end
-redis.call('PEXPIRE', KEYS[1], pttl)
+redis.call('PEXPIRE', KEYS[1], ms(pttl))
 return {1, 1, fence, pttl, now_ms, 0, fair and 1 or 0, untl, hb}

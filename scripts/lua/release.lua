@@ -20,7 +20,7 @@ end
 if tok ~= ARGV[1] then
   return {-2, 0}
 end
-local count = redis.call('HINCRBY', KEYS[1], 'n', -1)
+local count = redis.call('HINCRBY', KEYS[1], 'n', '-1') -- a string: see acquire.lua
 if count > 0 then
   return {1, count}
 end

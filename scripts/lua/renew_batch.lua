@@ -73,7 +73,8 @@ for i = 1, #ARGV - 1 do
           pttl, nxt, reason = untl - now_ms, untl, 'max_hold'
           lose(lost, tok, reason)
         end
-        redis.call('PEXPIRE', lock, pttl)
+        -- the stored TTL's own string when it is the TTL: see acquire.lua
+        redis.call('PEXPIRE', lock, pttl == ttl and v[2] or pttl)
         redis.call('ZADD', KEYS[1], nxt, m)
       end
     end
