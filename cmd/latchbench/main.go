@@ -158,7 +158,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	report := Report{Connections: o.conns, Duration: o.duration.String(), Rounds: o.rounds, Results: results, Machine: machine()}
 	printText(stdout, report)
 	fmt.Fprintln(stdout, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
-		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds")
+		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds;\n"+
+		"lg cpu s: the load generator's own CPU seconds")
 	if o.jsonOut != "" {
 		return writeJSON(stdout, o.jsonOut, report)
 	}
@@ -230,18 +231,18 @@ type Report struct {
 
 func printText(w io.Writer, r Report) {
 	fmt.Fprintf(w, "latchbench: %d connections, %s per scenario in %d paired rounds, %s\n", r.Connections, r.Duration, r.Rounds, r.Machine)
-	fmt.Fprintf(w, "%-10s %9s %7s %7s %8s %8s %6s %6s %6s %7s %7s %7s %7s  %s\n",
+	fmt.Fprintf(w, "%-10s %9s %7s %7s %8s %8s %6s %6s %6s %7s %7s %7s %7s %7s  %s\n",
 		"scenario", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "x p99",
-		"cpu s", "rss MiB", "r ops/q", "r cpu s", "non-2xx")
+		"cpu s", "rss MiB", "r ops/q", "r cpu s", "lg cpu s", "non-2xx")
 	for _, res := range r.Results {
 		if res.Requests == 0 {
 			fmt.Fprintf(w, "%-10s %s\n", res.Scenario, strings.Join(res.Notes, "; "))
 			continue
 		}
 		u := res.Usage
-		fmt.Fprintf(w, "%-10s %9.0f %7.2f %7.2f %8.2f %8.2f %6d %6.2f %6.2f %7.2f %7.1f %7.2f %7.2f  %v\n",
+		fmt.Fprintf(w, "%-10s %9.0f %7.2f %7.2f %8.2f %8.2f %6d %6.2f %6.2f %7.2f %7.1f %7.2f %7.2f %8.2f  %v\n",
 			res.Scenario, res.RPS, res.P50MS, res.P90MS, res.P99MS, res.P999MS, res.Errors, res.RPSRatio, res.P99Ratio,
-			u.ServerCPUSeconds, u.ServerRSSEndMiB, u.RedisCmdsPerReq, u.RedisCPUSeconds, res.Non2xx)
+			u.ServerCPUSeconds, u.ServerRSSEndMiB, u.RedisCmdsPerReq, u.RedisCPUSeconds, u.LoadgenCPUSeconds, res.Non2xx)
 	}
 	for _, res := range r.Results {
 		for _, n := range res.Notes {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,9 @@ type usage struct {
 	RedisCommands     int64   `json:"redis_commands,omitempty"`
 	RedisCPUSeconds   float64 `json:"redis_cpu_seconds,omitempty"`
 	RedisCmdsPerReq   float64 `json:"redis_commands_per_request,omitempty"` // counting the commands scripts run
+	// LoadgenCPUSeconds is latchbench's own CPU: on a machine it shares with
+	// the server and Redis, every microsecond it spends is one they lack.
+	LoadgenCPUSeconds float64 `json:"loadgen_cpu_seconds"`
 }
 
 // snapshot is a reading of the counters usage is computed from.
@@ -28,6 +32,7 @@ type snapshot struct {
 	serverCPU, rss, heapInuse float64
 	redisCmds                 int64
 	redisCPU                  float64
+	loadgenCPU                float64
 }
 
 // meter reads the server's /metrics and, when it knows Redis, INFO.
@@ -38,6 +43,7 @@ type meter struct {
 
 func (m *meter) read(ctx context.Context) snapshot {
 	var s snapshot
+	s.loadgenCPU = ownCPUSeconds()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.base+"/metrics", nil); err == nil {
@@ -86,6 +92,7 @@ func (m *meter) usage(before, after snapshot, requests int) usage {
 		ServerRSSStartMiB: before.rss / mib,
 		ServerRSSEndMiB:   after.rss / mib,
 		HeapInuseEndMiB:   after.heapInuse / mib,
+		LoadgenCPUSeconds: after.loadgenCPU - before.loadgenCPU,
 	}
 	if m.redis != nil {
 		u.RedisCommands = after.redisCmds - before.redisCmds - 1 // not counting the INFO itself
@@ -95,6 +102,15 @@ func (m *meter) usage(before, after snapshot, requests int) usage {
 		}
 	}
 	return u
+}
+
+// ownCPUSeconds is the user and system CPU this process has used.
+func ownCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // keepaliveReport reads the server's keep-alive metrics after a keepalive
