@@ -69,4 +69,9 @@ func TestRunPaired(t *testing.T) {
 	if ceilingHits.Load() == 0 {
 		t.Error("no ceiling request was sent in the rounds")
 	}
+	// The load generator's own CPU is summed over the rounds: it sent
+	// requests in every one, so it used some.
+	if res.Usage.LoadgenCPUSeconds <= 0 {
+		t.Errorf("load generator CPU %v s over %d requests, want > 0", res.Usage.LoadgenCPUSeconds, res.Requests)
+	}
 }
