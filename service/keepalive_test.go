@@ -87,6 +87,30 @@ func TestKeepaliveBoundsStepByStep(t *testing.T) {
 	}
 }
 
+// A renewal hands the stored TTL back to Redis as its own string. One that
+// is not plain digits (Latchkey never writes such a value, Redis would refuse
+// it in PEXPIRE) is passed as a number instead, so the lease is renewed and
+// the rest of the batch is not failed with it.
+func TestRenewalOverAStoredTTLThatIsNotDigits(t *testing.T) {
+	svc, m := newTestService(t, service.Config{})
+	now := t0
+	l := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: 3 * time.Second, Keepalive: true, MaxHold: time.Hour})
+	other := mustAcquire(t, svc, "invoices", service.AcquireRequest{TTL: 3 * time.Second, Keepalive: true, MaxHold: time.Hour})
+	lockKey := svc.Config().KeyPrefix + "lock:{orders}"
+	if m.HGet(lockKey, "t") != l.Token {
+		t.Fatalf("no lock hash %s holding the lease (keys %v)", lockKey, m.Keys())
+	}
+	m.HSet(lockKey, "l", "3000.0")
+	advance(m, &now, 1500*time.Millisecond)
+	service.RenewDueNow(t.Context(), svc)
+	for _, lease := range []service.Lease{l, other} {
+		got := mustInspect(t, svc, lease.Name, lease.Token)
+		if !got.Owned || got.TTL != 3*time.Second {
+			t.Errorf("%s after the renewal: Owned %v, TTL %s; want true, 3s", lease.Name, got.Owned, got.TTL)
+		}
+	}
+}
+
 func TestReleaseAndForceReleaseLeaveNoRegistryEntry(t *testing.T) {
 	svc, m := newTestService(t, service.Config{})
 	ctx := t.Context()

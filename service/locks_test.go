@@ -112,6 +112,32 @@ func TestAcquireReentrantKeepsItsOwnTTL(t *testing.T) {
 	}
 }
 
+// The scripts hand a stored TTL back to Redis as its own string. One that is
+// not plain digits (Latchkey never writes such a value, Redis would refuse it
+// in PEXPIRE) must not reach a
+// PEXPIRE: a re-entry without ttl then falls back to the default TTL.
+func TestAcquireReentrantIgnoresAStoredTTLThatIsNotDigits(t *testing.T) {
+	svc, m := newTestService(t, service.Config{DefaultTTL: 30 * time.Second})
+	first := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: time.Hour})
+	var lockKey string
+	for _, k := range m.Keys() {
+		if typ := m.Type(k); typ == "hash" && m.HGet(k, "t") == first.Token {
+			lockKey = k
+		}
+	}
+	if lockKey == "" {
+		t.Fatalf("no lock hash holding the token among %v", m.Keys())
+	}
+	m.HSet(lockKey, "l", "12000.0")
+	got := mustAcquire(t, svc, "orders", service.AcquireRequest{Token: first.Token})
+	if got.TTL != 30*time.Second || got.HoldCount != 2 {
+		t.Errorf("re-entry over a stored ttl of %q: TTL %s, hold count %d; want the default 30s, 2", "12000.0", got.TTL, got.HoldCount)
+	}
+	if ttl := m.TTL(lockKey); ttl != 30*time.Second {
+		t.Errorf("lock key TTL %s after the re-entry, want 30s", ttl)
+	}
+}
+
 func TestAcquireHeldByAnother(t *testing.T) {
 	svc, m := newTestService(t, service.Config{})
 	holder := mustAcquire(t, svc, "orders", service.AcquireRequest{Token: tokenA, TTL: 10 * time.Second})

@@ -123,7 +123,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     local count = redis.call('HINCRBY', KEYS[1], 'n', '1')
     if ARGV[11] == '1' then
       local l = redis.call('HGET', KEYS[1], 'l')
-      if tonumber(l) then
+      if l and string.find(l, '^%d+$') then
         ttl, ttl_s = tonumber(l), l
       end
     end

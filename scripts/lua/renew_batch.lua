@@ -74,7 +74,10 @@ for i = 1, #ARGV - 1 do
           lose(lost, tok, reason)
         end
         -- the stored TTL's own string when it is the TTL: see acquire.lua
-        redis.call('PEXPIRE', lock, pttl == ttl and v[2] or pttl)
+        if pttl == ttl and string.find(v[2], '^%d+$') then
+          pttl = v[2]
+        end
+        redis.call('PEXPIRE', lock, pttl)
         redis.call('ZADD', KEYS[1], nxt, m)
       end
     end
