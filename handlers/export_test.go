@@ -26,3 +26,13 @@ type DecisionResponse = decisionResponse
 
 // AppendDecisionJSON is appendDecisionJSON, for the JSON encoding test.
 var AppendDecisionJSON = appendDecisionJSON
+
+// LeaseResponse and KeepaliveResponse are the lease bodies, for the JSON
+// encoding test.
+type (
+	LeaseResponse     = leaseResponse
+	KeepaliveResponse = keepaliveResponse
+)
+
+// AppendLeaseJSON is appendLeaseJSON, for the JSON encoding test.
+var AppendLeaseJSON = appendLeaseJSON

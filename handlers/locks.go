@@ -121,7 +121,7 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 	if lease.Reentrant {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, toLeaseResponse(lease, true))
+	writeLeaseJSON(w, status, toLeaseResponse(lease, true))
 }
 
 // handleGetLock implements operationId getLock.
@@ -175,7 +175,7 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toLeaseResponse(lease, false))
+	writeLeaseJSON(w, http.StatusOK, toLeaseResponse(lease, false))
 }
 
 // handleReleaseLock implements operationId releaseLock, and with
