@@ -50,9 +50,6 @@ func appendJSONString(b []byte, s string) []byte {
 
 // writeDecisionJSON answers d with the given status.
 func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
-	w.WriteHeader(status)
+	writeJSONHeader(w, status)
 	_, _ = w.Write(appendDecisionJSON(make([]byte, 0, 192), d))
 }

@@ -158,9 +158,14 @@ var (
 
 // writeJSON answers v as JSON with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONHeader(w, status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeJSONHeader sends the status and the headers of every JSON answer.
+func writeJSONHeader(w http.ResponseWriter, status int) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

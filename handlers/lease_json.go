@@ -54,9 +54,6 @@ func appendJSONTime(b []byte, t time.Time) []byte {
 
 // writeLeaseJSON answers l with the given status.
 func writeLeaseJSON(w http.ResponseWriter, status int, l leaseResponse) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
-	w.WriteHeader(status)
+	writeJSONHeader(w, status)
 	_, _ = w.Write(appendLeaseJSON(make([]byte, 0, 256), l))
 }
