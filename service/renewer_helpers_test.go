@@ -79,16 +79,12 @@ func (r *renewRecorder) run(ctx context.Context, sha string, keys, members []str
 		select {
 		case <-r.gate:
 		case <-ctx.Done():
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(ctx.Err())
-			return cmd
+			return redis.NewCmdResult(nil, ctx.Err())
 		}
 	}
 	if r.fail != nil {
 		if err := r.fail(members); err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
+			return redis.NewCmdResult(nil, err)
 		}
 	}
 	return r.RedisClient.EvalSha(ctx, sha, keys, args...)
