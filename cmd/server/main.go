@@ -168,6 +168,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.Redis
 	// request should get its 503 at once, not after half a second.
 	opts.DialerRetries = 2
 	opts.DialerRetryTimeout = 50 * time.Millisecond
+	// RESP2 unless the URL asks for another (?protocol=3): Latchkey reads
+	// no push notifications (pub/sub works on RESP2), and under RESP3
+	// go-redis looks for pending ones before every reply of a pipeline.
+	if opts.Protocol == 0 {
+		opts.Protocol = 2
+	}
 	rdb := redis.NewClient(opts)
 	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
 	if !cfg.RedisPipeline {
