@@ -111,7 +111,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.SetOutput(out)
 	e := &envFlags{fs: fs, getenv: getenv}
 	e.str(&c.Addr, "addr", "LATCHKEY_ADDR", "127.0.0.1:8080", "listen address")
-	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://); empty runs on the embedded in-memory store")
+	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://; with ?master_name=NAME the address is a Sentinel's); empty runs on the embedded in-memory store")
 	e.dur(&c.RedisTimeout, "redis-timeout", "LATCHKEY_REDIS_TIMEOUT", 2*time.Second, "bound on every Redis call; past it a request gets 503")
 	e.dur(&c.ShutdownTimeout, "shutdown-timeout", "LATCHKEY_SHUTDOWN_TIMEOUT", 15*time.Second, "how long shutdown waits for in-flight requests")
 	e.str(&logLevel, "log-level", "LATCHKEY_LOG_LEVEL", "info", "debug, info, warn or error")

@@ -13,13 +13,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -151,30 +149,11 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.Redis
 		log.Warn("no LATCHKEY_REDIS_URL: running on the embedded in-memory store; " +
 			"state is lost on exit and not shared with other instances: use it to try Latchkey out, not in production")
 	}
-	opts, err := redis.ParseURL(url)
+	rdb, err := newRedisClient(url, cfg.RedisTimeout)
 	if err != nil {
 		stopEmbedded()
 		return nil, "", nil, fmt.Errorf("-redis-url: %w", err)
 	}
-	opts.DialTimeout = cfg.RedisTimeout
-	opts.ReadTimeout = cfg.RedisTimeout
-	opts.WriteTimeout = cfg.RedisTimeout
-	opts.PoolTimeout = cfg.RedisTimeout
-	opts.ContextTimeoutEnabled = true
-	// No automatic resend: a command whose connection broke after it was
-	// written may already have run, and the lock scripts are not idempotent.
-	opts.MaxRetries = -1
-	// Two dial attempts, not go-redis's five 100ms apart: with Redis down a
-	// request should get its 503 at once, not after half a second.
-	opts.DialerRetries = 2
-	opts.DialerRetryTimeout = 50 * time.Millisecond
-	// RESP2 unless the URL asks for another (?protocol=3): Latchkey reads
-	// no push notifications (pub/sub works on RESP2), and under RESP3
-	// go-redis looks for pending ones before every reply of a pipeline.
-	if opts.Protocol == 0 {
-		opts.Protocol = 2
-	}
-	rdb := redis.NewClient(opts)
 	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
 	if !cfg.RedisPipeline {
 		return rdb, store, closeAll, nil
