@@ -146,6 +146,10 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 func publicDetail(rule problemRule, err error) string {
 	switch rule.typ {
 	case "store-unavailable":
+		var re *service.ReplicationError
+		if errors.As(err, &re) {
+			return re.Error() + "; inspect the lock before relying on the change"
+		}
 		return "the store did not answer in time; try again"
 	case "lease-not-found":
 		return "no lease with this name is held (it expired or was released)"

@@ -28,6 +28,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// RateLimit configures rate-limit policies and decisions.
 	RateLimit RateLimitConfig
+	// MinReplicas, when above 0, makes every grant, release and renewal
+	// wait (Redis WAIT) until that many replicas have it before it is
+	// reported; fewer within ReplicaTimeout is a *ReplicationError. 0: off.
+	MinReplicas int
+	// ReplicaTimeout bounds that wait; below OpTimeout. Default 100ms.
+	ReplicaTimeout time.Duration
 
 	// Keep-alive leases (see keepalive.go and renewer.go).
 
@@ -76,6 +82,9 @@ func (c Config) withDefaults() Config {
 	if c.FenceTTL <= 0 {
 		c.FenceTTL = 30 * 24 * time.Hour
 	}
+	if c.ReplicaTimeout <= 0 {
+		c.ReplicaTimeout = 100 * time.Millisecond
+	}
 	c = c.keepaliveDefaults()
 	return c
 }
@@ -94,6 +103,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.RateLimit.Validate(); err != nil {
 		return err
+	}
+	if c.MinReplicas < 0 {
+		return fmt.Errorf("min replicas %d must not be negative", c.MinReplicas)
+	}
+	if c.MinReplicas > 0 && c.ReplicaTimeout >= c.OpTimeout {
+		return fmt.Errorf("replica timeout %s must be below the redis timeout %s", c.ReplicaTimeout, c.OpTimeout)
 	}
 	if c.DefaultMaxHold > c.MaxHoldCap {
 		return fmt.Errorf("default max hold %s is above the max hold cap %s", c.DefaultMaxHold, c.MaxHoldCap)

@@ -20,6 +20,10 @@ func TestConfigValidate(t *testing.T) {
 		{"default below min", service.Config{MinTTL: time.Minute, DefaultTTL: time.Second}, "default ttl 1s is outside"},
 		{"default above max", service.Config{MaxTTL: time.Minute, DefaultTTL: 2 * time.Minute}, "default ttl 2m0s is outside [1ms, 1m0s]"},
 		{"fence ttl below max ttl", service.Config{MaxTTL: 48 * time.Hour, FenceTTL: time.Hour}, "fence ttl 1h0m0s must be at least the max ttl 48h0m0s"},
+		{"min replicas", service.Config{MinReplicas: 2}, ""},
+		{"negative min replicas", service.Config{MinReplicas: -1}, "min replicas -1 must not be negative"},
+		{"replica wait as long as a call", service.Config{MinReplicas: 1, ReplicaTimeout: 2 * time.Second},
+			"replica timeout 2s must be below the redis timeout 2s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "latchkey_lock_releases_total", Help: "Lock releases, by kind (partial, final, forced).",
 		}, []string{"kind"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_redis_errors_total", Help: "Redis calls that failed, by operation and kind (unavailable, script).",
+			Name: "latchkey_redis_errors_total", Help: "Redis calls that failed, by operation and kind (unavailable, script, replicas: fewer replicas than -redis-min-replicas had the change in time).",
 		}, []string{"op", "kind"}),
 		scriptReloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "latchkey_script_reloads_total", Help: "Scripts reloaded after Redis answered NOSCRIPT.",

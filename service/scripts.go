@@ -18,6 +18,10 @@ type script struct {
 	name string
 	src  string
 	sha  string
+	// replicated marks a state change the client is told about (a grant,
+	// a release, a renewal): with Config.MinReplicas set, its answer waits
+	// for the replicas (runReplicated).
+	replicated bool
 }
 
 func newScript(name, src string) *script {
@@ -25,12 +29,18 @@ func newScript(name, src string) *script {
 	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
 }
 
+// replicated marks sc as a state change a client is told about.
+func replicated(sc *script) *script {
+	sc.replicated = true
+	return sc
+}
+
 var (
-	acquireScript      = newScript("acquire", lua.Acquire)
-	releaseScript      = newScript("release", lua.Release)
-	renewScript        = newScript("renew", lua.Renew)
+	acquireScript      = replicated(newScript("acquire", lua.Acquire))
+	releaseScript      = replicated(newScript("release", lua.Release))
+	renewScript        = replicated(newScript("renew", lua.Renew))
 	inspectScript      = newScript("inspect", lua.Inspect)
-	forceReleaseScript = newScript("force_release", lua.ForceRelease)
+	forceReleaseScript = replicated(newScript("force_release", lua.ForceRelease))
 	leaveScript        = newScript("leave", lua.Leave)
 
 	rateLimitFixedWindowScript   = newScript("ratelimit_fixed_window", lua.RateLimitFixedWindow)
@@ -85,6 +95,9 @@ func (s *Service) run(ctx context.Context, sc *script, keys []string, args ...an
 		var cancel context.CancelFunc
 		opCtx, cancel = context.WithTimeout(ctx, s.cfg.OpTimeout)
 		defer cancel()
+	}
+	if sc.replicated && s.cfg.MinReplicas > 0 {
+		return s.runReplicated(ctx, opCtx, sc, keys, args...)
 	}
 	res, err := s.rdb.EvalSha(opCtx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {

@@ -42,6 +42,9 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	if _, ok := rdb.(pipeliner); cfg.MinReplicas > 0 && !ok {
+		return nil, fmt.Errorf("service: min replicas needs a client that can pipeline a script with WAIT")
+	}
 	m := newMetrics(cfg.Registerer)
 	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts, regKey: cfg.KeyPrefix + "keepalive"}
 	s.ka = newKeepaliveMetrics(cfg.Registerer)

@@ -74,6 +74,7 @@ func TestConfigDefaults(t *testing.T) {
 		MaxWait:    60 * time.Second,
 
 		SubscriberPing: 10 * time.Second,
+		ReplicaTimeout: 100 * time.Millisecond,
 
 		DefaultMaxHold: time.Hour,
 		MaxHoldCap:     24 * time.Hour,
@@ -100,3 +101,15 @@ func TestReady(t *testing.T) {
 		t.Fatalf("Ready on a closed store = %v, want ErrUnavailable", err)
 	}
 }
+
+// A client that cannot pipeline a script with WAIT cannot serve
+// MinReplicas: New says so instead of failing at the first grant.
+func TestNewRefusesMinReplicasWithoutAPipeline(t *testing.T) {
+	_, err := service.New(scripterOnly{}, service.Config{MinReplicas: 1})
+	if err == nil || !strings.Contains(err.Error(), "min replicas needs a client that can pipeline") {
+		t.Fatalf("New with MinReplicas on a client without Pipeline = %v, want an error saying so", err)
+	}
+}
+
+// scripterOnly is a RedisClient with no Pipeline method; it is never called.
+type scripterOnly struct{ service.RedisClient }

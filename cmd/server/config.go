@@ -34,6 +34,8 @@ type Config struct {
 	MaxHold         time.Duration // default max_hold of a keep-alive lease
 	MaxHoldCap      time.Duration // largest max_hold a request may ask for
 	RenewParallel   int64         // keep-alive renewal script calls in flight per instance
+	MinReplicas     int64         // replicas that must have a lock change before it is reported
+	ReplicaTimeout  time.Duration // how long a lock change waits for them
 
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -113,6 +115,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.str(&c.Addr, "addr", "LATCHKEY_ADDR", "127.0.0.1:8080", "listen address")
 	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://; with ?master_name=NAME the address is a Sentinel's); empty runs on the embedded in-memory store")
 	e.dur(&c.RedisTimeout, "redis-timeout", "LATCHKEY_REDIS_TIMEOUT", 2*time.Second, "bound on every Redis call; past it a request gets 503")
+	e.int64(&c.MinReplicas, "redis-min-replicas", "LATCHKEY_REDIS_MIN_REPLICAS", 0, "replicas that must have a grant, release or renewal (Redis WAIT) before it is reported; fewer in time is a 503; 0: off")
+	e.dur(&c.ReplicaTimeout, "redis-replica-timeout", "LATCHKEY_REDIS_REPLICA_TIMEOUT", 100*time.Millisecond, "how long a lock change waits for -redis-min-replicas; below -redis-timeout")
 	e.dur(&c.ShutdownTimeout, "shutdown-timeout", "LATCHKEY_SHUTDOWN_TIMEOUT", 15*time.Second, "how long shutdown waits for in-flight requests")
 	e.str(&logLevel, "log-level", "LATCHKEY_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.AdminKey, "admin-key", "LATCHKEY_ADMIN_KEY", "", "bearer credential for admin actions (force-release); empty disables them")
@@ -178,6 +182,10 @@ func (c Config) Validate() error {
 	check(c.MaxWait > 0 && c.WriteTimeout > 0 && c.MaxWait+c.RedisTimeout >= c.WriteTimeout,
 		"-max-wait %s plus -redis-timeout %s must be below -write-timeout %s, so a wait ends with an answer",
 		c.MaxWait, c.RedisTimeout, c.WriteTimeout)
+	check(c.MinReplicas < 0, "-redis-min-replicas must not be negative, got %d", c.MinReplicas)
+	check(c.MinReplicas > 0 && (c.ReplicaTimeout <= 0 || c.ReplicaTimeout >= c.RedisTimeout),
+		"-redis-replica-timeout %s must be positive and below -redis-timeout %s", c.ReplicaTimeout, c.RedisTimeout)
+	check(c.MinReplicas > 0 && c.RedisURL == "", "-redis-min-replicas needs -redis-url: the embedded store has no replicas")
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
 	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)

@@ -143,6 +143,13 @@ func TestParseConfigValidation(t *testing.T) {
 		{"profiling on loopback", []string{"-pprof-addr", "127.0.0.1:6060"}, nil, nil},
 		{"profiling on all interfaces", []string{"-pprof-addr", ":6060"}, nil, []string{`-pprof-addr ":6060" must be a loopback address`}},
 		{"no pipeline queue", []string{"-redis-max-queued", "0"}, nil, []string{"-redis-max-queued must be at least 1"}},
+		{"min replicas on redis", []string{"-redis-url", "redis://redis:6379", "-redis-min-replicas", "1"}, nil, nil},
+		{"negative min replicas", []string{"-redis-url", "redis://redis:6379", "-redis-min-replicas", "-1"}, nil,
+			[]string{"-redis-min-replicas must not be negative"}},
+		{"replica wait as long as the redis timeout", []string{"-redis-url", "redis://redis:6379", "-redis-min-replicas", "1",
+			"-redis-replica-timeout", "2s"}, nil, []string{"-redis-replica-timeout 2s must be positive and below -redis-timeout 2s"}},
+		{"min replicas on the embedded store", []string{"-redis-min-replicas", "1"}, nil,
+			[]string{"-redis-min-replicas needs -redis-url"}},
 		{"stray argument", []string{"serve"}, nil, []string{"unexpected arguments: serve"}},
 		{"unknown flag", []string{"-port", "80"}, nil, []string{"-port"}},
 	}

@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		MaxWait:        cfg.MaxWait,
 		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
 		RenewParallel: int(cfg.RenewParallel),
+		MinReplicas:   int(cfg.MinReplicas), ReplicaTimeout: cfg.ReplicaTimeout,
 	})
 	if err != nil {
 		return err
