@@ -20,19 +20,29 @@ import (
 const envImage = "LATCHKEY_TEST_IMAGE"
 
 // latchkeyImage returns the image under test, or skips t (fails it when
-// Docker is required) when there is none or no Docker engine answers.
+// Docker is required) when there is none on the engine (it is never pulled)
+// or no Docker engine answers.
 func latchkeyImage(t testing.TB) string {
 	t.Helper()
 	image := os.Getenv(envImage)
 	if image == "" {
-		reason := envImage + " is not set: no Latchkey image to test (build one with docker build -t latchkey:latest . and set " + envImage + "=latchkey:latest)"
-		if envTrue(envRequireDocker) {
-			t.Fatalf("%s (and %s=1 requires it)", reason, envRequireDocker)
-		}
-		t.Skip(reason)
+		skipOrFailDocker(t, envImage+" is not set: no Latchkey image to test (build one with docker build -t latchkey:latest . and set "+envImage+"=latchkey:latest)")
 	}
 	dockerHealthy(t)
+	if err := localImage(image); err != nil {
+		skipOrFailDocker(t, "Latchkey image "+image+" is not on the Docker engine ("+err.Error()+"): build it with docker build -t "+image+" .")
+	}
 	return image
+}
+
+// skipOrFailDocker skips t with the reason, or fails it when
+// LATCHKEY_REQUIRE_DOCKER=1.
+func skipOrFailDocker(t testing.TB, reason string) {
+	t.Helper()
+	if envTrue(envRequireDocker) {
+		t.Fatalf("%s (and %s=1 requires it)", reason, envRequireDocker)
+	}
+	t.Skip(reason)
 }
 
 // newNetwork creates a private Docker network for t, removed when t ends.
@@ -57,14 +67,15 @@ type latchkeyContainer struct {
 }
 
 // startLatchkey runs image on nw with the given environment (on top of
-// LATCHKEY_ADDR=:8080 from the image) and waits for /healthz. The container
-// is removed when t ends; if t failed, its log is printed first.
+// LATCHKEY_ADDR=:8080 from the image), its port published on 127.0.0.1
+// only, and waits for /healthz. The container is removed when t ends; if t
+// failed, its log is printed first.
 func startLatchkey(t testing.TB, image string, nw *testcontainers.DockerNetwork, env map[string]string) *latchkeyContainer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := testcontainers.Run(ctx, image,
-		testcontainers.WithExposedPorts("8080/tcp"),
+		loopbackPorts("8080/tcp"),
 		testcontainers.WithEnv(env),
 		testcontainers.WithLabels(runLabels()),
 		network.WithNetwork([]string{"latchkey"}, nw),
@@ -130,6 +141,10 @@ func TestImageStack(t *testing.T) {
 		"LATCHKEY_LOG_LEVEL":     "debug",
 	})
 	e := &testEnv{URL: lk.URL, Client: newSpecClient(t)}
+
+	t.Run("published on loopback only", func(t *testing.T) {
+		wantLoopbackPorts(t, lk)
+	})
 
 	t.Run("runs as non-root", func(t *testing.T) {
 		info, err := lk.Inspect(t.Context())

@@ -1,12 +1,18 @@
 package integration
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
@@ -15,7 +21,7 @@ import (
 // Environment that tells the tests where Redis is and whether it is required.
 const (
 	envRedisURL     = "LATCHKEY_TEST_REDIS_URL"   // use this Redis instead of a container
-	envRedisImage   = "LATCHKEY_TEST_REDIS_IMAGE" // image for testcontainers (default redis:7)
+	envRedisImage   = "LATCHKEY_TEST_REDIS_IMAGE" // image for testcontainers (default redis:7), never pulled
 	envRequireRedis = "LATCHKEY_REQUIRE_REDIS"    // "1": fail instead of skipping when no Redis can be had
 	// envRequireDocker "1": fail instead of skipping when Docker or the Latchkey
 	// image (LATCHKEY_TEST_IMAGE, see image_test.go) cannot be had. It implies
@@ -52,19 +58,28 @@ func runLabels() map[string]string {
 	return nil
 }
 
+// defaultRedisImage is the Redis image when LATCHKEY_TEST_REDIS_IMAGE is not set.
+const defaultRedisImage = "redis:7"
+
 // startRedisContainer starts a fresh Redis container for t and returns it
-// with its URL (on the host's published port). The container is removed when
-// t ends. opts customise the container, e.g. to join a network.
+// with its URL (on the host's published port, bound to 127.0.0.1). The
+// container is removed when t ends. opts customise the container, e.g. to
+// join a network.
 func startRedisContainer(t testing.TB, opts ...testcontainers.ContainerCustomizer) (*tcredis.RedisContainer, string) {
 	t.Helper()
 	dockerHealthy(t)
-	image := os.Getenv(envRedisImage)
-	if image == "" {
-		image = "redis:7"
+	image := cmp.Or(os.Getenv(envRedisImage), defaultRedisImage)
+	if err := localImage(image); err != nil {
+		skipOrFail(t, fmt.Sprintf("Redis image %s is not on the Docker engine and the tests never pull one (%v): "+
+			"docker pull %s, or build one with .ci/redis-image.sh latchkey-ci/redis:7 and set %s=latchkey-ci/redis:7",
+			image, err, image, envRedisImage))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts = append([]testcontainers.ContainerCustomizer{testcontainers.WithLabels(runLabels())}, opts...)
+	opts = append([]testcontainers.ContainerCustomizer{
+		testcontainers.WithLabels(runLabels()),
+		loopbackPorts("6379/tcp"),
+	}, opts...)
 	c, err := tcredis.Run(ctx, image, opts...)
 	testcontainers.CleanupContainer(t, c)
 	if err != nil {
@@ -75,6 +90,50 @@ func startRedisContainer(t testing.TB, opts ...testcontainers.ContainerCustomize
 		t.Fatalf("redis container url: %v", err)
 	}
 	return c, url
+}
+
+// imageChecks maps an image name to a sync.OnceValue that inspects it.
+var imageChecks sync.Map
+
+// localImage returns nil if image is on the Docker engine, else the
+// engine's error (such as "No such image"). The engine is asked once per
+// image: a missing image is not pulled, where no registry answers that would
+// only wait for the pull's deadline in every test.
+func localImage(image string) error {
+	check, _ := imageChecks.LoadOrStore(image, sync.OnceValue(func() error { return inspectImage(image) }))
+	return check.(func() error)()
+}
+
+func inspectImage(image string) error {
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = p.Client().ImageInspect(ctx, image)
+	return err
+}
+
+// loopbackPorts exposes ports ("6379/tcp") and publishes each on a random
+// port of 127.0.0.1 only: testcontainers-go publishes on every address of
+// the host, which would open a test's Redis or Latchkey to the network.
+func loopbackPorts(ports ...string) testcontainers.CustomizeRequestOption {
+	return func(req *testcontainers.GenericContainerRequest) error {
+		bindings := network.PortMap{}
+		for _, p := range ports {
+			port, err := network.ParsePort(p)
+			if err != nil {
+				return fmt.Errorf("port %q: %w", p, err)
+			}
+			bindings[port] = []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: "0"}}
+		}
+		req.ExposedPorts = append(req.ExposedPorts, ports...)
+		return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = bindings
+		})(req)
+	}
 }
 
 // dockerHealthy skips t (or fails it when Redis is required) unless a
@@ -115,6 +174,35 @@ func TestRedisHelper(t *testing.T) {
 	rdb, _ := newRedis(t)
 	if err := rdb.Set(t.Context(), "k", "v", time.Second).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestContainersPublishOnLoopback: a test's Redis container publishes its
+// port on 127.0.0.1 only.
+func TestContainersPublishOnLoopback(t *testing.T) {
+	c, _ := startRedisContainer(t)
+	wantLoopbackPorts(t, c)
+}
+
+// wantLoopbackPorts fails t unless every port c publishes is bound to
+// 127.0.0.1, and there is at least one.
+func wantLoopbackPorts(t testing.TB, c testcontainers.Container) {
+	t.Helper()
+	info, err := c.Inspect(t.Context())
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	n := 0
+	for port, bindings := range info.NetworkSettings.Ports {
+		for _, b := range bindings {
+			n++
+			if b.HostIP.String() != "127.0.0.1" {
+				t.Errorf("port %s published on %s:%s, want 127.0.0.1 only", port, b.HostIP, b.HostPort)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no published port: %v", info.NetworkSettings.Ports)
 	}
 }
 
