@@ -85,20 +85,40 @@ func TestRenewParallelSetting(t *testing.T) {
 }
 
 // TestRunRenewsKeepaliveLeases: run starts the keep-alive renewer, so a
-// 300ms keep-alive lease outlives its TTL many times over; and it stops the
-// renewer on shutdown (run returns, checked by startServer's cleanup).
+// keep-alive lease is still owned after its first TTL has run out, its
+// expiry moved on by renewals; and it stops the renewer on shutdown (run
+// returns, checked by startServer's cleanup).
 func TestRunRenewsKeepaliveLeases(t *testing.T) {
 	s := startServer(t)
-	resp, lease := s.call(t, http.MethodPost, "/v1/locks/watched", `{"ttl":"300ms","keepalive":true}`)
+	// Renewed every ttl/3: a renewal may be late by more than a second on a
+	// busy machine before the lease runs out.
+	const ttl = 2 * time.Second
+	granted := time.Now()
+	resp, lease := s.call(t, http.MethodPost, "/v1/locks/watched", `{"ttl":"`+ttl.String()+`","keepalive":true}`)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("acquire = %d %v, want 201", resp.StatusCode, lease)
 	}
 	token := resp.Header.Get("Lock-Token")
-	time.Sleep(1500 * time.Millisecond)
-	if _, state := s.call(t, http.MethodGet, "/v1/locks/watched", "", "Lock-Token", token); state["owned"] != true {
-		t.Fatalf("a 300ms keep-alive lease 1.5s later: %v, want owned", state)
-	}
+	first := expiresAt(t, lease)
+	pollUntil(t, 30*time.Second, "the lease's expiry moved a TTL on", func() bool {
+		_, state := s.call(t, http.MethodGet, "/v1/locks/watched", "", "Lock-Token", token)
+		if state["owned"] != true {
+			t.Fatalf("a %s keep-alive lease %s after it was granted: %v, want owned", ttl, time.Since(granted).Round(time.Millisecond), state)
+		}
+		return !expiresAt(t, state).Before(first.Add(ttl))
+	})
 	if resp, rel := s.call(t, http.MethodDelete, "/v1/locks/watched", "", "Lock-Token", token); resp.StatusCode != http.StatusOK {
 		t.Errorf("release = %d %v, want 200", resp.StatusCode, rel)
 	}
+}
+
+// expiresAt is the expires_at of a lease or lock state answer.
+func expiresAt(t *testing.T, m map[string]any) time.Time {
+	t.Helper()
+	s, _ := m["expires_at"].(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("expires_at in %v: %v", m, err)
+	}
+	return at
 }
