@@ -115,6 +115,19 @@ func startServer(t *testing.T, args ...string) *testServer {
 	return s
 }
 
+// pollUntil polls cond every 10ms until it holds, and fails t if it does not
+// within d: d is a hang guard, not a measure.
+func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("after %s: not yet %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // call sends one request and decodes a JSON answer into a map.
 func (s *testServer) call(t *testing.T, method, path, body string, headers ...string) (*http.Response, map[string]any) {
 	t.Helper()
@@ -284,7 +297,10 @@ func TestRunDrainsInFlightRequests(t *testing.T) {
 }
 
 func TestRunRefusesBadConfig(t *testing.T) {
-	err := run(t.Context(), []string{"-addr", "0.0.0.0:0"}, env(), io.Discard)
+	// Bounded, so that a run which serves instead of refusing fails the test.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"-addr", "0.0.0.0:0"}, env(), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
 		t.Fatalf("run on 0.0.0.0 without Redis or -dev = %v, want the loopback refusal", err)
 	}
@@ -296,7 +312,9 @@ func TestRunFailsWhenTheAddressIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	err = run(t.Context(), []string{"-addr", ln.Addr().String()}, env(), io.Discard)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err = run(ctx, []string{"-addr", ln.Addr().String()}, env(), io.Discard)
 	var opErr *net.OpError
 	if !errors.As(err, &opErr) {
 		t.Fatalf("run on a taken address = %v, want a listen error", err)
