@@ -50,7 +50,11 @@ func TestRunPaired(t *testing.T) {
 			w.do(newRequest(ctx, http.MethodGet, w.base+path, ""), false)
 		}
 	}
-	o := &options{conns: 2, rounds: 3, duration: 150 * time.Millisecond, ceilingOp: get("/healthz")}
+	// A round's ratio needs a request from the ceiling and the scenario
+	// each: slices of 600ms (duration/rounds, for each of the two) leave
+	// room for a machine too busy to start the load generator's workers at
+	// once.
+	o := &options{conns: 2, rounds: 3, duration: 1800 * time.Millisecond, ceilingOp: get("/healthz")}
 	o.b.base, o.meter.base = srv.URL, srv.URL
 	res := runPaired(t.Context(), o, scenario{name: "work", op: get("/work")})
 
