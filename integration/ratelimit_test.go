@@ -379,6 +379,20 @@ func TestRateLimitTokenBucketBurst(t *testing.T) {
 	}
 }
 
+// TestRateLimitTokenBucketHighRate checks a token bucket refilling 10
+// million tokens a second (0.1 µs a token) through HTTP: a decision, not an
+// error, and the first request takes exactly one token.
+func TestRateLimitTokenBucketHighRate(t *testing.T) {
+	e := newTestEnv(t, withPolicies(policy("fast", service.TokenBucket, 10_000_000, time.Second)))
+	r, d := e.check(t, `{"policy":"fast","key":"k"}`)
+	if !d.Allowed || d.Remaining != 9_999_999 || d.ResetMS != 1 {
+		t.Fatalf("decision %+v, want allowed with 9999999 remaining, reset_ms 1", d)
+	}
+	if got := r.Header.Get("RateLimit"); got != `"fast";r=9999999;t=1` {
+		t.Errorf("RateLimit = %q", got)
+	}
+}
+
 // TestRateLimitCost checks requests that spend more than one unit.
 func TestRateLimitCost(t *testing.T) {
 	for _, alg := range service.Algorithms {
@@ -437,6 +451,7 @@ func TestRateLimitBadInput(t *testing.T) {
 		{"cost above limit", "POST", "/v1/ratelimit/check", `{"policy":"per-ip","cost":4}`, 400, "invalid-request", "cost", "max"},
 		{"unknown field", "POST", "/v1/ratelimit/check", `{"policy":"per-ip","rate":4}`, 400, "invalid-request", "rate", "unknown"},
 		{"limit not a number", "POST", "/v1/ratelimit/check", `{"key":"k","limit":"3","window":"10s"}`, 400, "invalid-request", "limit", "type"},
+		{"token bucket refilling in over 10 years", "POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":"24h","algorithm":"token_bucket","burst":1000000000}`, 400, "invalid-request", "burst", "max"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

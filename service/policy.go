@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -139,7 +141,48 @@ func (c RateLimitConfig) validateLimit(prefix string, l Limit) error {
 	if l.Burst > 0 && l.Algorithm != TokenBucket {
 		return invalid(prefix+"burst", "excluded", "%sburst applies to the token_bucket algorithm only", prefix)
 	}
+	if l.Algorithm == TokenBucket {
+		return validateRefill(prefix, l)
+	}
 	return nil
+}
+
+// maxRefill bounds a token bucket's window and the time an empty bucket
+// takes to refill (window × burst / limit). The script's exact arithmetic
+// needs the bound, and it keeps every reset and retry time in a
+// time.Duration (a few hundred years).
+const maxRefill = 87600 * time.Hour // 10 years of 365 days
+
+// maxBucketLimit bounds a token bucket's limit for the script's exact
+// arithmetic (2^48); the default MaxLimit is far below.
+const maxBucketLimit = 1 << 48
+
+// validateRefill checks a token bucket against maxRefill and maxBucketLimit.
+func validateRefill(prefix string, l Limit) error {
+	if l.Limit >= maxBucketLimit {
+		return invalid(prefix+"limit", "max", "%slimit of a token_bucket must be below %d, got %d", prefix, int64(maxBucketLimit), l.Limit)
+	}
+	if l.Window > maxRefill {
+		return invalid(prefix+"window", "max", "%swindow of a token_bucket must be at most %s (10 years), got %s", prefix, maxRefill, l.Window)
+	}
+	if l.Burst <= l.Limit {
+		return nil // refills within the window
+	}
+	// window × burst <= maxRefill × limit in milliseconds, as the script
+	// sees the window; 128-bit products, as they overflow int64.
+	w := uint64(l.Window.Milliseconds())
+	hi, lo := bits.Mul64(w, uint64(l.Burst))
+	maxHi, maxLo := bits.Mul64(uint64(maxRefill.Milliseconds()), uint64(l.Limit))
+	if hi < maxHi || hi == maxHi && lo <= maxLo {
+		return nil
+	}
+	refill := float64(w) * float64(l.Burst) / float64(l.Limit) // milliseconds
+	got := fmt.Sprintf("about %.3g years", refill/float64((365*24*time.Hour).Milliseconds()))
+	if refill < float64(math.MaxInt64/int64(time.Millisecond)) {
+		got = time.Duration(refill * float64(time.Millisecond)).Round(time.Microsecond).String()
+	}
+	return invalid(prefix+"burst", "max", "%sburst × window / limit (the time an empty bucket takes to refill) must be at most %s (10 years), got %s",
+		prefix, maxRefill, got)
 }
 
 func (c RateLimitConfig) validatePolicy(p Policy) error {

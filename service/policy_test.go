@@ -99,6 +99,12 @@ func TestRateLimitConfigValidate(t *testing.T) {
 		{"bad name", []service.Policy{with(func(p *service.Policy) { p.Name = "a b" })}, `policy "a b": names are`},
 		{"reserved name", []service.Policy{with(func(p *service.Policy) { p.Name = "inline" })}, `reserved`},
 		{"duplicate", []service.Policy{ok, ok}, `policy "p" is defined twice`},
+		{"token bucket refilling in over 10 years", []service.Policy{with(func(p *service.Policy) {
+			p.Algorithm, p.Limit.Limit, p.Window, p.Burst = service.TokenBucket, 1, 24*time.Hour, 1_000_000_000
+		})}, `policy "p": burst × window / limit (the time an empty bucket takes to refill) must be at most 87600h0m0s (10 years), got about 2.74e+06 years`},
+		{"token bucket refilling in 10 years and a day", []service.Policy{with(func(p *service.Policy) {
+			p.Algorithm, p.Limit.Limit, p.Window, p.Burst = service.TokenBucket, 1, 24*time.Hour, 3651
+		})}, `policy "p": burst × window / limit (the time an empty bucket takes to refill) must be at most 87600h0m0s (10 years), got 87624h0m0s`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,5 +139,45 @@ func TestLoadPoliciesExampleFile(t *testing.T) {
 	}
 	if len(ps) != 4 {
 		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
+	}
+}
+
+// TestValidateTokenBucketRefill checks the bounds on a token bucket: a
+// refill time (window × burst / limit) and a window of 10 years are
+// accepted, more is refused on the field that makes it long, a limit must
+// stay below 2^48, and other algorithms are not concerned.
+func TestValidateTokenBucketRefill(t *testing.T) {
+	const tenYears = 87600 * time.Hour
+	long := service.RateLimitConfig{MaxWindow: 20 * tenYears}
+	tests := []struct {
+		name  string
+		cfg   service.RateLimitConfig
+		limit service.Limit
+		want  string // "" when valid
+	}{
+		{"10 years", service.RateLimitConfig{}, service.Limit{Algorithm: service.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 3650}, ""},
+		{"10 years at a high rate", service.RateLimitConfig{}, service.Limit{Algorithm: service.TokenBucket, Limit: 1000, Window: 24 * time.Hour, Burst: 1_000_000_000}, "burst"},
+		{"a burst below the limit", service.RateLimitConfig{}, service.Limit{Algorithm: service.TokenBucket, Limit: 1_000_000_000, Window: 24 * time.Hour, Burst: 1}, ""},
+		{"the window alone, 10 years", long, service.Limit{Algorithm: service.TokenBucket, Limit: 1, Window: tenYears}, ""},
+		{"the window alone, 11 years", long, service.Limit{Algorithm: service.TokenBucket, Limit: 1, Window: 11 * tenYears / 10}, "window"},
+		{"a long window with a small burst", long, service.Limit{Algorithm: service.TokenBucket, Limit: 100, Window: 11 * tenYears / 10, Burst: 1}, "window"},
+		{"a limit of 2^48", service.RateLimitConfig{MaxLimit: 1 << 50}, service.Limit{Algorithm: service.TokenBucket, Limit: 1 << 48, Window: time.Second}, "limit"},
+		{"a sliding window of 11 years", long, service.Limit{Algorithm: service.SlidingWindow, Limit: 1, Window: 11 * tenYears / 10}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Policies = []service.Policy{{Name: "p", Limit: tt.limit}}
+			err := cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), `policy "p": `+tt.want+" ") {
+				t.Fatalf("Validate = %v, want an error on %s", err, tt.want)
+			}
+		})
 	}
 }

@@ -21,6 +21,10 @@ type RateLimitConfig struct {
 	// MinWindow and MaxWindow bound every window. Defaults 1s and 24h.
 	MinWindow, MaxWindow time.Duration
 	// MaxLimit bounds limit and burst. Default 1e9.
+	//
+	// A token bucket is bounded further, whatever these say: its window, and
+	// the time an empty bucket takes to refill (window × burst / limit), at
+	// most 10 years; its limit below 2^48.
 	MaxLimit int64
 	// CacheSize bounds the in-process cache of keys known to be over their
 	// limit; 0 means the default 10000, a negative value disables it.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -170,6 +174,8 @@ func TestCheckRateLimitInvalid(t *testing.T) {
 		{"inline limit 0", svc, service.RateLimitRequest{Key: "k", Inline: &service.Limit{Window: time.Second}}, "limit", "min"},
 		{"inline cost above burst", svc, service.RateLimitRequest{Key: "k", Cost: 3,
 			Inline: &service.Limit{Algorithm: service.TokenBucket, Limit: 10, Burst: 2, Window: time.Second}}, "cost", "max"},
+		{"inline bucket refilling in over 10 years", svc, service.RateLimitRequest{Key: "k",
+			Inline: &service.Limit{Algorithm: service.TokenBucket, Limit: 1, Burst: 1_000_000_000, Window: 24 * time.Hour}}, "burst", "max"},
 		{"inline disabled", strict, service.RateLimitRequest{Key: "k", Inline: &service.Limit{Limit: 1, Window: time.Second}}, "limit", "disabled"},
 	}
 	for _, tt := range tests {
@@ -298,6 +304,12 @@ func TestCheckRateLimitSlidingWindowReadsEveryForm(t *testing.T) {
 			service.Decision{Allowed: true, Remaining: 9, ResetAfter: 105 * time.Second}, swState{cur, 1, 0}},
 		{"clock went back", swState{cur + 1, 4, 0},
 			service.Decision{Allowed: true, Remaining: 5, ResetAfter: 2 * window}, swState{cur + 1, 5, 0}},
+		// More than one window ahead is no clock error but a window that was
+		// raised: the index counted shorter windows. A fresh window.
+		{"two windows ahead", swState{cur + 2, 10, 10},
+			service.Decision{Allowed: true, Remaining: 9, ResetAfter: 105 * time.Second}, swState{cur, 1, 0}},
+		{"left by a 1s window", swState{t0.Add(window/4).UnixMilli() / 1000, 10, 0},
+			service.Decision{Allowed: true, Remaining: 9, ResetAfter: 105 * time.Second}, swState{cur, 1, 0}},
 		{"full", swState{cur, 10, 0},
 			service.Decision{Remaining: 0, ResetAfter: 105 * time.Second, RetryAfter: 51001 * time.Millisecond}, swState{}},
 		{"full with the previous window's weight", swState{cur, 2, 10},
@@ -374,5 +386,223 @@ func TestCheckRateLimitSlidingWindowStoredForm(t *testing.T) {
 				t.Errorf("after a denial: stored %q, want %q unchanged", got, tt.want)
 			}
 		})
+	}
+}
+
+func bucket(name string, limit int64, window time.Duration, burst int64) service.Policy {
+	return service.Policy{Name: name, Limit: service.Limit{Algorithm: service.TokenBucket, Limit: limit, Window: window, Burst: burst}}
+}
+
+// TestCheckRateLimitTokenBucketCounts checks, on a clock that stands still,
+// that a full bucket allows exactly burst requests of cost 1, each reporting
+// the whole tokens left, and that waiting retry_after allows one more. It
+// covers emission intervals (window / limit) that are not a whole number of
+// microseconds, and intervals far below one microsecond.
+func TestCheckRateLimitTokenBucketCounts(t *testing.T) {
+	tests := []struct {
+		limit  int64
+		window time.Duration
+		burst  int64 // 0: the limit
+	}{
+		{1, 10 * time.Second, 0},
+		{3, 10 * time.Second, 0},
+		{6, 10 * time.Second, 0},
+		{7, 10 * time.Second, 0},
+		{10, 10 * time.Second, 0},
+		{11, 10 * time.Second, 0},
+		{60, 10 * time.Second, 0},
+		{7, time.Second, 3},
+		{1000, time.Hour, 0},
+		{999_999_937, 24 * time.Hour, 5},
+		{4_000_000, time.Second, 4},     // 0.25 µs a token
+		{10_000_000, time.Second, 7},    // 0.1 µs a token
+		{1_000_000_000, time.Second, 3}, // 1 ns a token
+	}
+	for _, tt := range tests {
+		capacity := tt.burst
+		if capacity == 0 {
+			capacity = tt.limit
+		}
+		t.Run(fmt.Sprintf("%d per %s burst %d", tt.limit, tt.window, capacity), func(t *testing.T) {
+			svc, m := newTestService(t, rlConfig(-1, bucket("tb", tt.limit, tt.window, tt.burst)))
+			req := service.RateLimitRequest{Policy: "tb", Key: "k"}
+			for i := int64(1); i <= capacity; i++ {
+				d := mustCheck(t, svc, req)
+				if !d.Allowed || d.Remaining != capacity-i || d.ResetAfter <= 0 {
+					t.Fatalf("request %d: %+v, want allowed with remaining %d and a positive reset", i, d, capacity-i)
+				}
+			}
+			d := mustCheck(t, svc, req)
+			if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
+				t.Fatalf("request %d of a bucket of %d: %+v, want denied with remaining 0", capacity+1, capacity, d)
+			}
+			// The bucket was empty: waiting refills retry_after × limit / window.
+			wait := d.RetryAfter
+			want := min(wait.Milliseconds()*tt.limit/tt.window.Milliseconds(), capacity) - 1
+			m.SetTime(t0.Add(wait))
+			if d := mustCheck(t, svc, req); !d.Allowed || d.Remaining != want {
+				t.Fatalf("after retry_after %s: %+v, want allowed with remaining %d", wait, d, want)
+			}
+		})
+	}
+}
+
+// TestCheckRateLimitTokenBucketHighRate checks a bucket refilling at 10
+// million tokens a second (0.1 µs a token): the first request of a full
+// bucket is allowed and takes exactly one token, and the key lives until the
+// bucket is full again.
+func TestCheckRateLimitTokenBucketHighRate(t *testing.T) {
+	svc, m := newTestService(t, rlConfig(-1, bucket("fast", 10_000_000, time.Second, 0)))
+	req := service.RateLimitRequest{Policy: "fast", Key: "k"}
+	for i := int64(1); i <= 3; i++ {
+		d := mustCheck(t, svc, req)
+		if !d.Allowed || d.Remaining != 10_000_000-i || d.ResetAfter != time.Millisecond {
+			t.Fatalf("request %d: %+v, want allowed with remaining %d, reset 1ms", i, d, 10_000_000-i)
+		}
+	}
+	key := service.DefaultKeyPrefix + "rl:tb:fast:k"
+	if ttl := m.TTL(key); ttl != time.Millisecond {
+		t.Errorf("TTL = %s, want 1ms", ttl)
+	}
+}
+
+// TestCheckRateLimitTokenBucketStoredForm checks the stored theoretical
+// arrival time: whole microseconds as an integer, as earlier versions wrote
+// and read it, and a decimal fraction when the emission interval is not a
+// whole number of microseconds; both are read back exactly.
+func TestCheckRateLimitTokenBucketStoredForm(t *testing.T) {
+	now := t0.UnixMicro()
+	tests := []struct {
+		name   string
+		limit  int64
+		window time.Duration
+		stored string // before the request; "" for none
+		want   string
+		remain int64
+	}{
+		{"whole microseconds", 10, 10 * time.Second, "", strconv.FormatInt(now+1_000_000, 10), 9},
+		{"a seventh of a second", 7, time.Second, "", strconv.FormatInt(now+142857, 10) + ".14", 6},
+		{"two sevenths", 7, time.Second, strconv.FormatInt(now+142857, 10) + ".14", strconv.FormatInt(now+285714, 10) + ".29", 5},
+		{"an integer from an earlier version", 7, time.Second, strconv.FormatInt(now+142857, 10), strconv.FormatInt(now+285714, 10) + ".14", 5},
+		{"in the past", 7, time.Second, strconv.FormatInt(now-5_000_000, 10), strconv.FormatInt(now+142857, 10) + ".14", 6},
+		{"garbage", 7, time.Second, "x", strconv.FormatInt(now+142857, 10) + ".14", 6},
+		// An earlier version could store a time centuries ahead (a refill time
+		// beyond what is now allowed); it counts as no key.
+		{"centuries ahead", 7, time.Second, "8641795455188881408", strconv.FormatInt(now+142857, 10) + ".14", 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc, m := newTestService(t, rlConfig(-1, bucket("tb", tt.limit, tt.window, 0)))
+			key := service.DefaultKeyPrefix + "rl:tb:tb:k"
+			if tt.stored != "" {
+				mustSet(m, key, tt.stored)
+			}
+			d := mustCheck(t, svc, service.RateLimitRequest{Policy: "tb", Key: "k"})
+			if !d.Allowed || d.Remaining != tt.remain {
+				t.Fatalf("decision %+v, want allowed with remaining %d", d, tt.remain)
+			}
+			if got := storedState(t, m, key); got != tt.want {
+				t.Errorf("stored %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// gcraModel is the token bucket in exact rational arithmetic, the reference
+// the script must match reply for reply.
+type gcraModel struct {
+	limit, windowMS, burst int64
+	tat                    *big.Rat // microseconds; nil: no key
+}
+
+// decide answers a request of cost at now (µs) as the script must:
+// {allowed, remaining, reset_ms, retry_after_ms}.
+func (g *gcraModel) decide(now, cost int64) [4]int64 {
+	rat := func(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
+	floor := func(r *big.Rat) int64 { return new(big.Int).Quo(r.Num(), r.Denom()).Int64() } // r >= 0
+	ceilMS := func(us *big.Rat) int64 {
+		ms := new(big.Rat).Quo(us, rat(1000))
+		n := floor(ms)
+		if !ms.IsInt() {
+			n++
+		}
+		return n
+	}
+	interval := new(big.Rat).Quo(rat(g.windowMS*1000), rat(g.limit))
+	tol := new(big.Rat).Mul(interval, rat(g.burst))
+	off := new(big.Rat)
+	if g.tat != nil && g.tat.Cmp(rat(now)) > 0 {
+		off.Sub(g.tat, rat(now))
+	}
+	newOff := new(big.Rat).Add(off, new(big.Rat).Mul(interval, rat(cost)))
+	if newOff.Cmp(tol) > 0 {
+		var remaining int64
+		if off.Cmp(tol) <= 0 {
+			remaining = floor(new(big.Rat).Quo(new(big.Rat).Sub(tol, off), interval))
+		}
+		return [4]int64{0, remaining, ceilMS(off), ceilMS(new(big.Rat).Sub(newOff, tol)) + 1}
+	}
+	g.tat = new(big.Rat).Add(rat(now), newOff)
+	return [4]int64{1, floor(new(big.Rat).Quo(new(big.Rat).Sub(tol, newOff), interval)), ceilMS(newOff), 0}
+}
+
+// TestTokenBucketScriptMatchesExactModel runs the token bucket script on
+// random limits, windows, bursts, costs and request times, and checks every
+// reply against gcraModel. The limits span 1 to 1e9 and the refill times up
+// to 10 years, so products far beyond 2^53 (the exact range of a Lua number)
+// are covered.
+func TestTokenBucketScriptMatchesExactModel(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	script := redis.NewScript(lua.RateLimitTokenBucket)
+	rng := rand.New(rand.NewPCG(7, 11))
+	logUniform := func(lo, hi float64) int64 { return int64(lo * math.Pow(hi/lo, rng.Float64())) }
+	configs := 200
+	if testing.Short() {
+		configs = 20
+	}
+	for c := 0; c < configs; c++ {
+		g := &gcraModel{limit: max(logUniform(1, 1.5e9), 1), windowMS: logUniform(1000, 86_400_001)}
+		switch c % 3 {
+		case 0:
+			g.burst = g.limit
+		case 1:
+			g.burst = max(logUniform(1, float64(g.limit)), 1)
+		default:
+			g.burst = max(logUniform(1, 1e9), 1)
+		}
+		g.limit, g.burst = min(g.limit, 1_000_000_000), min(g.burst, 1_000_000_000)
+		l := service.Policy{Name: "p", Limit: service.Limit{Algorithm: service.TokenBucket, Limit: g.limit,
+			Window: time.Duration(g.windowMS) * time.Millisecond, Burst: g.burst}}
+		if (service.RateLimitConfig{Policies: []service.Policy{l}}).Validate() != nil {
+			continue // a refill beyond 10 years
+		}
+		key := fmt.Sprintf("tb:%d", c)
+		// Steps of up to two emission intervals in whole microseconds, a
+		// third of them 0 (requests within the same microsecond), and after a
+		// denial sometimes exactly its retry_after.
+		step := max(g.windowMS*1000*2/g.limit, 1)
+		now := t0.UnixMicro()
+		var last [4]int64
+		for i := 0; i < 40; i++ {
+			cost := int64(1)
+			if rng.IntN(3) == 0 {
+				cost = 1 + rng.Int64N(g.burst)
+			}
+			switch {
+			case i == 0 || rng.IntN(3) == 0:
+			case last[0] == 0 && rng.IntN(2) == 0:
+				now += last[3] * 1000
+			default:
+				now += rng.Int64N(step + 1)
+			}
+			m.SetTime(time.UnixMicro(now))
+			want := g.decide(now, cost)
+			got, err := script.Run(t.Context(), rdb, []string{key}, g.limit, g.windowMS, g.burst, cost).Int64Slice()
+			if err != nil || len(got) != 4 || [4]int64(got) != want {
+				t.Fatalf("limit %d per %dms, burst %d, request %d of cost %d at +%dµs: reply %v, %v; want %v (stored %q)",
+					g.limit, g.windowMS, g.burst, i, cost, now-t0.UnixMicro(), got, err, want, storedState(t, m, key))
+			}
+			last = want
+		}
 	}
 }
