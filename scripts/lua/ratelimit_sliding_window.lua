@@ -18,7 +18,9 @@
 --                     32 bytes more per key
 --          A hash {w, c, p}, as earlier versions wrote, is read too and
 --          replaced by the string at the next allowed request. Any other
---          string counts as no key.
+--          string counts as no key. A w one window ahead of the Redis clock
+--          (a clock that stepped back) keeps its counts; further ahead (left
+--          by a shorter window), or behind by more than one, starts afresh.
 -- ARGV[1]  limit: requests (cost units) allowed per window, >= 1
 -- ARGV[2]  window in milliseconds, >= 1
 -- ARGV[3]  cost of this request, 1 <= cost <= limit
@@ -77,10 +79,15 @@ elseif idx == cur - 1 then
   -- "c, p = 0, c" wrong and would lose the previous count.
   p = c
   c = 0
-elseif idx > cur then
+elseif idx == cur + 1 then
   -- The clock went back (failover to a replica behind us): keep the counts.
   cur = idx
   elapsed = 0
+elseif idx > cur then
+  -- Further ahead is no clock error but a window that was raised (a named
+  -- policy's key does not name its window): the index counted shorter
+  -- windows, and keeping it would keep the counts for ever. A fresh window.
+  c, p = 0, 0
 end
 
 local function reset_ms(cc, pp)
