@@ -221,9 +221,18 @@ func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) {
 }
 
 // lockName returns the {name} path parameter, refused before it reaches the
-// service when it is not a valid lock name.
+// service when it is not a valid lock name. chi matches routes on the raw
+// (still percent-encoded) path when the request has one, so the parameter is
+// decoded then, once, and checked as decoded: job%3A42 is job:42, while
+// a%2Fb and %7B are still refused as a/b and {.
 func lockName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")
+	if r.URL.RawPath != "" {
+		// A malformed escape stays as it is: no name has a '%'.
+		if decoded, err := url.PathUnescape(name); err == nil {
+			name = decoded
+		}
+	}
 	return name, service.ValidateName(name)
 }
 
