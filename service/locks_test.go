@@ -42,8 +42,8 @@ func TestAcquireNew(t *testing.T) {
 	if err := service.ValidateToken(got.Token); err != nil || len(got.Token) != 22 {
 		t.Errorf("generated token %q (%d chars, %v), want 22 base64url characters", got.Token, len(got.Token), err)
 	}
-	if got.Fence <= t0.UnixMicro() {
-		t.Errorf("fence = %d, want it seeded above Redis TIME in µs (%d)", got.Fence, t0.UnixMicro())
+	if got.Fence < t0.UnixMicro() {
+		t.Errorf("fence = %d, want at least Redis TIME in µs (%d)", got.Fence, t0.UnixMicro())
 	}
 	want := service.Lease{Name: "orders", Token: got.Token, Fence: got.Fence, HoldCount: 1,
 		TTL: 10 * time.Second, ExpiresAt: t0.Add(10 * time.Second), Reentrant: false}
@@ -394,8 +394,10 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 	for i := range 5 {
 		grant(fmt.Sprintf("grant %d", i+1))
 	}
-	if first := last - 4; first <= t0.UnixMicro() {
-		t.Errorf("first fence = %d, want it seeded from Redis TIME in µs (above %d), not from 0", first, t0.UnixMicro())
+	// The clock stood still: the first fence was the clock, then each was
+	// one more than the last.
+	if first := last - 4; first < t0.UnixMicro() {
+		t.Errorf("first fence = %d, want it from Redis TIME in µs (at least %d), not from 0", first, t0.UnixMicro())
 	}
 
 	// The counter is lost (a FLUSHALL, or a restart without persistence);

@@ -11,7 +11,8 @@
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
 -- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
 -- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
--- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason); a new
+--          grant drops its token's reason, which was an earlier lease's
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence counter TTL in milliseconds
@@ -39,9 +40,13 @@
 --   without a wake-up (the holder's TTL, or the queue head's deadline).
 --   fair is 1 when the lock is fair: held by a fair lease or with fair
 --   waiters queued. ka_until_ms is 0 when the lease is not kept alive.
--- The fence of a new grant is INCR of the counter; a missing counter is
--- seeded from Redis TIME in microseconds, so fences keep increasing after a
--- restart or FLUSHALL that lost the counter.
+-- The fence of a new grant is max(counter + 1, Redis TIME in microseconds),
+-- and becomes the counter. Each grant takes well over a microsecond, so the
+-- fence is in practice the grant's time, and it stays above every fence
+-- issued before even when the counter was lost (a restart, FLUSHALL) or went
+-- back (an AOF that lost its last second, a failover to a lagging replica),
+-- as long as the clock did not go back further than the time since the lost
+-- grants; when the clock steps back, counter + 1 keeps fences increasing.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -55,10 +60,14 @@ local function ms(n)
 end
 local fair = ARGV[4] == '1'
 
+-- One EXISTS covers the keys a lock nobody waits for and nobody lost (the
+-- common case) does not have: the waiters zset and the fair queue count 1
+-- each, the lost-lease reasons, named three times, count 3.
+local present = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[6], KEYS[6], KEYS[6])
+local waiting, reasons = present % 3 > 0, present >= 3
+
 -- Waiters: drop the ones past their deadline, and queue heads that are no
--- longer registered (departed or expired), so the queue never sticks. A
--- lock nobody waits for (the common case) has neither key: one EXISTS.
-local waiting = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+-- longer registered (departed or expired), so the queue never sticks.
 local head = false
 if waiting then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
@@ -104,7 +113,10 @@ local function keepalive(fresh)
     end
     untl, hb = now_ms + tonumber(ARGV[7]), tonumber(ARGV[8])
     redis.call('HSET', KEYS[1], 'ku', untl, 'kh', hb)
-    redis.call('HDEL', KEYS[6], ARGV[1])
+    if reasons and not fresh then
+      -- a new grant has already forgotten the token's loss reason
+      redis.call('HDEL', KEYS[6], ARGV[1])
+    end
   end
   redis.call('HSET', KEYS[1], 'kb', now_ms)
   local pttl = math.max(math.min(ttl, untl - now_ms), 1)
@@ -157,13 +169,20 @@ if waiting then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 
-local fence = redis.call('INCR', KEYS[2])
-if fence == 1 then
-  -- The counter was missing: seed it from the clock, then take the next.
-  redis.call('SET', KEYS[2], t[1] .. string.sub('000000' .. t[2], -6))
-  fence = redis.call('INCR', KEYS[2])
+-- The fence: max(counter + 1, TIME in µs), see above. GET and SET with PX
+-- refresh the counter's TTL in as many calls as INCR and PEXPIRE did. The
+-- clock's digits are the fence as a string, as a rule; a number is only
+-- formatted when counter + 1 wins.
+local fence = t[1] .. string.sub('000000' .. t[2], -6)
+local last = tonumber(redis.call('GET', KEYS[2]))
+if last and last >= tonumber(fence) then
+  fence = string.format('%d', last + 1)
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+if reasons then
+  -- a loss reason belongs to an earlier lease of this token
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
 if fair then
   -- m is absent for a plain lock: one field less per lock
   redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', '1', 'f', fence, 'l', ttl_s, 'm', '1')
@@ -175,4 +194,4 @@ if ARGV[6] == '1' then
   pttl, untl, hb = keepalive(true)
 end
 redis.call('PEXPIRE', KEYS[1], ms(pttl))
-return {1, 1, fence, pttl, now_ms, 0, fair and 1 or 0, untl, hb}
+return {1, 1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb}

@@ -16,9 +16,18 @@
 local tok = redis.call('HGET', KEYS[1], 't')
 local removed = redis.call('DEL', KEYS[1])
 if removed == 1 then
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    redis.call('INCR', KEYS[2])
-    redis.call('PEXPIRE', KEYS[2], ARGV[1])
+  local last = tonumber(redis.call('GET', KEYS[2]))
+  if last then
+    -- The bump follows acquire's rule, max(counter + 1, TIME in µs), so it
+    -- is above the evicted fence also when the counter went back (see
+    -- acquire.lua); the next grant's fence is above the bump. A missing
+    -- counter needs none: the next grant starts from the clock.
+    local t = redis.call('TIME')
+    local bump = t[1] .. string.sub('000000' .. t[2], -6)
+    if last >= tonumber(bump) then
+      bump = string.format('%d', last + 1)
+    end
+    redis.call('SET', KEYS[2], bump, 'PX', ARGV[1])
   end
   if tok then
     -- keep-alive: no renewal may follow, and the owner can learn why it lost the lease

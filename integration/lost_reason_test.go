@@ -1,0 +1,43 @@
+package integration
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/service"
+)
+
+// loseToMaxHold gives token a keep-alive lease on name whose max_hold ends
+// it long before its TTL, and waits until it is gone and reported lost.
+func (e *testEnv) loseToMaxHold(t *testing.T, name, token string) {
+	t.Helper()
+	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"10s","keepalive":true,"max_hold":"100ms"}`, "Lock-Token", token),
+		http.StatusCreated)
+	waitFor(t, 5*time.Second, token+" lost to max_hold", func() bool {
+		return e.lockState(t, name, token)["lost_reason"] == service.LostMaxHold
+	})
+}
+
+// A new grant forgets why its token lost an earlier lease: a client that
+// takes the lock again with the same token, keep-alive or not, never sees
+// the old reason for the new lease. Other tokens' reasons stay.
+func TestNewGrantClearsLostReason(t *testing.T) {
+	for _, body := range []string{`{"ttl":"100ms"}`, `{"ttl":"100ms","fair":true}`, `{"ttl":"100ms","wait":"1s"}`} {
+		t.Run(body, func(t *testing.T) {
+			e := newTestEnv(t)
+			other, reused := service.NewToken(), service.NewToken()
+			e.loseToMaxHold(t, "reused", other)
+			e.loseToMaxHold(t, "reused", reused)
+
+			e.acquire(t, "reused", body, "Lock-Token", reused)
+			e.waitFree(t, "reused", 5*time.Second)
+			if st := e.lockState(t, "reused", reused); st["lost_reason"] != nil {
+				t.Errorf("after a new lease that expired: %v, want no lost_reason (the max_hold loss was an earlier lease's)", st)
+			}
+			if st := e.lockState(t, "reused", other); st["lost_reason"] != service.LostMaxHold {
+				t.Errorf("another token's state: %v, want lost_reason max_hold kept", st)
+			}
+		})
+	}
+}
