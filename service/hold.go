@@ -84,8 +84,10 @@ func (h *Hold) Events() <-chan HoldEvent { return h.events }
 func RenewInterval(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
 
 // run renews the lease every TTL/3, and at once on a wake-up hint (a
-// release or force-release of this lock), until ctx ends or the lease is
-// gone.
+// release or force-release of this lock, or a renew through the API that
+// shortened the lease), until ctx ends or the lease is gone. Each renewal
+// keeps the lease's own TTL, which a renew through the API may have changed:
+// the next one is due a third of that TTL later.
 func (h *Hold) run(ctx context.Context) {
 	defer close(h.done)
 	defer close(h.events)
@@ -110,6 +112,7 @@ func (h *Hold) run(ctx context.Context) {
 		}
 		if err == nil {
 			expires = sent.Add(lease.TTL)
+			tick.Reset(RenewInterval(lease.TTL))
 		}
 		recorded := ""
 		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotOwner) {
@@ -145,12 +148,14 @@ func (h *Hold) recordedLoss(ctx context.Context) string {
 }
 
 // holdOutcome decides what one renewal means for a hold: a renewed lease
-// goes on; a lease the store no longer has is lost, for the reason the
-// store recorded if any (or, right after the owner's own release,
-// released); a store error is survived until the lease's TTL has passed
-// without a renewal. hint is the wake-up that caused the renewal ("" for
-// the timer). An empty kind means "keep going". It is the one place that
-// names why a hold ends.
+// goes on; a lease the store no longer has (gone, or already taken by a
+// waiter) is lost, for the reason the store recorded if any (or, right
+// after the owner's own release of a lease that had not run out, released);
+// a store error is survived until the lease's TTL has passed without a
+// renewal. hint is the wake-up that caused the renewal ("" for the timer);
+// expired says the lease's TTL has passed since the last renewal, by the
+// service's clock. An empty kind means "keep going". It is the one place
+// that names why a hold ends.
 func holdOutcome(err error, hint, recorded string, expired bool) (kind HoldEventKind, reason string) {
 	gone := errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotOwner)
 	switch {
@@ -158,13 +163,13 @@ func holdOutcome(err error, hint, recorded string, expired bool) (kind HoldEvent
 		return HoldRenewed, ""
 	case gone && recorded != "":
 		return HoldLost, recorded
-	case errors.Is(err, ErrNotFound) && hint == hintReleased:
+	case gone && hint == hintReleased && !expired:
+		// A release deletes the lease's loss reason, and a waiter may take
+		// the lock before this renewal: the release was the owner's.
 		return HoldReleased, ""
-	case errors.Is(err, ErrNotFound) && hint == hintForced:
+	case gone && hint == hintForced:
 		return HoldLost, LostForceReleased
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNotOwner):
-		return HoldLost, LostExpired
-	case expired:
+	case gone, expired:
 		return HoldLost, LostExpired
 	}
 	return "", ""

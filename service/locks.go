@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -81,13 +82,18 @@ func (s *Service) checkTTL(field string, d time.Duration) error {
 // Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL or wait,
 // a *HeldError (ErrConflict) when another token holds the lock (after the
 // wait), a *ModeError (ErrConflict) when req.Fair differs from the lock's
-// mode, ctx's error when ctx ends while waiting, or an error wrapping
-// ErrUnavailable when Redis cannot be reached.
+// mode, ctx's error when ctx ends first, or an error wrapping
+// ErrUnavailable when Redis cannot be reached or does not answer in time.
+// On ctx's error or ErrUnavailable the caller holds nothing it was told of:
+// a lease the script granted anyway is given back, best effort, when the
+// service generated the token; under a token the caller chose, it is the
+// caller's to release (see giveBack).
 func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
 	if err := ValidateName(name); err != nil {
 		return Lease{}, err
 	}
-	if req.Token == "" {
+	ownToken := req.Token == ""
+	if ownToken {
 		req.Token = NewToken()
 	} else if err := ValidateToken(req.Token); err != nil {
 		return Lease{}, err
@@ -111,11 +117,15 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	}
 	k := s.keys(name)
 	if req.Wait > 0 {
-		return s.acquireWaiting(ctx, name, k, req, keepTTL)
+		return s.acquireWaiting(ctx, name, k, req, keepTTL, ownToken)
 	}
 	r, err := s.attempt(ctx, k, req, 0, keepTTL)
 	if err != nil {
+		s.giveBack(ctx, k, req.Token, ownToken, err)
 		return Lease{}, err
+	}
+	if r.status > 0 {
+		return s.handOut(ctx, name, req.Token, r)
 	}
 	return s.outcome(name, req.Token, r)
 }
@@ -195,8 +205,60 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 	return lease, nil
 }
 
+// handOut returns the lease of an attempt that granted it, unless ctx ended
+// meanwhile (the client went away): then nobody will learn of the hold, so
+// it is released (exactly the hold the attempt added: a re-entry keeps the
+// holds from before) and ctx's error is returned.
+func (s *Service) handOut(ctx context.Context, name, token string, r attemptResult) (Lease, error) {
+	lease, err := s.outcome(name, token, r)
+	if cerr := ctx.Err(); cerr != nil {
+		if _, rerr := s.Release(context.WithoutCancel(ctx), name, token); rerr != nil {
+			return Lease{}, errors.Join(cerr, rerr)
+		}
+		return Lease{}, cerr
+	}
+	return lease, err
+}
+
+// giveBack releases, best effort, the lease that a failed attempt may have
+// been granted. When the attempt's reply is lost (a timeout, a dropped
+// connection, a caller that went away mid-script) the script may have run,
+// and a lease nobody was told about would live until its TTL, or max_hold
+// when kept alive. The release runs in the background, detached from ctx
+// and bounded by OpTimeout, so the caller's error comes back at once; if
+// Redis does not take the release either, the lease stays as it would have.
+//
+// It only does so for a token the service generated for this request
+// (ownToken): no one else knows it, so any lease under it is this attempt's,
+// and a release frees exactly that. A token the caller chose may already
+// hold the lock: the lost attempt was then a re-entry or nothing at all,
+// and nothing tells which, as the reply is what was lost. A release would
+// drop a hold the caller had before whenever the attempt did not run, and
+// could free a lock the caller believes it holds. So nothing is released:
+// the caller, who knows its token, releases what it does not want (a 503
+// on acquire leaves the outcome unknown).
+//
+// A Redis error reply is an answer, not a lost one: the script did not run
+// (BUSY, LOADING, READONLY, ...) and there is nothing to give back.
+func (s *Service) giveBack(ctx context.Context, k lockKeys, token string, ownToken bool, err error) {
+	if !ownToken || isServerError(err) {
+		return
+	}
+	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	go func() {
+		_, _ = s.run(context.WithoutCancel(ctx), releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
+			token, registryMember(token, k.name))
+	}()
+}
+
 // Renew extends the lease on name owned by token to ttl (zero: the lease's
-// own TTL). Returns ErrNotFound when no lease exists, ErrNotOwner
+// own TTL). A keep-alive lease is renewed at most to its max-hold deadline,
+// the renewal counts as its heartbeat, a new ttl sets the interval of the
+// service's renewals (ttl/3), and the lease returned carries its Keepalive.
+// A ttl that ends the lease sooner wakes the lock's waiters and hold streams
+// to re-check. Returns ErrNotFound when no lease exists, ErrNotOwner
 // (ErrConflict) when another token holds it, a *ValidationError for bad
 // input, or an error wrapping ErrUnavailable.
 func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
@@ -212,11 +274,12 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 		}
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, renewScript, []string{k.lock, k.lost}, token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds())
+	res, err := s.run(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel},
+		token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds(), registryMember(token, name))
 	if err != nil {
 		return Lease{}, err
 	}
-	v, err := int64s("renew", res, 5)
+	v, err := int64s("renew", res, 7)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -227,6 +290,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 		Name: name, Token: token, HoldCount: v[1], Fence: v[2],
 		TTL:       time.Duration(v[3]) * time.Millisecond,
 		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
+		Keepalive: keepaliveOf(v[5], v[6], v[4]), // the renewal is the heartbeat
 	}, nil
 }
 

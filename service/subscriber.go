@@ -11,13 +11,15 @@ import (
 )
 
 // Hints a listener may receive. A release publishes hintReleased, a
-// force-release hintForced, a departing fair waiter hintLeft; hintResubscribed
-// is delivered after the subscriber connection was re-established, because
-// messages published while it was down are lost.
+// force-release hintForced, a departing fair waiter hintLeft, a renew that
+// shortened the lease hintShortened; hintResubscribed is delivered after the
+// subscriber connection was re-established, because messages published
+// while it was down are lost.
 const (
 	hintReleased     = "released"
 	hintForced       = "forced"
 	hintLeft         = "left"
+	hintShortened    = "shortened"
 	hintResubscribed = "resubscribed"
 	hintHandedOn     = "handed-on"
 )
@@ -37,10 +39,13 @@ type subscriber struct {
 	done     chan struct{} // closed when the dispatch loop ends
 	closed   bool
 	channels map[string]*subChannel
-	pending  map[string]int // SUBSCRIBE commands sent whose confirmation has not arrived
 }
 
 // subChannel is one subscribed channel and its listeners in arrival order.
+// It is created with the channel's SUBSCRIBE and dropped with its
+// UNSUBSCRIBE, so what it knows about the subscription dies with it: a
+// SUBSCRIBE that could not be sent (Redis was down) and that go-redis
+// forgot at the UNSUBSCRIBE leaves nothing to wait for behind.
 type subChannel struct {
 	listeners []*listener
 	ready     chan struct{} // closed once Redis confirmed the subscription
@@ -60,7 +65,7 @@ type listener struct {
 
 func newSubscriber(rdb RedisClient, opTimeout, ping time.Duration, m *metrics) *subscriber {
 	return &subscriber{rdb: rdb, opTimeout: opTimeout, ping: ping, metrics: m,
-		channels: map[string]*subChannel{}, pending: map[string]int{}}
+		channels: map[string]*subChannel{}}
 }
 
 // errClosed reports a join after Close.
@@ -88,7 +93,6 @@ func (s *subscriber) join(ctx context.Context, channel string, broadcast bool, c
 	if ch == nil {
 		ch = &subChannel{ready: make(chan struct{})}
 		s.channels[channel] = ch
-		s.pending[channel]++
 		s.metrics.subscriptions.Inc()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opTimeout)
 		// On error go-redis keeps the channel and subscribes it again when it
@@ -193,27 +197,23 @@ func (s *subscriber) dispatch(in <-chan any, done chan<- struct{}) {
 	}
 }
 
-// confirmed records Redis's confirmation of a SUBSCRIBE. A confirmation that
-// no SUBSCRIBE of ours is waiting for comes from go-redis re-subscribing
-// after a reconnect: messages may have been missed meanwhile, so every
-// listener is told to re-check.
+// confirmed records Redis's confirmation of a SUBSCRIBE. The first one of a
+// channel's subscription makes it ready (it may come from go-redis
+// subscribing again on a new connection, when the first SUBSCRIBE could not
+// be sent). A later one comes from go-redis re-subscribing after a
+// reconnect: messages may have been missed meanwhile, so every listener is
+// told to re-check. A confirmation for a channel no one listens on any more
+// is dropped.
 func (s *subscriber) confirmed(channel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ch := s.channels[channel]
-	if n := s.pending[channel]; n > 0 {
-		if n == 1 {
-			delete(s.pending, channel)
-			if ch != nil && !ch.confirmed {
-				ch.confirmed = true
-				close(ch.ready)
-			}
-		} else {
-			s.pending[channel] = n - 1
-		}
-		return
-	}
-	if ch != nil {
+	switch {
+	case ch == nil:
+	case !ch.confirmed:
+		ch.confirmed = true
+		close(ch.ready)
+	default:
 		s.metrics.resubscribes.Inc()
 		ch.wakeAll(hintResubscribed)
 	}

@@ -26,12 +26,14 @@ const (
 //     free), so an expired lease, a lost message or a dead subscriber
 //     connection never strands it;
 //   - when ctx ends (the client went away) it stops at once, takes nothing
-//     and leaves the fair queue.
+//     and leaves the fair queue;
+//   - when an attempt's reply is lost, a lease it may have granted under a
+//     token the service generated is given back (see giveBack).
 //
 // While it waits, the caller is registered in Redis with a deadline from the
 // Redis clock (and queued, in fair mode), so waiters of every process are
 // counted and a fair queue skips a waiter that is gone.
-func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL string) (lease Lease, err error) {
+func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL string, ownToken bool) (lease Lease, err error) {
 	deadline := time.Now().Add(req.Wait)
 	l, err := s.sub.join(ctx, k.channel, req.Fair, min(s.cfg.OpTimeout, req.Wait))
 	if err != nil {
@@ -65,18 +67,12 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		}
 		r, err := s.attempt(detached, k, req, waiterTimeout, keepTTL)
 		if err != nil {
+			s.giveBack(detached, k, req.Token, ownToken, err)
 			return Lease{}, err
 		}
 		if r.status > 0 {
-			lease, _ := s.outcome(name, req.Token, r)
-			if cerr := ctx.Err(); cerr != nil {
-				// The client went away during the attempt: take nothing.
-				if _, rerr := s.Release(detached, name, req.Token); rerr != nil {
-					return Lease{}, errors.Join(cerr, rerr)
-				}
-				return Lease{}, cerr
-			}
-			return lease, nil
+			// When the client went away during the attempt, it takes nothing.
+			return s.handOut(ctx, name, req.Token, r)
 		}
 		if r.status == statusModeMismatch || final {
 			registered = registered || r.status == statusNotGranted && waiterTimeout > 0

@@ -4,28 +4,40 @@
 --
 -- KEYS[1]  lock hash (fields: see acquire.lua)
 -- KEYS[2]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[3]  keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[4]  pub/sub channel that waiters and hold streams of this lock listen on
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  new lease TTL in milliseconds; 0 renews for the lease's own TTL
 -- ARGV[3]  how long lost-lease reasons are kept, in milliseconds
+-- ARGV[4]  keep-alive registry member ("<token>:<name>")
 --
--- Reply: {status, hold_count, fence, ttl_ms, now_ms}
+-- Reply: {status, hold_count, fence, ttl_ms, now_ms, ka_until_ms, ka_heartbeat_ms}
 --   status 1 = renewed, -1 = no such lease (expired or released),
 --   -2 = held by another token
+--   ka_until_ms is 0 when the lease is not kept alive; a keep-alive lease's
+--   last heartbeat is now_ms (this renewal).
+-- A new TTL that ends the lease sooner than it would have ended publishes
+-- "shortened" on the channel: a waiter's re-check and a hold stream's
+-- renewals were timed for the old TTL. A new TTL also reschedules the
+-- service's renewals of a keep-alive lease (every ttl/3, as acquire.lua).
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'l', 'ku')
+local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'l', 'ku', 'kh')
 if not v[1] then
-  return {-1, 0, 0, 0, now_ms}
+  return {-1, 0, 0, 0, now_ms, 0, 0}
 end
 if v[1] ~= ARGV[1] then
-  return {-2, 0, 0, 0, now_ms}
+  return {-2, 0, 0, 0, now_ms, 0, 0}
 end
 local ttl = tonumber(ARGV[2])
+local changed = false
 if ttl <= 0 then
   ttl = tonumber(v[4])
-else
-  redis.call('HSET', KEYS[1], 'l', ttl)
+elseif ttl ~= tonumber(v[4]) then
+  changed = true
+  redis.call('HSET', KEYS[1], 'l', ARGV[2])
 end
+local pttl = ttl
 local untl = tonumber(v[5])
 if untl then
   -- keep-alive: a heartbeat; the renewer resumes if it had stopped
@@ -34,10 +46,17 @@ if untl then
     redis.call('HDEL', KEYS[2], ARGV[1])
   end
   if untl - now_ms < ttl then
-    ttl = math.max(untl - now_ms, 1)
+    pttl = math.max(untl - now_ms, 1)
     redis.call('HSET', KEYS[2], ARGV[1], 'max_hold')
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
+  if changed then
+    -- the next renewal was due on the old TTL's schedule
+    redis.call('ZADD', KEYS[3], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])
+  end
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
-return {1, tonumber(v[2]), tonumber(v[3]), ttl, now_ms}
+if changed and pttl < redis.call('PTTL', KEYS[1]) then
+  redis.call('PUBLISH', KEYS[4], 'shortened')
+end
+redis.call('PEXPIRE', KEYS[1], pttl)
+return {1, tonumber(v[2]), tonumber(v[3]), pttl, now_ms, untl or 0, tonumber(v[6]) or 0}
