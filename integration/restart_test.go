@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,28 +20,10 @@ import (
 // store-unavailable; once it is back the next calls succeed, the scripts
 // Redis forgot being loaded again after NOSCRIPT.
 func TestRedisRestartRecovery(t *testing.T) {
-	rc, url := startRedisContainer(t)
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
-	// The published port may change when the container restarts: every new
-	// connection dials wherever the container is published now.
-	var addr atomic.Value
-	addr.Store(opts.Addr)
-	opts.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr.Load().(string))
-	}
 	// The server's own client settings (cmd/server openStore), with 1s bounds.
 	const opTimeout = time.Second
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = opTimeout, opTimeout, opTimeout, opTimeout
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	opts.DialerRetries, opts.DialerRetryTimeout = 2, 50*time.Millisecond
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
-	e := newTestEnvOn(t, rdb, url, func(c *service.Config, _ *handlers.Config) { c.OpTimeout = opTimeout })
+	rr := newRestartableRedis(t, opTimeout)
+	e := newTestEnvOn(t, rr.Client, rr.URL, func(c *service.Config, _ *handlers.Config) { c.OpTimeout = opTimeout })
 
 	r := e.do(t, "POST", "/v1/locks/before-restart", `{"ttl":"1m"}`)
 	if r.Status != http.StatusCreated {
@@ -52,10 +32,7 @@ func TestRedisRestartRecovery(t *testing.T) {
 	token := r.Header.Get("Lock-Token")
 	reloadsBefore := scriptReloads(t, e)
 
-	stopTimeout := 10 * time.Second
-	if err := rc.Stop(t.Context(), &stopTimeout); err != nil {
-		t.Fatalf("stop redis: %v", err)
-	}
+	rr.Stop(t)
 
 	t.Run("outage is a fast 503", func(t *testing.T) {
 		for _, req := range []struct{ method, path, body, token string }{
@@ -85,17 +62,7 @@ func TestRedisRestartRecovery(t *testing.T) {
 		}
 	})
 
-	if err := rc.Start(t.Context()); err != nil {
-		t.Fatalf("start redis again: %v", err)
-	}
-	port, err := rc.MappedPort(t.Context(), "6379/tcp")
-	if err != nil {
-		t.Fatalf("redis port after restart: %v", err)
-	}
-	host, _, _ := net.SplitHostPort(opts.Addr)
-	t.Logf("redis published at %s before the restart, %s after", addr.Load(), net.JoinHostPort(host, port.Port()))
-	addr.Store(net.JoinHostPort(host, port.Port()))
-	waitForPing(t, addr.Load().(string))
+	rr.Start(t)
 
 	t.Run("recovers after restart", func(t *testing.T) {
 		// The very first call after the restart must succeed: no /readyz
