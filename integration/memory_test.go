@@ -86,16 +86,20 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 	rdb := newClient(t, url)
 	// Every algorithm keeps one integer in its key: a counter, a TAT, or
 	// the sliding window's two counters and window index packed together.
+	// The token bucket is measured with a whole and a fractional number of
+	// µs a token: its TAT is an integer either way.
 	policies := []service.Policy{
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
 			Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 100, Window: time.Minute}},
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
 			Limit: service.Limit{Algorithm: service.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}},
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
+			Limit: service.Limit{Algorithm: service.TokenBucket, Limit: 3, Window: 10 * time.Second, Burst: 3}},
+		{Name: "per-ip", Key: "ip", DenyStatus: 429,
 			Limit: service.Limit{Algorithm: service.SlidingWindow, Limit: 100, Window: time.Minute}},
 	}
 	for _, p := range policies {
-		t.Run(string(p.Limit.Algorithm), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s %d per %s", p.Limit.Algorithm, p.Limit.Limit, p.Limit.Window), func(t *testing.T) {
 			svc, err := service.New(rdb, service.Config{KeyPrefix: service.DefaultKeyPrefix,
 				RateLimit: service.RateLimitConfig{Policies: []service.Policy{p}}})
 			if err != nil {

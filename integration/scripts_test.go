@@ -6,7 +6,12 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -266,5 +271,225 @@ func TestFencesIncrease(t *testing.T) {
 	// Inspecting a free lock with no counter reports 0, and does not create one.
 	if st := e.inspect(t, "never-granted"); st.Fence != 0 || st.Held {
 		t.Errorf("never-granted lock: %+v, want free with fence 0", st)
+	}
+}
+
+var (
+	tokenBucketScript   = redis.NewScript(lua.RateLimitTokenBucket)
+	slidingWindowScript = redis.NewScript(lua.RateLimitSlidingWindow)
+)
+
+// runLimitScript runs a rate-limit script on key with args and returns its
+// reply {allowed, remaining, reset_ms, retry_after_ms}.
+func runLimitScript(t testing.TB, rdb *redis.Client, s *redis.Script, key string, args ...any) [4]int64 {
+	t.Helper()
+	res, err := s.Run(t.Context(), rdb, []string{key}, args...).Int64Slice()
+	if err != nil {
+		t.Fatalf("script on %s %v: %v", key, args, err)
+	}
+	if len(res) != 4 {
+		t.Fatalf("script on %s %v: reply %v, want 4 integers", key, args, res)
+	}
+	return [4]int64(res)
+}
+
+// redisMicros returns the Redis clock in microseconds.
+func redisMicros(t testing.TB, rdb *redis.Client) int64 {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return now.UnixMicro()
+}
+
+// TestTokenBucketScriptCounts runs the token bucket script on real Redis for
+// limits whose emission interval (window / limit) is not a whole number of
+// microseconds: the first request of a full bucket leaves limit - 1 tokens,
+// and exactly burst requests fit. The intervals are long enough that the
+// clock moving during the test refills nothing.
+func TestTokenBucketScriptCounts(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	for _, tt := range []struct {
+		limit, windowMS, burst int64
+	}{{6, 10000, 6}, {7, 10000, 7}, {11, 10000, 11}, {60, 10000, 60}, {7, 1000, 3}, {3, 10000, 3}} {
+		t.Run(fmt.Sprintf("%d per %dms burst %d", tt.limit, tt.windowMS, tt.burst), func(t *testing.T) {
+			key := fmt.Sprintf("%stb:%d:%d:%d", prefix, tt.limit, tt.windowMS, tt.burst)
+			for i := int64(1); i <= tt.burst; i++ {
+				got := runLimitScript(t, rdb, tokenBucketScript, key, tt.limit, tt.windowMS, tt.burst, 1)
+				if got[0] != 1 || got[1] != tt.burst-i {
+					t.Fatalf("request %d: reply %v, want allowed with %d remaining", i, got, tt.burst-i)
+				}
+			}
+			if got := runLimitScript(t, rdb, tokenBucketScript, key, tt.limit, tt.windowMS, tt.burst, 1); got[0] != 0 || got[1] != 0 {
+				t.Fatalf("request %d of a burst of %d: reply %v, want denied with 0 remaining", tt.burst+1, tt.burst, got)
+			}
+		})
+	}
+}
+
+// TestTokenBucketScriptHighRate runs token buckets refilling faster than a
+// token a microsecond, and faster than a token a nanosecond: the request is
+// allowed, takes one token, and the key's expiry is a valid whole number of
+// milliseconds.
+func TestTokenBucketScriptHighRate(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	for _, limit := range []int64{4_000_000, 10_000_000, 100_000_000, 1_000_000_000, 10_000_000_000, 1 << 40} {
+		t.Run(strconv.FormatInt(limit, 10), func(t *testing.T) {
+			key := prefix + "tb:" + strconv.FormatInt(limit, 10)
+			got := runLimitScript(t, rdb, tokenBucketScript, key, limit, 1000, limit, 1)
+			if want := [4]int64{1, limit - 1, 1, 0}; got != want {
+				t.Fatalf("reply %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestTokenBucketScriptFreshKeys runs the token bucket script on real Redis
+// for random limits (1 to 1e9), windows (1s to 24h), bursts and costs, each on
+// a fresh key, where the reply does not depend on the clock: allowed, burst -
+// cost remaining, reset after cost × window / limit rounded up to the
+// millisecond (above 1000 tokens a window, a token's window / limit rounded
+// up to the ns first). Large bursts and limits take the script's arithmetic
+// past 2^53, where Lua numbers are no longer exact.
+func TestTokenBucketScriptFreshKeys(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	rng := rand.New(rand.NewPCG(3, 5))
+	logUniform := func(hi float64) int64 { return max(int64(math.Pow(hi, rng.Float64())), 1) }
+	for c := 0; c < 300; c++ {
+		limit, windowMS := logUniform(1e9), 1000+logUniform(86_399_000)
+		burst := logUniform(1e9)
+		l := service.Limit{Algorithm: service.TokenBucket, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Burst: burst}
+		if (service.RateLimitConfig{Policies: []service.Policy{{Name: "p", Limit: l}}}).Validate() != nil {
+			continue // a refill beyond 10 years
+		}
+		cost := 1 + rng.Int64N(burst)
+		ceilDiv := func(n, d *big.Int) *big.Int { // n, d > 0
+			return n.Add(n, d).Sub(n, big.NewInt(1)).Quo(n, d)
+		}
+		reset := ceilDiv(new(big.Int).Mul(big.NewInt(cost), big.NewInt(windowMS)), big.NewInt(limit))
+		if limit > 1000 {
+			interval := ceilDiv(big.NewInt(windowMS*1_000_000), big.NewInt(limit)) // ns
+			reset = ceilDiv(interval.Mul(interval, big.NewInt(cost)), big.NewInt(1_000_000))
+		}
+		want := [4]int64{1, burst - cost, reset.Int64(), 0}
+		key := fmt.Sprintf("%stb:%d", prefix, c)
+		if got := runLimitScript(t, rdb, tokenBucketScript, key, limit, windowMS, burst, cost); got != want {
+			t.Fatalf("limit %d per %dms, burst %d, cost %d: reply %v, want %v", limit, windowMS, burst, cost, got, want)
+		}
+	}
+}
+
+// TestTokenBucketScriptStoredForm checks what the token bucket stores on
+// real Redis: the time in nanoseconds, rounded up to a whole ns, an integer
+// Redis keeps in the key itself (OBJECT ENCODING int) whether window / limit
+// is whole or not; and that the microsecond forms earlier versions wrote, an
+// integer or a decimal, are still read: the next time is the stored one
+// plus a token, exactly.
+func TestTokenBucketScriptStoredForm(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	for _, tt := range []struct {
+		name            string
+		limit, windowMS int64
+		intervalNS      int64  // a token: window / limit, rounded up to the ns
+		stored          string // before the first request, after the current µs; "" for none
+		want            string // stored after it, after the same µs; "" for the current time plus intervalNS
+		remaining       int64  // after it
+	}{
+		{"whole microseconds", 10, 10000, 1_000_000_000, "", "", 9},
+		{"a third", 3, 10000, 3_333_333_334, "", "", 2},
+		{"a seventh", 7, 10000, 1_428_571_429, "", "", 6},
+		{"above 1000 a window", 1001, 60000, 59_940_060, "", "", 1000},
+		{"integer µs from an earlier version", 7, 10000, 1_428_571_429, "1428571", "2857142429", 5},
+		{"decimal µs from an earlier version", 7, 10000, 1_428_571_429, "1428571.43", "2857142858", 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := prefix + "tb:" + strings.ReplaceAll(tt.name, " ", "-")
+			before := redisMicros(t, rdb)
+			if tt.stored != "" {
+				whole, frac, _ := strings.Cut(tt.stored, ".")
+				n, _ := strconv.ParseInt(whole, 10, 64)
+				old := strconv.FormatInt(before+n, 10)
+				if frac != "" {
+					old += "." + frac
+				}
+				if err := rdb.Set(t.Context(), key, old, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := runLimitScript(t, rdb, tokenBucketScript, key, tt.limit, tt.windowMS, tt.limit, 1); got[0] != 1 || got[1] != tt.remaining {
+				t.Fatalf("first request: reply %v, want allowed with %d remaining", got, tt.remaining)
+			}
+			after := redisMicros(t, rdb)
+			v, err := rdb.Get(t.Context(), key).Result()
+			if err != nil || !regexp.MustCompile(`^[1-9][0-9]{18}$`).MatchString(v) {
+				t.Fatalf("GET = %q, %v; want an integer of 19 digits", v, err)
+			}
+			if enc, err := rdb.ObjectEncoding(t.Context(), key).Result(); err != nil || enc != "int" {
+				t.Errorf("OBJECT ENCODING = %q, %v; want \"int\"", enc, err)
+			}
+			tat, err := strconv.ParseInt(v, 10, 64)
+			if tt.want != "" {
+				n, _ := strconv.ParseInt(tt.want, 10, 64)
+				if want := before*1000 + n; err != nil || tat != want {
+					t.Errorf("stored %q, want %d", v, want)
+				}
+			} else if lo, hi := before*1000+tt.intervalNS, after*1000+tt.intervalNS; err != nil || tat < lo || tat > hi {
+				t.Errorf("stored %q, want a time between %d and %d ns", v, lo, hi)
+			}
+			if got := runLimitScript(t, rdb, tokenBucketScript, key, tt.limit, tt.windowMS, tt.limit, 1); got[0] != 1 || got[1] != tt.remaining-1 {
+				t.Errorf("second request: reply %v, want allowed with %d remaining", got, tt.remaining-1)
+			}
+		})
+	}
+}
+
+// TestSlidingWindowScriptAfterWindowRaised writes, on real Redis, the state a
+// sliding window of 1s leaves, then decides with a window of 60s, as when a
+// named policy's window is raised (its key does not name the window). The
+// stored index counts 1s windows, far ahead of the current 60s index: it is
+// a fresh window, not a clock that went back. One window ahead still is.
+func TestSlidingWindowScriptAfterWindowRaised(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	const limit, windowMS = 10, 60000
+	nowMS := redisMicros(t, rdb) / 1000
+	if nowMS%windowMS > windowMS-5000 { // stay inside one 60s window
+		time.Sleep(6 * time.Second)
+		nowMS = redisMicros(t, rdb) / 1000
+	}
+	cur := nowMS / windowMS
+	full := func(w int64) string { return strconv.FormatInt(w, 10) + "10002" } // w, c=10, p=0
+	for _, tt := range []struct {
+		name    string
+		stored  string
+		allowed bool
+		want    string // the value afterwards
+	}{
+		{"left by a 1s window", full(nowMS / 1000), true, strconv.FormatInt(cur, 10) + "101"},
+		{"left by a 10s window", full(nowMS / 10000), true, strconv.FormatInt(cur, 10) + "101"},
+		{"two windows ahead", full(cur + 2), true, strconv.FormatInt(cur, 10) + "101"},
+		{"one window ahead (the clock went back)", full(cur + 1), false, full(cur + 1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := prefix + "sw:" + strings.ReplaceAll(tt.name, " ", "-")
+			if err := rdb.Set(t.Context(), key, tt.stored, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			got := runLimitScript(t, rdb, slidingWindowScript, key, limit, windowMS, 1)
+			if tt.allowed && (got[0] != 1 || got[1] != limit-1) {
+				t.Fatalf("reply %v, want allowed with %d remaining (a fresh window)", got, limit-1)
+			}
+			if !tt.allowed && got[0] != 0 {
+				t.Fatalf("reply %v, want denied (the counts kept)", got)
+			}
+			if v, err := rdb.Get(t.Context(), key).Result(); err != nil || v != tt.want {
+				t.Errorf("GET = %q, %v; want %q", v, err, tt.want)
+			}
+		})
 	}
 }

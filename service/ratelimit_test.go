@@ -467,49 +467,79 @@ func TestCheckRateLimitTokenBucketHighRate(t *testing.T) {
 }
 
 // TestCheckRateLimitTokenBucketStoredForm checks the stored theoretical
-// arrival time: whole microseconds as an integer, as earlier versions wrote
-// and read it, and a decimal fraction when the emission interval is not a
-// whole number of microseconds; both are read back exactly.
+// arrival time: an integer of nanoseconds, rounded up to a whole ns, that
+// reads back exactly; and the microsecond forms earlier versions wrote, an
+// integer or a decimal, still read.
 func TestCheckRateLimitTokenBucketStoredForm(t *testing.T) {
 	now := t0.UnixMicro()
+	us := func(d int64) string { return strconv.FormatInt(now+d, 10) }                   // µs from now, as earlier versions wrote it
+	ns := func(d int64, sub string) string { return strconv.FormatInt(now+d, 10) + sub } // d µs and sub ns from now
 	tests := []struct {
 		name   string
 		limit  int64
 		window time.Duration
+		burst  int64  // 0: the limit
 		stored string // before the request; "" for none
-		want   string
+		want   string // "": stored, unchanged by a denial
 		remain int64
 	}{
-		{"whole microseconds", 10, 10 * time.Second, "", strconv.FormatInt(now+1_000_000, 10), 9},
-		{"a seventh of a second", 7, time.Second, "", strconv.FormatInt(now+142857, 10) + ".14", 6},
-		{"two sevenths", 7, time.Second, strconv.FormatInt(now+142857, 10) + ".14", strconv.FormatInt(now+285714, 10) + ".29", 5},
-		{"an integer from an earlier version", 7, time.Second, strconv.FormatInt(now+142857, 10), strconv.FormatInt(now+285714, 10) + ".14", 5},
-		{"in the past", 7, time.Second, strconv.FormatInt(now-5_000_000, 10), strconv.FormatInt(now+142857, 10) + ".14", 6},
-		{"garbage", 7, time.Second, "x", strconv.FormatInt(now+142857, 10) + ".14", 6},
+		{"whole microseconds", 10, 10 * time.Second, 0, "", ns(1_000_000, "000"), 9},
+		{"a seventh of a second, rounded up", 7, time.Second, 0, "", ns(142857, "143"), 6},
+		{"two sevenths, read back exactly", 7, time.Second, 0, ns(142857, "143"), ns(285714, "286"), 5},
+		{"a third of 10s", 3, 10 * time.Second, 0, ns(3333333, "334"), ns(6666666, "667"), 1},
+		{"a decimal from an earlier version", 7, time.Second, 0, us(142857) + ".14", ns(285714, "286"), 5},
+		{"an integer from an earlier version", 7, time.Second, 0, us(142857), ns(285714, "143"), 5},
+		{"in the past", 7, time.Second, 0, us(-5_000_000), ns(142857, "143"), 6},
+		{"in the past, in ns", 7, time.Second, 0, ns(-1, "999"), ns(142857, "143"), 6},
+		{"garbage", 7, time.Second, 0, "x", ns(142857, "143"), 6},
+		// Above 1000 tokens a window, a token takes window / limit rounded
+		// up to a whole ns: 999000.999 ns here.
+		{"1001 a second", 1001, time.Second, 0, ns(999, "001"), ns(1998, "002"), 999},
+		// Below 1 ns a token, the stored time is rounded up to the ns: 0.1
+		// ns a token, read back as 1 ns, so the second request takes 11.
+		{"a tenth of a ns", 10_000_000_000, time.Second, 0, ns(0, "001"), ns(0, "002"), 10_000_000_000 - 11},
 		// An earlier version could store a time centuries ahead (a refill time
-		// beyond what is now allowed); it counts as no key.
-		{"centuries ahead", 7, time.Second, "8641795455188881408", strconv.FormatInt(now+142857, 10) + ".14", 6},
+		// beyond what is now allowed); it counts as no key, whether its
+		// digits read as µs or, 18 and more, as ns (this one: in 2243).
+		{"centuries ahead", 7, time.Second, 0, "8641795455188881408", ns(142857, "143"), 6},
+		{"centuries ahead in µs", 7, time.Second, 0, "86417954551888814", ns(142857, "143"), 6},
+		{"eleven years ahead in ns", 7, time.Second, 0, ns(11*365*86_400_000_000, "000"), ns(142857, "143"), 6},
+		// A refill of 10 years with the interval rounded up ends a little
+		// after 10 years; an empty bucket there is still empty.
+		{"empty after 10 years", 1001, 24 * time.Hour, 3_653_650, ns(10*365*86_400_000_000+1000, "000"), "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc, m := newTestService(t, rlConfig(-1, bucket("tb", tt.limit, tt.window, 0)))
+			cfg := rlConfig(-1, bucket("tb", tt.limit, tt.window, tt.burst))
+			cfg.RateLimit.MaxLimit = 1 << 40
+			svc, m := newTestService(t, cfg)
 			key := service.DefaultKeyPrefix + "rl:tb:tb:k"
 			if tt.stored != "" {
 				mustSet(m, key, tt.stored)
 			}
 			d := mustCheck(t, svc, service.RateLimitRequest{Policy: "tb", Key: "k"})
-			if !d.Allowed || d.Remaining != tt.remain {
+			want := tt.want
+			if want == "" {
+				want = tt.stored
+				if d.Allowed || d.Remaining != 0 {
+					t.Fatalf("decision %+v, want denied with remaining 0", d)
+				}
+			} else if !d.Allowed || d.Remaining != tt.remain {
 				t.Fatalf("decision %+v, want allowed with remaining %d", d, tt.remain)
 			}
-			if got := storedState(t, m, key); got != tt.want {
-				t.Errorf("stored %q, want %q", got, tt.want)
+			if got := storedState(t, m, key); got != want {
+				t.Errorf("stored %q, want %q", got, want)
 			}
 		})
 	}
 }
 
 // gcraModel is the token bucket in exact rational arithmetic, the reference
-// the script must match reply for reply.
+// the script must match reply for reply. A token takes window / limit, but
+// above 1000 tokens a window and 1 ns a token it takes that rounded up to a
+// whole ns. The stored time is rounded up to the ns and read back as the
+// last tick (1/limit µs, or 1 ns for a rounded interval) at or before it:
+// exactly what was stored, unless a tick is below 1 ns.
 type gcraModel struct {
 	limit, windowMS, burst int64
 	tat                    *big.Rat // microseconds; nil: no key
@@ -520,15 +550,21 @@ type gcraModel struct {
 func (g *gcraModel) decide(now, cost int64) [4]int64 {
 	rat := func(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
 	floor := func(r *big.Rat) int64 { return new(big.Int).Quo(r.Num(), r.Denom()).Int64() } // r >= 0
-	ceilMS := func(us *big.Rat) int64 {
-		ms := new(big.Rat).Quo(us, rat(1000))
-		n := floor(ms)
-		if !ms.IsInt() {
-			n++
+	// ceil rounds r >= 0 up to an integer.
+	ceil := func(r *big.Rat) *big.Int {
+		n := new(big.Int).Quo(r.Num(), r.Denom())
+		if !r.IsInt() {
+			n.Add(n, big.NewInt(1))
 		}
 		return n
 	}
-	interval := new(big.Rat).Quo(rat(g.windowMS*1000), rat(g.limit))
+	ceilMS := func(us *big.Rat) int64 { return ceil(new(big.Rat).Quo(us, rat(1000))).Int64() }
+	interval := new(big.Rat).SetFrac64(g.windowMS*1000, g.limit)
+	unit := g.limit // ticks a µs
+	if g.limit > 1000 && g.windowMS*1_000_000 >= g.limit {
+		unit = 1000
+		interval.SetFrac(ceil(new(big.Rat).SetFrac64(g.windowMS*1_000_000, g.limit)), big.NewInt(1000))
+	}
 	tol := new(big.Rat).Mul(interval, rat(g.burst))
 	off := new(big.Rat)
 	if g.tat != nil && g.tat.Cmp(rat(now)) > 0 {
@@ -542,7 +578,9 @@ func (g *gcraModel) decide(now, cost int64) [4]int64 {
 		}
 		return [4]int64{0, remaining, ceilMS(off), ceilMS(new(big.Rat).Sub(newOff, tol)) + 1}
 	}
-	g.tat = new(big.Rat).Add(rat(now), newOff)
+	storedNS := ceil(new(big.Rat).Mul(new(big.Rat).Add(rat(now), newOff), rat(1000)))
+	ticks := new(big.Int).Quo(new(big.Int).Mul(storedNS, big.NewInt(unit)), big.NewInt(1000))
+	g.tat = new(big.Rat).SetFrac(ticks, big.NewInt(unit))
 	return [4]int64{1, floor(new(big.Rat).Quo(new(big.Rat).Sub(tol, newOff), interval)), ceilMS(newOff), 0}
 }
 
@@ -550,7 +588,7 @@ func (g *gcraModel) decide(now, cost int64) [4]int64 {
 // random limits, windows, bursts, costs and request times, and checks every
 // reply against gcraModel. The limits span 1 to 1e9 and the refill times up
 // to 10 years, so products far beyond 2^53 (the exact range of a Lua number)
-// are covered.
+// are covered; a few limits above 1e9 give tokens below 1 ns.
 func TestTokenBucketScriptMatchesExactModel(t *testing.T) {
 	m, rdb := newTestRedis(t)
 	script := redis.NewScript(lua.RateLimitTokenBucket)
@@ -560,6 +598,7 @@ func TestTokenBucketScriptMatchesExactModel(t *testing.T) {
 	if testing.Short() {
 		configs = 20
 	}
+	var models []*gcraModel
 	for c := 0; c < configs; c++ {
 		g := &gcraModel{limit: max(logUniform(1, 1.5e9), 1), windowMS: logUniform(1000, 86_400_001)}
 		switch c % 3 {
@@ -576,6 +615,13 @@ func TestTokenBucketScriptMatchesExactModel(t *testing.T) {
 		if (service.RateLimitConfig{Policies: []service.Policy{l}}).Validate() != nil {
 			continue // a refill beyond 10 years
 		}
+		models = append(models, g)
+	}
+	models = append(models,
+		&gcraModel{limit: 3_000_000_007, windowMS: 1000, burst: 50},
+		&gcraModel{limit: 1 << 40, windowMS: 1000, burst: 1 << 40},
+		&gcraModel{limit: 1<<48 - 1, windowMS: 7001, burst: 1_000_000_000})
+	for c, g := range models {
 		key := fmt.Sprintf("tb:%d", c)
 		// Steps of up to two emission intervals in whole microseconds, a
 		// third of them 0 (requests within the same microsecond), and after a

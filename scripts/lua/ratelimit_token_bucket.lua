@@ -1,29 +1,44 @@
 -- ratelimit_token_bucket: a token bucket as GCRA (the generic cell rate
 -- algorithm), as in redis_rate. The bucket refills at limit tokens per
 -- window and holds at most burst tokens. Its whole state is one number, the
--- theoretical arrival time (TAT), in microseconds by the Redis clock: when
--- the bucket will be full again. Denied requests change nothing.
+-- theoretical arrival time (TAT) by the Redis clock: when the bucket will be
+-- full again. Denied requests change nothing.
 --
--- The arithmetic is exact. A token takes window / limit microseconds, rarely
--- a whole number, and Lua numbers (doubles) hold integers exactly only below
--- 2^53, with the clock alone near 2^51. So a span of time is kept as whole
--- microseconds plus ticks of 1/limit microsecond (0 <= ticks < limit), and
--- products that may pass 2^52 go through muldiv. Counts come out whole (a
--- full bucket of 7 per 10s allows exactly 7, leaving 6, 5, ... 0), and an
--- interval far below a microsecond (10 million per second) still counts.
+-- The arithmetic is exact but for the rounding up below, which never lets
+-- a token out early. Lua numbers (doubles) hold integers exactly only below
+-- 2^53, with the clock alone near 2^51 µs, so a span of time is kept as
+-- whole microseconds plus ticks of 1/unit microsecond (0 <= ticks < unit),
+-- and products that may pass 2^52 go through muldiv. A token takes interval
+-- ticks; the stored TAT is rounded up to a whole ns:
+--   limit <= 1000             unit = limit, interval = the window in µs:
+--                             exactly window / limit, and a tick (>= 1 ns)
+--                             comes back exactly from the stored TAT
+--   limit > 1000, window /    unit = 1000 (a tick is 1 ns), interval =
+--   limit >= 1 ns             window / limit rounded up to a whole ns: less
+--                             than 1 ns a token more
+--   window / limit < 1 ns     unit = limit as for limit <= 1000, but a TAT
+--                             read back can be up to 1 ns later: less than
+--                             1 ns a request more
+-- While a token takes 1 ns or more, counts come out whole (a full bucket of
+-- 7 per 10s allows exactly 7, leaving 6, 5, ... 0), and an interval far
+-- below a microsecond (10 million per second) still counts.
 --
--- KEYS[1]  the TAT; expires when the bucket is full again. Two forms:
---            integer  whole microseconds, as earlier versions wrote it;
---                     Redis keeps an integer in the key itself (about 30
---                     bytes less per key)
---            decimal  "µs.fraction" when the TAT falls between two
---                     microseconds (window / limit is not whole): the
---                     fraction has one digit more than limit, enough to
---                     recover the ticks exactly; earlier versions read it as
---                     a number too
+-- KEYS[1]  the TAT; expires when the bucket is full again. An integer of
+--          absolute nanoseconds, rounded up to a whole ns: 19 digits and
+--          below 2^63 until 2262, so Redis keeps it in the key itself (about
+--          30 bytes less per key than a string). It is written as whole µs
+--          and 3 digits of ns, and read by splitting off the last 3 digits,
+--          never as one Lua number. The microsecond forms of earlier
+--          versions are still read, told apart by their form:
+--            integer  18 digits or more (>= 1e17): nanoseconds (as µs it
+--                     would be over 3000 years ahead, which only versions
+--                     before the 10-year bound wrote, for refills that long)
+--            integer  up to 17 digits: whole µs
+--            decimal  "µs.fraction" (a '.' in it): the fraction has one
+--                     digit more than limit, read to the nearest tick
 --          Any other value, or a TAT more than 10 years ahead (no valid
---          limit leads there; earlier versions could overflow), counts as no
---          key.
+--          limit leads there; earlier versions could overflow) and more
+--          than a full bucket ahead, counts as no key.
 -- ARGV[1]  limit: tokens added per window, 1 <= limit < 2^48
 -- ARGV[2]  window in milliseconds, 1 <= window <= 10 years
 -- ARGV[3]  burst: bucket capacity, >= 1, with window * burst / limit (the
@@ -38,7 +53,7 @@
 --   retry_after_ms  0 when allowed; else when enough tokens for the same
 --                   request will be in the bucket (rounded up, plus 1 ms)
 local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2]) * 1000 -- microseconds; a token is window ticks
+local window = tonumber(ARGV[2]) * 1000 -- microseconds
 local burst = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 
@@ -81,9 +96,16 @@ local function muldiv(x, y, a, z)
   return q0 + q + aq, ar
 end
 
+-- A tick is 1/unit µs and a token takes interval ticks (see above).
+local unit, interval = limit, window
+if limit > 1000 and window * 1000 >= limit then
+  unit = 1000
+  interval = (muldiv(window, 1000, limit - 1, limit))
+end
+
 -- A time span is (us, ticks). sub returns a - b, for a >= b.
 local function sub(a_us, a_ticks, b_us, b_ticks)
-  if a_ticks < b_ticks then return a_us - b_us - 1, a_ticks - b_ticks + limit end
+  if a_ticks < b_ticks then return a_us - b_us - 1, a_ticks - b_ticks + unit end
   return a_us - b_us, a_ticks - b_ticks
 end
 
@@ -93,40 +115,54 @@ local function ms(us, ticks)
   return math.ceil(us / 1000)
 end
 
--- tokens returns the whole tokens in a span: floor(span / (window / limit)).
+-- tokens returns the whole tokens in a span: floor(span / interval).
 local function tokens(us, ticks)
-  return (muldiv(us, limit, ticks, window))
+  return (muldiv(us, unit, ticks, interval))
 end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tol_us, tol_ticks = muldiv(burst, window, 0, limit) -- how far the TAT may run ahead of now
-local step_us, step_ticks = muldiv(cost, window, 0, limit) -- what this request takes
+local tol_us, tol_ticks = muldiv(burst, interval, 0, unit) -- how far the TAT may run ahead of now
+local step_us, step_ticks = muldiv(cost, interval, 0, unit) -- what this request takes
 
 -- off: how far the stored TAT is ahead of now; 0 for a full bucket.
 local off_us, off_ticks = 0, 0
-local v = redis.call('GET', KEYS[1])
-local int, frac = string.match(v or '', '^(%d+)%.?(%d*)$')
-if int then
+local v = redis.call('GET', KEYS[1]) or ''
+-- Nanoseconds (18 digits or more): µs, and the last 3 digits.
+local int, frac = string.match(v, '^(%d+)(%d%d%d)$')
+if int and #int >= 15 then
   off_us = tonumber(int) - now
-  if frac ~= '' then
-    off_ticks = math.floor(tonumber(frac) * limit / 10 ^ #frac + 0.5)
-    if off_ticks >= limit then
-      off_us = off_us + 1
-      off_ticks = 0
+  -- The last tick at or before it: a TAT rounded up to the ns comes back
+  -- exactly when a tick is 1 ns or more (unit <= 1000).
+  if unit <= 1000 then
+    off_ticks = math.floor(tonumber(frac) * unit / 1000)
+  else
+    off_ticks = (muldiv(tonumber(frac), unit, 0, 1000))
+  end
+else
+  -- Microseconds, an integer or a decimal read to the nearest tick.
+  int, frac = string.match(v, '^(%d+)%.?(%d*)$')
+  if int then
+    off_us = tonumber(int) - now
+    if frac ~= '' then
+      off_ticks = math.floor(tonumber(frac) * unit / 10 ^ #frac + 0.5)
+      if off_ticks >= unit then
+        off_us = off_us + 1
+        off_ticks = 0
+      end
     end
   end
-  if off_us < 0 or off_us > max_ahead then
-    off_us = 0
-    off_ticks = 0
-  end
+end
+if off_us < 0 or (off_us > max_ahead and off_us > tol_us) then
+  off_us = 0 -- in the past (a full bucket), or too far ahead
+  off_ticks = 0
 end
 
 local new_us = off_us + step_us
 local new_ticks = off_ticks + step_ticks
-if new_ticks >= limit then
+if new_ticks >= unit then
   new_us = new_us + 1
-  new_ticks = new_ticks - limit
+  new_ticks = new_ticks - unit
 end
 
 if new_us > tol_us or (new_us == tol_us and new_ticks > tol_ticks) then
@@ -137,18 +173,18 @@ if new_us > tol_us or (new_us == tol_us and new_ticks > tol_ticks) then
   return {0, remaining, ms(off_us, off_ticks), ms(sub(new_us, new_ticks, tol_us, tol_ticks)) + 1}
 end
 
--- The TAT as a string, in the integer form when it is whole; else with
--- new_ticks / limit to #ARGV[1] + 1 decimals, trailing zeros dropped.
-local tat = string.format('%d', now + new_us)
-if new_ticks > 0 then
-  local scale = 10 ^ (#ARGV[1] + 1)
-  local f = math.floor(new_ticks * scale / limit + 0.5)
-  while f % 10 == 0 do
-    f = f / 10
-    scale = scale / 10
-  end
-  tat = tat .. '.' .. string.format('%d', scale + f):sub(2)
+-- The TAT in nanoseconds, the part below 1 ns rounded up.
+local tat_us = now + new_us
+local tat_ns
+if unit <= 1000 then
+  tat_ns = math.ceil(new_ticks * 1000 / unit)
+else
+  tat_ns = (muldiv(new_ticks, 1000, unit - 1, unit))
+end
+if tat_ns == 1000 then
+  tat_us = tat_us + 1
+  tat_ns = 0
 end
 local reset = ms(new_us, new_ticks)
-redis.call('SET', KEYS[1], tat, 'PX', string.format('%d', reset))
+redis.call('SET', KEYS[1], string.format('%d%03d', tat_us, tat_ns), 'PX', string.format('%d', reset))
 return {1, tokens(sub(tol_us, tol_ticks, new_us, new_ticks)), reset, 0}
