@@ -2,8 +2,6 @@ package service_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"net"
 	"os"
@@ -15,10 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var acquireSHA = func() string {
-	sum := sha1.Sum([]byte(lua.Acquire))
-	return hex.EncodeToString(sum[:])
-}()
+var acquireSHA = shaOf(lua.Acquire)
 
 // lostReplyClient runs every script for real, then lets a test replace the
 // acquire script's reply with an error: the script ran, its caller never

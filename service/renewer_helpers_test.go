@@ -13,10 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var renewBatchSHA = func() string {
-	sum := sha1.Sum([]byte(lua.RenewBatch))
+var renewBatchSHA = shaOf(lua.RenewBatch)
+
+// shaOf is the SHA1 by which Redis knows the script src (EVALSHA).
+func shaOf(src string) string {
+	sum := sha1.Sum([]byte(src))
 	return hex.EncodeToString(sum[:])
-}()
+}
 
 // renewCall is one renew_batch call as a renewRecorder saw it: the registry
 // members it named and, per member, the code renew_batch answered (1 =
