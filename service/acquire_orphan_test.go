@@ -135,3 +135,33 @@ func TestAcquireLostReplyKeepsAClientTokensHolds(t *testing.T) {
 		}
 	}
 }
+
+// A fair waiter whose first attempt's reply is lost was queued by that
+// attempt all the same: it leaves the queue at once, or the fair lock would
+// wait for a waiter that is gone until its deadline.
+func TestFairWaiterWithALostReplyLeavesTheQueue(t *testing.T) {
+	svc, c := newLostReplyService(t)
+	if _, err := svc.Acquire(t.Context(), "orders", service.AcquireRequest{TTL: time.Minute, Fair: true}); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	var queuedByTheLostAttempt int64
+	c.lose = func(ctx context.Context) error {
+		n, err := c.LLen(ctx, "lk:queue:{orders}").Result()
+		if err != nil {
+			return err
+		}
+		queuedByTheLostAttempt = n
+		return readTimeout
+	}
+	_, err := svc.Acquire(t.Context(), "orders", service.AcquireRequest{TTL: time.Minute, Wait: time.Minute, Fair: true})
+	if !errors.Is(err, service.ErrUnavailable) {
+		t.Fatalf("waiting Acquire = %v, want ErrUnavailable", err)
+	}
+	if queuedByTheLostAttempt != 1 {
+		t.Fatalf("the lost attempt queued %d waiters, want 1: the test proves nothing", queuedByTheLostAttempt)
+	}
+	c.lose = nil
+	if n, err := c.LLen(t.Context(), "lk:queue:{orders}").Result(); err != nil || n != 0 {
+		t.Errorf("fair queue after the waiter's failed acquire = %d, %v; want empty", n, err)
+	}
+}

@@ -28,6 +28,18 @@ func (e *ReplicationError) Error() string {
 // Unwrap makes errors.Is(err, ErrUnavailable) true.
 func (e *ReplicationError) Unwrap() error { return ErrUnavailable }
 
+// changed reports whether a script's reply says it changed what the client
+// is told about: the replicated scripts answer a status, alone or first in an
+// array, that is 1 or more exactly then (a grant, a release, a renewal, a
+// forced release that removed a lease).
+func changed(res any) bool {
+	if a, ok := res.([]any); ok && len(a) > 0 {
+		res = a[0]
+	}
+	status, ok := res.(int64)
+	return !ok || status >= 1
+}
+
 // runReplicated runs sc and then WAIT on the same connection, so a state
 // change is reported only once cfg.MinReplicas replicas have it. On NOSCRIPT
 // it loads the script and runs both again, once. Returns a
@@ -55,9 +67,19 @@ func (s *Service) runReplicated(ctx, opCtx context.Context, sc *script, keys []s
 	if err != nil {
 		return nil, s.storeErr(ctx, sc.name, err)
 	}
+	if !changed(res) {
+		// Nothing the client is told about changed (held, not owner, not
+		// found): WAIT counts every earlier write of the connection, so
+		// too few replicas would wrongly turn a 409 or 404 into a 503.
+		return res, nil
+	}
 	acked, err := wait.Result()
 	if err != nil {
-		return nil, s.storeErr(ctx, sc.name, err)
+		// The change is made; whatever refused WAIT (an ACL, a proxy), the
+		// client cannot be told it is replicated: unavailable, not a
+		// script error, so a lease granted here is given back.
+		s.metrics.redisErrors.WithLabelValues(sc.name, "replicas").Inc()
+		return nil, fmt.Errorf("%s: %w: wait for replicas: %s", sc.name, ErrUnavailable, err)
 	}
 	if acked < int64(s.cfg.MinReplicas) {
 		s.metrics.redisErrors.WithLabelValues(sc.name, "replicas").Inc()

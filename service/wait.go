@@ -67,6 +67,10 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		}
 		r, err := s.attempt(detached, k, req, waiterTimeout, keepTTL)
 		if err != nil {
+			// The script may have run and registered (and queued) the
+			// caller although its answer is lost: leave, or a fair queue
+			// waits behind a waiter that is gone until its deadline.
+			registered = registered || waiterTimeout > 0
 			s.giveBack(detached, k, req.Token, ownToken, err)
 			return Lease{}, err
 		}

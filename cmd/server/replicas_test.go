@@ -37,6 +37,25 @@ func TestRunWaitsForReplicas(t *testing.T) {
 	token, _ := lease["token"].(string)
 
 	killReplica()
+	// Answers that changed nothing are given as they are: WAIT counts the
+	// connection's earlier writes too, so it must not turn them into 503s.
+	for _, req := range []struct {
+		what, method, path, body string
+		status                   int
+		typ                      string
+		headers                  []string
+	}{
+		{"a second owner's acquire", http.MethodPost, "/v1/locks/replicated", `{"ttl":"5m"}`, http.StatusConflict, "lock-held", nil},
+		{"another token's release", http.MethodDelete, "/v1/locks/replicated", "", http.StatusConflict, "not-owner",
+			[]string{"Lock-Token", "someone-elses-token-0123456789"}},
+		{"a release of no lease", http.MethodDelete, "/v1/locks/never-held", "", http.StatusNotFound, "lease-not-found",
+			[]string{"Lock-Token", "someone-elses-token-0123456789"}},
+	} {
+		resp, problem := s.call(t, req.method, req.path, req.body, req.headers...)
+		if resp.StatusCode != req.status || problem["type"] != req.typ {
+			t.Errorf("%s with the replica gone = %d %v, want %d %s", req.what, resp.StatusCode, problem, req.status, req.typ)
+		}
+	}
 	for _, req := range []struct {
 		what, method, path, body string
 		headers                  []string
@@ -55,6 +74,32 @@ func TestRunWaitsForReplicas(t *testing.T) {
 	if got := metricValue(t, s, `latchkey_redis_errors_total{kind="replicas",op="acquire"}`); got != "1" {
 		t.Errorf("replica shortfalls counted for acquire = %q, want 1", got)
 	}
+}
+
+// TestRunWhenRedisRefusesWait: a grant that WAIT cannot confirm (here an
+// ACL user without WAIT) is a 503, not a script error, and the lease the
+// client never received is given back.
+func TestRunWhenRedisRefusesWait(t *testing.T) {
+	bin := redisServerBinary(t)
+	primary, _ := startRedisProcess(t, bin)
+	admin := redis.NewClient(&redis.Options{Addr: addrOf(primary)})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "nowait", "on", ">nowait-secret", "~*", "&*", "+@all", "-wait").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	s := startServer(t, "-redis-url", "redis://nowait:nowait-secret@"+addrOf(primary)+"/0",
+		"-redis-min-replicas", "1", "-redis-replica-timeout", "300ms")
+	resp, problem := s.call(t, http.MethodPost, "/v1/locks/unconfirmed", `{"ttl":"5m"}`)
+	if resp.StatusCode != http.StatusServiceUnavailable || problem["type"] != "store-unavailable" {
+		t.Fatalf("acquire when WAIT is refused = %d %v, want 503 store-unavailable", resp.StatusCode, problem)
+	}
+	if n, err := admin.Exists(t.Context(), "latchkey:fence:{unconfirmed}").Result(); err != nil || n != 1 {
+		t.Fatalf("no fence counter (%d, %v): the acquire never ran, the test proves nothing", n, err)
+	}
+	waitFor(t, "the unconfirmed lease to be given back", func() bool {
+		n, err := admin.Exists(t.Context(), "latchkey:lock:{unconfirmed}").Result()
+		return err == nil && n == 0
+	})
 }
 
 // metricValue reads one sample of the server's /metrics, "" when absent.
