@@ -7,11 +7,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pipeliner is the part of a go-redis client that runs a script and WAIT on
-// one connection, which the replicated path needs: WAIT counts the replicas
-// that have every write made on its own connection.
-type pipeliner interface {
-	Pipeline() redis.Pipeliner
+// conner is the part of a go-redis client that the replicated path needs:
+// a connection of its own for the script and then WAIT, because WAIT
+// counts the replicas that have every write made on its connection.
+type conner interface {
+	Conn() *redis.Conn
 }
 
 // ReplicationError reports a state change that Redis made on the primary but
@@ -40,46 +40,41 @@ func changed(res any) bool {
 	return !ok || status >= 1
 }
 
-// runReplicated runs sc and then WAIT on the same connection, so a state
-// change is reported only once cfg.MinReplicas replicas have it. On NOSCRIPT
-// it loads the script and runs both again, once. Returns a
-// *ReplicationError when too few replicas acknowledged in time, and errors
-// translated by storeErr otherwise.
+// runReplicated runs sc on a connection of its own and, when its reply
+// reports a change, then WAIT on that connection, so a change is reported
+// only once cfg.MinReplicas replicas have it; an answer that changed nothing
+// (held, not owner, not found) does not wait. On NOSCRIPT it loads the
+// script and runs it again, once. Returns a *ReplicationError when too few
+// replicas acknowledged in time, an error wrapping ErrUnavailable when Redis
+// refused WAIT, and errors translated by storeErr otherwise.
 func (s *Service) runReplicated(ctx, opCtx context.Context, sc *script, keys []string, args ...any) (any, error) {
-	p := s.rdb.(pipeliner) // New checks it when MinReplicas is set
-	exec := func() (*redis.Cmd, *redis.IntCmd) {
-		pipe := p.Pipeline()
-		ev := pipe.EvalSha(opCtx, sc.sha, keys, args...)
-		wait := redis.NewIntCmd(opCtx, "wait", s.cfg.MinReplicas, s.cfg.ReplicaTimeout.Milliseconds())
-		_ = pipe.Process(opCtx, wait)
-		_, _ = pipe.Exec(opCtx) // each command carries its own error
-		return ev, wait
-	}
-	ev, wait := exec()
-	if isNoScript(ev.Err()) {
+	cn := s.rdb.(conner).Conn() // New checks it when MinReplicas is set
+	defer func() { _ = cn.Close() }()
+	res, err := cn.EvalSha(opCtx, sc.sha, keys, args...).Result()
+	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
-		if err := s.rdb.ScriptLoad(opCtx, sc.src).Err(); err != nil {
-			return nil, s.storeErr(ctx, sc.name, err)
+		if lerr := cn.ScriptLoad(opCtx, sc.src).Err(); lerr != nil {
+			return nil, s.storeErr(ctx, sc.name, lerr)
 		}
-		ev, wait = exec()
+		res, err = cn.EvalSha(opCtx, sc.sha, keys, args...).Result()
 	}
-	res, err := ev.Result()
 	if err != nil {
 		return nil, s.storeErr(ctx, sc.name, err)
 	}
 	if !changed(res) {
-		// Nothing the client is told about changed (held, not owner, not
-		// found): WAIT counts every earlier write of the connection, so
-		// too few replicas would wrongly turn a 409 or 404 into a 503.
 		return res, nil
 	}
-	acked, err := wait.Result()
+	acked, err := cn.Wait(opCtx, s.cfg.MinReplicas, s.cfg.ReplicaTimeout).Result()
 	if err != nil {
-		// The change is made; whatever refused WAIT (an ACL, a proxy), the
-		// client cannot be told it is replicated: unavailable, not a
-		// script error, so a lease granted here is given back.
-		s.metrics.redisErrors.WithLabelValues(sc.name, "replicas").Inc()
-		return nil, fmt.Errorf("%s: %w: wait for replicas: %s", sc.name, ErrUnavailable, err)
+		if isServerError(err) {
+			// The change is made, and Redis refused WAIT (an ACL, a
+			// proxy): the client cannot be told it is replicated.
+			// Unavailable, not a script error, so a lease granted here is
+			// given back.
+			s.metrics.redisErrors.WithLabelValues(sc.name, "replicas").Inc()
+			return nil, fmt.Errorf("%s: %w: wait for replicas: %s", sc.name, ErrUnavailable, err)
+		}
+		return nil, s.storeErr(ctx, sc.name, err)
 	}
 	if acked < int64(s.cfg.MinReplicas) {
 		s.metrics.redisErrors.WithLabelValues(sc.name, "replicas").Inc()

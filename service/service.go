@@ -42,8 +42,8 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	if _, ok := rdb.(pipeliner); cfg.MinReplicas > 0 && !ok {
-		return nil, fmt.Errorf("service: min replicas needs a client that can pipeline a script with WAIT")
+	if _, ok := rdb.(conner); cfg.MinReplicas > 0 && !ok {
+		return nil, fmt.Errorf("service: min replicas needs a client that can run a script and WAIT on one connection")
 	}
 	m := newMetrics(cfg.Registerer)
 	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts, regKey: cfg.KeyPrefix + "keepalive"}

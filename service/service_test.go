@@ -102,14 +102,14 @@ func TestReady(t *testing.T) {
 	}
 }
 
-// A client that cannot pipeline a script with WAIT cannot serve
+// A client that cannot run a script and WAIT on one connection cannot serve
 // MinReplicas: New says so instead of failing at the first grant.
-func TestNewRefusesMinReplicasWithoutAPipeline(t *testing.T) {
+func TestNewRefusesMinReplicasWithoutAConnection(t *testing.T) {
 	_, err := service.New(scripterOnly{}, service.Config{MinReplicas: 1})
-	if err == nil || !strings.Contains(err.Error(), "min replicas needs a client that can pipeline") {
-		t.Fatalf("New with MinReplicas on a client without Pipeline = %v, want an error saying so", err)
+	if err == nil || !strings.Contains(err.Error(), "min replicas needs a client that can run a script and WAIT on one connection") {
+		t.Fatalf("New with MinReplicas on a client without Conn = %v, want an error saying so", err)
 	}
 }
 
-// scripterOnly is a RedisClient with no Pipeline method; it is never called.
+// scripterOnly is a RedisClient with no Conn method; it is never called.
 type scripterOnly struct{ service.RedisClient }

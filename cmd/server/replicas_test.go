@@ -23,8 +23,10 @@ func TestRunWaitsForReplicas(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: addrOf(replica)})
 	t.Cleanup(func() { _ = rc.Close() })
 
-	s := startServer(t, "-redis-url", "redis://"+addrOf(primary)+"/0",
-		"-redis-min-replicas", "1", "-redis-replica-timeout", "300ms")
+	// A generous replica timeout: a loaded machine must not make the live
+	// replica look absent.
+	s := startServer(t, "-redis-url", "redis://"+addrOf(primary)+"/0", "-redis-timeout", "10s",
+		"-redis-min-replicas", "1", "-redis-replica-timeout", "3s")
 	resp, lease := s.call(t, http.MethodPost, "/v1/locks/replicated", `{"ttl":"5m"}`)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("acquire with the replica up = %d %v, want 201", resp.StatusCode, lease)
