@@ -263,6 +263,15 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 	})
 }
 
-// gateMethods are the methods the gate answers: whatever a gateway forwards.
+// gatePolicy returns the policy named by a gate path
+// (/v1/ratelimit/gate/{policy}[/anything]).
+func gatePolicy(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1/ratelimit/gate/")
+	policy, _, _ := strings.Cut(rest, "/")
+	return policy, ok && policy != ""
+}
+
+// gateMethods are the methods the gate has routes for (the spec lists
+// them); any other method gets the same answer (see NewRouter).
 var gateMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 	http.MethodPatch, http.MethodDelete, http.MethodOptions}

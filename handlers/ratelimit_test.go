@@ -126,6 +126,10 @@ func TestGateRateLimit(t *testing.T) {
 		{"denied 429", perIP(429), denied, "/v1/ratelimit/gate/per-ip", "POST", 429, "", "192.0.2.1"},
 		{"denied with the policy's 403", perIP(403), denied, "/v1/ratelimit/gate/per-ip", "OPTIONS", 403, "", "192.0.2.1"},
 		{"unknown policy", perIP(429), denied, "/v1/ratelimit/gate/other", "GET", 404, "policy-not-found", ""},
+		{"a WebDAV method", perIP(429), service.Decision{Allowed: true, Policy: "per-ip"}, "/v1/ratelimit/gate/per-ip", "PROPFIND", 200, "", "192.0.2.1"},
+		{"TRACE, denied", perIP(429), denied, "/v1/ratelimit/gate/per-ip/app/path", "TRACE", 429, "", "192.0.2.1"},
+		{"a WebDAV method, unknown policy", perIP(429), denied, "/v1/ratelimit/gate/other/x", "MKCOL", 404, "policy-not-found", ""},
+		{"no policy named", perIP(429), denied, "/v1/ratelimit/gate/", "PROPFIND", 405, "method-not-allowed", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -86,6 +86,15 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 			detail: "no route for " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		if policy, ok := gatePolicy(r.URL.Path); ok {
+			// A gateway forwards its client's method (Envoy's ext_authz
+			// does), and the gate's answer does not depend on it: methods
+			// with no route of their own (TRACE, WebDAV's PROPFIND) get it
+			// too, rather than a 405 passed on to the client.
+			chi.RouteContext(r.Context()).URLParams.Add("policy", policy)
+			a.handleGateRateLimit(w, r)
+			return
+		}
 		writeError(w, r, a.log, &httpError{status: http.StatusMethodNotAllowed, typ: "method-not-allowed",
 			detail: "method " + r.Method + " is not allowed on " + r.URL.Path})
 	})
