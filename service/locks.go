@@ -247,10 +247,7 @@ func (s *Service) giveBack(ctx context.Context, k lockKeys, token string, ownTok
 	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return
 	}
-	go func() {
-		_, _ = s.run(context.WithoutCancel(ctx), releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
-			token, registryMember(token, k.name))
-	}()
+	go func() { _, _ = s.Release(context.WithoutCancel(ctx), k.name, token) }()
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's

@@ -50,14 +50,7 @@ func changed(res any) bool {
 func (s *Service) runReplicated(ctx, opCtx context.Context, sc *script, keys []string, args ...any) (any, error) {
 	cn := s.rdb.(conner).Conn() // New checks it when MinReplicas is set
 	defer func() { _ = cn.Close() }()
-	res, err := cn.EvalSha(opCtx, sc.sha, keys, args...).Result()
-	if err != nil && isNoScript(err) {
-		s.metrics.scriptReloads.Inc()
-		if lerr := cn.ScriptLoad(opCtx, sc.src).Err(); lerr != nil {
-			return nil, s.storeErr(ctx, sc.name, lerr)
-		}
-		res, err = cn.EvalSha(opCtx, sc.sha, keys, args...).Result()
-	}
+	res, err := s.evalSha(opCtx, cn, sc, keys, args...)
 	if err != nil {
 		return nil, s.storeErr(ctx, sc.name, err)
 	}

@@ -99,18 +99,25 @@ func (s *Service) run(ctx context.Context, sc *script, keys []string, args ...an
 	if sc.replicated && s.cfg.MinReplicas > 0 {
 		return s.runReplicated(ctx, opCtx, sc, keys, args...)
 	}
-	res, err := s.rdb.EvalSha(opCtx, sc.sha, keys, args...).Result()
-	if err != nil && isNoScript(err) {
-		s.metrics.scriptReloads.Inc()
-		if lerr := s.rdb.ScriptLoad(opCtx, sc.src).Err(); lerr != nil {
-			return nil, s.storeErr(ctx, sc.name, lerr)
-		}
-		res, err = s.rdb.EvalSha(opCtx, sc.sha, keys, args...).Result()
-	}
+	res, err := s.evalSha(opCtx, s.rdb, sc, keys, args...)
 	if err != nil {
 		return nil, s.storeErr(ctx, sc.name, err)
 	}
 	return res, nil
+}
+
+// evalSha calls sc on c with EVALSHA; on NOSCRIPT it loads the script on c
+// and calls it again, once. Errors are go-redis's, untranslated.
+func (s *Service) evalSha(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
+	res, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
+	if err != nil && isNoScript(err) {
+		s.metrics.scriptReloads.Inc()
+		if err := c.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			return nil, err
+		}
+		res, err = c.EvalSha(ctx, sc.sha, keys, args...).Result()
+	}
+	return res, err
 }
 
 // storeErr translates a Redis error. A caller that went away gets its own

@@ -38,6 +38,20 @@ func TestRunWaitsForReplicas(t *testing.T) {
 	}
 	token, _ := lease["token"].(string)
 
+	// A Redis that forgot its scripts (a restart, a failover) has them
+	// loaded again on the replicated path too.
+	pc := redis.NewClient(&redis.Options{Addr: addrOf(primary)})
+	t.Cleanup(func() { _ = pc.Close() })
+	if err := pc.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	if resp, body := s.call(t, http.MethodPost, "/v1/locks/after-flush", `{"ttl":"5m"}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("acquire after SCRIPT FLUSH = %d %v, want 201", resp.StatusCode, body)
+	}
+	if got := metricValue(t, s, "latchkey_script_reloads_total"); got != "1" {
+		t.Errorf("scripts reloaded after SCRIPT FLUSH = %q, want 1", got)
+	}
+
 	killReplica()
 	// Answers that changed nothing are given as they are: WAIT counts the
 	// connection's earlier writes too, so it must not turn them into 503s.
