@@ -59,3 +59,8 @@ func (p *PipelinedClient) EvalSha(ctx context.Context, sha string, keys []string
 	}
 	return cmd
 }
+
+// Unpipelined returns the plain client, for callers that batch their calls
+// themselves (rate-limit decisions): a call they make is written at once on
+// a connection of its own instead of waiting for the shared pipeline.
+func (p *PipelinedClient) Unpipelined() redis.Scripter { return p.Client }

@@ -58,7 +58,10 @@ type rateLimiter struct {
 	decisions *prometheus.CounterVec // policy, result: allowed, denied
 	// byPolicy holds each configured policy's decision counters, looked up
 	// once; it is not written after newRateLimiter.
-	byPolicy  map[string]decisionCounters
+	byPolicy map[string]decisionCounters
+	// batchers send concurrent decisions together, one per algorithm; nil
+	// when Batch is 1.
+	batchers  map[Algorithm]*decisionBatcher
 	cacheHits prometheus.Counter
 	failOpen  *prometheus.CounterVec // policy
 }
@@ -223,44 +226,75 @@ func (s *Service) rateLimitKey(p Policy, key string) string {
 // a rate-limit key stays under 100 bytes of Redis memory.
 var keyCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", TokenBucket: "tb"}
 
-// runLimit runs the algorithm's script, bounded by the decision timeout.
-// The reply is {allowed, remaining, reset_ms, retry_after_ms}.
+// runLimit decides one request with the algorithm's script, bounded by the
+// decision timeout: through the algorithm's batcher, or in a call of its own
+// when batching is off. The reply is {allowed, remaining, reset_ms,
+// retry_after_ms}.
 func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([4]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
-	defer cancel()
-	var res any
-	var err error
-	switch l.Algorithm {
-	case FixedWindow:
-		res, err = s.run(ctx, rateLimitFixedWindowScript, []string{key}, l.Limit, l.Window.Milliseconds(), cost)
-	case SlidingWindow:
-		res, err = s.run(ctx, rateLimitSlidingWindowScript, []string{key}, l.Limit, l.Window.Milliseconds(), cost)
-	default:
+	var args [4]int64
+	n := 3
+	args[0], args[1] = l.Limit, l.Window.Milliseconds()
+	if l.Algorithm == TokenBucket {
 		burst := l.Burst
 		if burst == 0 {
 			burst = l.Limit
 		}
-		res, err = s.run(ctx, rateLimitTokenBucketScript, []string{key}, l.Limit, l.Window.Milliseconds(), burst, cost)
+		args[2], args[3], n = burst, cost, 4
+	} else {
+		args[2] = cost
 	}
+	if b := s.rl.batchers[l.Algorithm]; b != nil {
+		return b.decide(ctx, key, args[:n]...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
+	defer cancel()
+	argv := make([]any, n)
+	for i := range argv {
+		argv[i] = args[i]
+	}
+	sc := limitScripts[l.Algorithm]
+	res, err := s.run(ctx, sc, []string{key}, argv...)
 	if err != nil {
 		return [4]int64{}, err
 	}
-	return decisionReply(l.Algorithm, res)
+	arr, _ := res.([]any)
+	return s.decisionReply(sc, arr)
 }
 
-// decisionReply reads a rate-limit script's reply {allowed, remaining,
-// reset_ms, retry_after_ms}.
-func decisionReply(alg Algorithm, res any) ([4]int64, error) {
+// limitScripts are the rate-limit scripts by algorithm.
+var limitScripts = map[Algorithm]*script{
+	FixedWindow:   rateLimitFixedWindowScript,
+	SlidingWindow: rateLimitSlidingWindowScript,
+	TokenBucket:   rateLimitTokenBucketScript,
+}
+
+// decisionReply reads one request's four entries of a rate-limit script's
+// reply: {allowed, remaining, reset_ms, retry_after_ms}, or -1 and the error
+// Redis raised for its key, which is translated as a failed call would be.
+func (s *Service) decisionReply(sc *script, e []any) ([4]int64, error) {
 	var out [4]int64
-	arr, ok := res.([]any)
-	if !ok || len(arr) != len(out) {
-		return out, fmt.Errorf("ratelimit %s: unexpected reply %T %v", alg, res, res)
+	if len(e) != len(out) {
+		return out, fmt.Errorf("%s: unexpected reply %v", sc.name, e)
 	}
-	if i, ok := fillInt64s(arr, out[:]); !ok {
-		return out, fmt.Errorf("ratelimit %s: reply[%d] is %T, want int64", alg, i, arr[i])
+	if e[0] == int64(-1) {
+		msg, _ := e[1].(string)
+		return out, s.storeErr(context.Background(), sc.name, scriptError(msg))
+	}
+	if i, ok := fillInt64s(e, out[:]); !ok {
+		return out, fmt.Errorf("%s: reply[%d] is %T, want int64", sc.name, i, e[i])
 	}
 	return out, nil
 }
+
+// scriptError is an error Redis raised inside a rate-limit script for one
+// request's key (WRONGTYPE, OOM, ...). It is a redis.Error, so storeErr
+// tells a transient state from a script error as it does for a whole call.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks the error as Redis's reply (redis.Error).
+func (scriptError) RedisError() {}
 
 // logFailOpen warns that a policy failed open, at most once per LogInterval.
 func (s *Service) logFailOpen(ctx context.Context, policy string, err error) {

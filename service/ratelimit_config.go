@@ -29,6 +29,13 @@ type RateLimitConfig struct {
 	// CacheSize bounds the in-process cache of keys known to be over their
 	// limit; 0 means the default 10000, a negative value disables it.
 	CacheSize int
+	// Batch is how many decisions of concurrent requests may go to Redis in
+	// one script call (see decisionBatcher); 1 sends each decision in a call
+	// of its own. Default 128.
+	Batch int
+	// MaxQueued bounds the decisions waiting for a call; past it a decision
+	// fails at once as unavailable. Default 10000.
+	MaxQueued int
 	// LogInterval is how often a fail-open policy may log that Redis is down.
 	// Default 10s.
 	LogInterval time.Duration
@@ -51,6 +58,12 @@ func (c RateLimitConfig) withDefaults() RateLimitConfig {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = 10000
+	}
+	if c.Batch <= 0 {
+		c.Batch = 128
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = 10000
 	}
 	if c.LogInterval <= 0 {
 		c.LogInterval = 10 * time.Second

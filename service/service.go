@@ -49,6 +49,13 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts, regKey: cfg.KeyPrefix + "keepalive"}
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
+	if s.rl.cfg.Batch > 1 {
+		s.rl.batchers = map[Algorithm]*decisionBatcher{
+			FixedWindow:   newDecisionBatcher(s, rateLimitFixedWindowScript, 3, s.rl.cfg),
+			SlidingWindow: newDecisionBatcher(s, rateLimitSlidingWindowScript, 3, s.rl.cfg),
+			TokenBucket:   newDecisionBatcher(s, rateLimitTokenBucketScript, 4, s.rl.cfg),
+		}
+	}
 	s.sub = newSubscriber(rdb, cfg.OpTimeout, cfg.SubscriberPing, m)
 	return s, nil
 }

@@ -52,6 +52,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	serviceRL.MaxQueued = int(cfg.RedisMaxQueued)
+	if !cfg.RedisPipeline {
+		serviceRL.Batch = 1 // each decision in a script call of its own
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := service.New(rdb, service.Config{

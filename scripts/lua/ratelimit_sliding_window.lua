@@ -6,7 +6,11 @@
 -- counters live in one string, so a decision touches a single key. Denied
 -- requests change nothing.
 --
--- KEYS[1]  string holding w = index of the current fixed window, c = its
+-- One call decides n >= 1 requests, one after the other, each on its own
+-- key: concurrent requests are sent to Redis together in one call. They
+-- share one reading of the Redis clock.
+--
+-- KEYS[i]  string holding w = index of the current fixed window, c = its
 --          count and p = count of the window before it; expires 2 windows
 --          after the last allowed request. Two forms:
 --            integer  the digits of w, then c and p zero-padded to n digits
@@ -21,24 +25,21 @@
 --          string counts as no key. A w one window ahead of the Redis clock
 --          (a clock that stepped back) keeps its counts; further ahead (left
 --          by a shorter window), or behind by more than one, starts afresh.
--- ARGV[1]  limit: requests (cost units) allowed per window, >= 1
--- ARGV[2]  window in milliseconds, >= 1
--- ARGV[3]  cost of this request, 1 <= cost <= limit
+-- ARGV[3i-2]  limit: requests (cost units) allowed per window, >= 1
+-- ARGV[3i-1]  window in milliseconds, >= 1
+-- ARGV[3i]    cost of request i, 1 <= cost <= limit
 --
--- Reply: {allowed, remaining, reset_ms, retry_after_ms}
+-- Reply: four entries per request, in order: allowed, remaining, reset_ms,
+-- retry_after_ms
 --   allowed         1 = allowed (cost counted), 0 = denied (nothing counted)
 --   remaining       whole cost units that would still be allowed right now
 --   reset_ms        time until the estimate drains to 0 with no more requests
 --   retry_after_ms  0 when allowed; else the earliest time at which the same
 --                   request will be allowed (rounded up, plus 1 ms)
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-
+-- A request whose key cannot be used answers -1 and the error's text in its
+-- first two entries; the others are decided as usual.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local cur = math.floor(now / window)
-local elapsed = now - cur * window
 
 -- decode returns w, c and p from either string form, or nil.
 local function decode(v)
@@ -61,59 +62,84 @@ local function encode(w, c, p)
   return string.format('%d:%d:%d', w, c, p)
 end
 
-local idx, c, p
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  -- Not a string: a hash from an earlier version (anything else fails here).
-  local h = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
-  idx, c, p = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
-elseif v then
-  idx, c, p = decode(v)
-end
-c = c or 0
-p = p or 0
-if idx == nil or idx < cur - 1 then
-  c, p = 0, 0
-elseif idx == cur - 1 then
-  -- Two statements: gopher-lua (miniredis, the embedded store) gets
-  -- "c, p = 0, c" wrong and would lose the previous count.
-  p = c
-  c = 0
-elseif idx == cur + 1 then
-  -- The clock went back (failover to a replica behind us): keep the counts.
-  cur = idx
-  elapsed = 0
-elseif idx > cur then
-  -- Further ahead is no clock error but a window that was raised (a named
-  -- policy's key does not name its window): the index counted shorter
-  -- windows, and keeping it would keep the counts for ever. A fresh window.
-  c, p = 0, 0
-end
+-- decide returns the four entries of one request.
+local function decide(key, limit_arg, window_arg, cost_arg)
+  local limit = tonumber(limit_arg)
+  local window = tonumber(window_arg)
+  local cost = tonumber(cost_arg)
+  local cur = math.floor(now / window)
+  local elapsed = now - cur * window
 
-local function reset_ms(cc, pp)
-  if cc > 0 then return math.ceil(2 * window - elapsed) end
-  if pp > 0 then return math.ceil(window - elapsed) end
-  return 0
-end
-
-local est = p * (window - elapsed) / window + c
-if est + cost > limit then
-  local retry
-  if c + cost <= limit then
-    -- The previous window's weight must fall to (limit - c - cost).
-    local at = window - (limit - c - cost) * window / p
-    retry = at - elapsed
-  else
-    -- Only the next window helps; there the current count is the previous one.
-    local at = window - (limit - cost) * window / c
-    retry = (window - elapsed) + at
+  local idx, c, p
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    -- Not a string: a hash from an earlier version (anything else fails here).
+    local h = redis.call('HMGET', key, 'w', 'c', 'p')
+    idx, c, p = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+  elseif v then
+    idx, c, p = decode(v)
   end
-  local remaining = math.max(math.floor(limit - est), 0)
-  return {0, remaining, reset_ms(c, p), math.ceil(retry) + 1}
+  c = c or 0
+  p = p or 0
+  if idx == nil or idx < cur - 1 then
+    c, p = 0, 0
+  elseif idx == cur - 1 then
+    -- Two statements: gopher-lua (miniredis, the embedded store) gets
+    -- "c, p = 0, c" wrong and would lose the previous count.
+    p = c
+    c = 0
+  elseif idx == cur + 1 then
+    -- The clock went back (failover to a replica behind us): keep the counts.
+    cur = idx
+    elapsed = 0
+  elseif idx > cur then
+    -- Further ahead is no clock error but a window that was raised (a named
+    -- policy's key does not name its window): the index counted shorter
+    -- windows, and keeping it would keep the counts for ever. A fresh window.
+    c, p = 0, 0
+  end
+
+  local function reset_ms(cc, pp)
+    if cc > 0 then return math.ceil(2 * window - elapsed) end
+    if pp > 0 then return math.ceil(window - elapsed) end
+    return 0
+  end
+
+  local est = p * (window - elapsed) / window + c
+  if est + cost > limit then
+    local retry
+    if c + cost <= limit then
+      -- The previous window's weight must fall to (limit - c - cost).
+      local at = window - (limit - c - cost) * window / p
+      retry = at - elapsed
+    else
+      -- Only the next window helps; there the current count is the previous one.
+      local at = window - (limit - cost) * window / c
+      retry = (window - elapsed) + at
+    end
+    local remaining = math.max(math.floor(limit - est), 0)
+    return 0, remaining, reset_ms(c, p), math.ceil(retry) + 1
+  end
+
+  c = c + cost
+  -- SET replaces the key whatever its type, so an old hash goes in this write.
+  redis.call('SET', key, encode(cur, c, p), 'PX', 2 * window)
+  local remaining = math.max(math.floor(limit - est - cost), 0)
+  return 1, remaining, reset_ms(c, p), 0
 end
 
-c = c + cost
--- SET replaces the key whatever its type, so an old hash goes in this write.
-redis.call('SET', KEYS[1], encode(cur, c, p), 'PX', 2 * window)
-local remaining = math.max(math.floor(limit - est - cost), 0)
-return {1, remaining, reset_ms(c, p), 0}
+local out = {}
+for i = 1, #KEYS do
+  local a = 3 * i
+  local ok, allowed, remaining, reset, retry = pcall(decide, KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[a])
+  if not ok then
+    -- Redis raises a table {err = text}, the embedded store a string. One
+    -- assignment each: gopher-lua (the embedded store) gets a multiple
+    -- assignment that reads what it assigns wrong.
+    remaining = type(allowed) == 'table' and allowed.err or tostring(allowed)
+    allowed, reset, retry = -1, 0, 0
+  end
+  local o = 4 * i
+  out[o - 3], out[o - 2], out[o - 1], out[o] = allowed, remaining, reset, retry
+end
+return out

@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// Each rate-limit script decides several keys in one call, as the server
+// batches concurrent decisions; a key of another type fails alone, with
+// Redis's error text (Redis raises a table where the embedded store raises
+// a string).
+func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
+	rdb, _ := newRedis(t)
+	prefix := uniquePrefix()
+	for _, tc := range []struct {
+		name string
+		src  string
+		args []any
+	}{
+		{"fixed_window", lua.RateLimitFixedWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"sliding_window", lua.RateLimitSlidingWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"token_bucket", lua.RateLimitTokenBucket, []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := []string{prefix + tc.name + ":a", prefix + tc.name + ":list", prefix + tc.name + ":c"}
+			if err := rdb.RPush(t.Context(), keys[1], "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := redis.NewScript(tc.src).Run(t.Context(), rdb, keys, tc.args...).Slice()
+			if err != nil || len(res) != 12 {
+				t.Fatalf("reply %v, %v; want 12 entries", res, err)
+			}
+			if res[0] != int64(1) || res[1] != int64(4) || res[8] != int64(1) || res[9] != int64(3) {
+				t.Errorf("first and third keys: %v and %v, want allowed with 4 and 3 remaining", res[0:4], res[8:12])
+			}
+			if msg, _ := res[5].(string); res[4] != int64(-1) || len(msg) < 9 || msg[:9] != "WRONGTYPE" {
+				t.Errorf("the list: %v, want -1 and Redis's WRONGTYPE error", res[4:8])
+			}
+		})
+	}
+}
+
+// Many concurrent checks on a few keys, batched into shared script calls,
+// allow exactly each key's limit and answer each caller for its own key.
+func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
+	e := newTestEnv(t, withPolicies(policy("burst", service.FixedWindow, 50, time.Minute)))
+	const keys, perKey = 4, 90
+	var mu sync.Mutex
+	allowed := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range keys * perKey {
+		wg.Go(func() {
+			key := fmt.Sprintf("user-%d", i%keys)
+			r, d := e.check(t, fmt.Sprintf(`{"policy":"burst","key":%q}`, key))
+			if d.Key != key {
+				t.Errorf("check for %s answered for %q (status %d)", key, d.Key, r.Status)
+			}
+			switch r.Status {
+			case http.StatusOK:
+				mu.Lock()
+				allowed[key]++
+				mu.Unlock()
+			case http.StatusTooManyRequests:
+			default:
+				t.Errorf("check for %s: %d %s", key, r.Status, r.Body)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range keys {
+		if got := allowed[fmt.Sprintf("user-%d", i)]; got != 50 {
+			t.Errorf("user-%d: %d of %d checks allowed, want exactly the limit 50", i, got, perKey)
+		}
+	}
+}
+
+// While Redis does not answer (CLIENT PAUSE), concurrent decisions queued
+// behind a stuck call each end within the decision timeout: fail-open
+// policies allow them marked degraded, fail-closed ones answer 503. Once
+// Redis answers again, decisions count again (the calls that timed out may
+// still have run when the pause ended, as any timed-out command may).
+func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
+	_, url := startRedisContainer(t)
+	open := policy("open", service.FixedWindow, 1000, time.Minute)
+	closed := policy("closed", service.FixedWindow, 1000, time.Minute)
+	closed.Fail = service.FailClosed
+	const decisionTimeout = 200 * time.Millisecond
+	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout, withPolicies(open, closed),
+		func(s *service.Config, _ *handlers.Config) { s.RateLimit.Timeout = decisionTimeout })
+	if r := e.do(t, "GET", "/v1/ratelimit/gate/closed", ""); r.Status != http.StatusOK {
+		t.Fatalf("before the pause: %d %s", r.Status, r.Body)
+	}
+
+	pause := 3 * time.Second
+	if err := e.RDB.Do(t.Context(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	paused := time.Now()
+	bound := hangFactor * decisionTimeout
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			p := []string{"open", "closed"}[i%2]
+			start := time.Now()
+			r := e.do(t, "GET", "/v1/ratelimit/gate/"+p, "")
+			if took := time.Since(start); took > bound {
+				t.Errorf("%s: answered after %s with Redis paused, want under %s", p, took, bound)
+			}
+			switch {
+			case p == "open" && (r.Status != http.StatusOK || r.Header.Get("Latchkey-RateLimit-Degraded") == ""):
+				t.Errorf("fail-open policy: %d %v, want 200 marked degraded", r.Status, r.Header)
+			case p == "closed":
+				wantProblem(t, r, http.StatusServiceUnavailable, "store-unavailable")
+			}
+		})
+	}
+	wg.Wait()
+	if time.Since(paused) >= pause {
+		t.Fatal("the pause ended before the decisions were answered; the test proves nothing")
+	}
+
+	deadline := time.Now().Add(pause + 5*time.Second)
+	for {
+		r := e.do(t, "GET", "/v1/ratelimit/gate/closed", "")
+		if r.Status == http.StatusOK {
+			before := r.decision(t).Remaining
+			next := e.do(t, "GET", "/v1/ratelimit/gate/closed", "")
+			if next.Status != http.StatusOK || next.decision(t).Remaining != before-1 {
+				t.Errorf("after the pause: %d %s, want allowed with remaining %d", next.Status, next.Body, before-1)
+			}
+			break
+		}
+		wantProblem(t, r, http.StatusServiceUnavailable, "store-unavailable")
+		if time.Now().After(deadline) {
+			t.Fatal("decisions did not come back after Redis did")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

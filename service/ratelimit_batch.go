@@ -1,0 +1,184 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// decisionBatcher sends the rate-limit decisions of concurrent requests to
+// Redis together, as one call of their algorithm's script: the decisions that
+// arrive while a call is out wait, and go in the next call together. Redis
+// then sets a script up once per batch instead of once per decision, and each
+// side reads and writes once per batch. A decision that finds no call out is
+// sent at once, so a quiet server adds no delay.
+//
+// One call per algorithm is out at a time, with at most max decisions. Each
+// decision is bounded by the decision timeout from the moment it is queued:
+// a call's deadline is its oldest decision's, and a decision whose deadline
+// passed while it was queued fails without being sent. A caller whose context
+// ends stops waiting at once; its decision is left out of a call not yet
+// sent.
+type decisionBatcher struct {
+	s         *Service
+	rdb       redis.Scripter // the unpipelined client when there is one
+	sc        *script
+	argsPer   int // ARGV entries per decision
+	max       int // decisions per call
+	maxQueued int
+	timeout   time.Duration
+
+	mu      sync.Mutex
+	queue   []*decisionCall
+	sending bool // a goroutine is sending calls; it takes the queue
+}
+
+// decisionCall is one decision waiting for its batch.
+type decisionCall struct {
+	key      string
+	args     [4]int64 // the first argsPer are used
+	deadline time.Time
+	gone     atomic.Bool // the caller stopped waiting
+	done     chan decisionResult
+}
+
+type decisionResult struct {
+	v   [4]int64
+	err error
+}
+
+var decisionCalls = sync.Pool{New: func() any { return &decisionCall{done: make(chan decisionResult, 1)} }}
+
+// unpipeliner is a client that batches calls of its own (PipelinedClient);
+// the batcher, which batches already, calls the plain client beneath it.
+type unpipeliner interface {
+	Unpipelined() redis.Scripter
+}
+
+func newDecisionBatcher(s *Service, sc *script, argsPer int, cfg RateLimitConfig) *decisionBatcher {
+	var rdb redis.Scripter = s.rdb
+	if u, ok := s.rdb.(unpipeliner); ok {
+		rdb = u.Unpipelined()
+	}
+	return &decisionBatcher{s: s, rdb: rdb, sc: sc, argsPer: argsPer, max: cfg.Batch, maxQueued: cfg.MaxQueued,
+		timeout: cfg.Timeout}
+}
+
+// decide queues one decision and waits for its reply {allowed, remaining,
+// reset_ms, retry_after_ms}. Returns an error wrapping ErrUnavailable when
+// Redis cannot answer within the decision timeout or the queue is full, the
+// script's error for a key it cannot use, or ctx's error when ctx ends first.
+func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64) ([4]int64, error) {
+	c := decisionCalls.Get().(*decisionCall)
+	c.key = key
+	copy(c.args[:], args)
+	c.deadline = time.Now().Add(b.timeout)
+	c.gone.Store(false)
+
+	b.mu.Lock()
+	if len(b.queue) >= b.maxQueued {
+		b.mu.Unlock()
+		decisionCalls.Put(c)
+		b.s.metrics.redisErrors.WithLabelValues(b.sc.name, "unavailable").Inc()
+		return [4]int64{}, fmt.Errorf("%s: %w: %d decisions already queued", b.sc.name, ErrUnavailable, b.maxQueued)
+	}
+	b.queue = append(b.queue, c)
+	start := !b.sending
+	b.sending = true
+	b.mu.Unlock()
+	if start {
+		go b.send()
+	}
+
+	select {
+	case r := <-c.done:
+		decisionCalls.Put(c)
+		return r.v, r.err
+	case <-ctx.Done():
+		// The sender may still answer into c.done: c is not reused.
+		c.gone.Store(true)
+		return [4]int64{}, ctx.Err()
+	}
+}
+
+// send sends calls until the queue is empty.
+func (b *decisionBatcher) send() {
+	batch := make([]*decisionCall, 0, b.max)
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.max)
+		if n == 0 {
+			b.sending = false
+			b.mu.Unlock()
+			return
+		}
+		batch = append(batch[:0], b.queue[:n]...)
+		clear(b.queue[:n])
+		b.queue = b.queue[n:]
+		if len(b.queue) == 0 {
+			b.queue = b.queue[:0:0] // let the old array go, or it only grows
+		}
+		b.mu.Unlock()
+		b.call(batch)
+	}
+}
+
+// call runs one script call for batch and answers each decision.
+func (b *decisionBatcher) call(batch []*decisionCall) {
+	now := time.Now()
+	live := batch[:0]
+	var deadline time.Time
+	for _, c := range batch {
+		switch {
+		case c.gone.Load():
+		case !now.Before(c.deadline):
+			b.s.metrics.redisErrors.WithLabelValues(b.sc.name, "unavailable").Inc()
+			c.done <- decisionResult{err: fmt.Errorf("%s: %w: %w", b.sc.name, ErrUnavailable, context.DeadlineExceeded)}
+		default:
+			if deadline.IsZero() || c.deadline.Before(deadline) {
+				deadline = c.deadline
+			}
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	keys := make([]string, len(live))
+	args := make([]any, 0, len(live)*b.argsPer)
+	for i, c := range live {
+		keys[i] = c.key
+		for _, a := range c.args[:b.argsPer] {
+			args = append(args, a)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	res, err := b.s.evalSha(ctx, b.rdb, b.sc, keys, args...)
+	if err != nil {
+		err = b.s.storeErr(ctx, b.sc.name, err)
+	}
+	cancel()
+	if err != nil {
+		for _, c := range live {
+			c.done <- decisionResult{err: err}
+		}
+		return
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 4*len(live) {
+		err := fmt.Errorf("%s: unexpected reply %T of %d decisions", b.sc.name, res, len(live))
+		for _, c := range live {
+			c.done <- decisionResult{err: err}
+		}
+		return
+	}
+	for i, c := range live {
+		var r decisionResult
+		r.v, r.err = b.s.decisionReply(b.sc, arr[4*i:4*i+4])
+		c.done <- r
+	}
+}

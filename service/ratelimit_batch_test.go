@@ -1,0 +1,336 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// gatedClient holds its first script call until release is called (or the
+// call's context ends), so that the decisions behind it queue up, and
+// records the keys of every call that reaches it.
+type gatedClient struct {
+	*redis.Client
+	mu      sync.Mutex
+	calls   [][]string
+	entered chan struct{} // closed when the first call is held
+	gate    chan struct{}
+}
+
+func newGatedClient(t *testing.T) *gatedClient {
+	t.Helper()
+	_, rdb := newTestRedis(t)
+	c := &gatedClient{Client: rdb, entered: make(chan struct{}), gate: make(chan struct{})}
+	t.Cleanup(c.release)
+	return c
+}
+
+func (c *gatedClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	c.mu.Lock()
+	c.calls = append(c.calls, slices.Clone(keys))
+	first := len(c.calls) == 1
+	c.mu.Unlock()
+	if first {
+		close(c.entered)
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return redis.NewCmdResult(nil, ctx.Err())
+		}
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (c *gatedClient) release() {
+	select {
+	case <-c.gate:
+	default:
+		close(c.gate)
+	}
+}
+
+// callKeys returns the keys of each script call so far.
+func (c *gatedClient) callKeys() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.calls)
+}
+
+// decideAsync runs CheckRateLimit in a goroutine; its result arrives on the
+// returned channel.
+type asyncDecision struct {
+	d   service.Decision
+	err error
+}
+
+func decideAsync(ctx context.Context, svc *service.Service, req service.RateLimitRequest) <-chan asyncDecision {
+	ch := make(chan asyncDecision, 1)
+	go func() {
+		d, err := svc.CheckRateLimit(ctx, req)
+		ch <- asyncDecision{d, err}
+	}()
+	return ch
+}
+
+// holdFirstCall sends one decision (key "first") and waits until its script
+// call is held by c.
+func holdFirstCall(t *testing.T, svc *service.Service, c *gatedClient, policy string) <-chan asyncDecision {
+	t.Helper()
+	first := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: policy, Key: "first"})
+	select {
+	case <-c.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first decision's script call never reached Redis")
+	}
+	return first
+}
+
+// waitQueued waits until n decisions of alg wait for a call.
+func waitQueued(t *testing.T, svc *service.Service, alg service.Algorithm, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for service.QueuedDecisions(svc, alg) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d decisions queued, want %d", service.QueuedDecisions(svc, alg), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func receive(t *testing.T, ch <-chan asyncDecision) asyncDecision {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no decision within 10s")
+		return asyncDecision{}
+	}
+}
+
+// TestDecisionsQueuedBehindACallShareTheNext: decisions that arrive while a
+// call is out go to Redis together in the next call, and each caller gets
+// its own answer.
+func TestDecisionsQueuedBehindACallShareTheNext(t *testing.T) {
+	for _, p := range []service.Policy{fixed("p", 100, time.Minute), sliding("p", 100, time.Minute),
+		bucket("p", 100, time.Minute, 100)} {
+		t.Run(string(p.Algorithm), func(t *testing.T) {
+			c := newGatedClient(t)
+			svc := mustNew(t, c, rlConfig(-1, p))
+			first := holdFirstCall(t, svc, c, "p")
+			var waiting []<-chan asyncDecision
+			for i := range 5 {
+				// Key k<i> costs i+1, so each answer is told apart by its remaining.
+				waiting = append(waiting, decideAsync(t.Context(), svc,
+					service.RateLimitRequest{Policy: "p", Key: fmt.Sprintf("k%d", i), Cost: int64(i + 1)}))
+			}
+			waitQueued(t, svc, p.Algorithm, 5)
+			c.release()
+			if r := receive(t, first); r.err != nil || !r.d.Allowed || r.d.Remaining != 99 {
+				t.Errorf("first decision: %+v, %v; want allowed, remaining 99", r.d, r.err)
+			}
+			for i, ch := range waiting {
+				r := receive(t, ch)
+				if r.err != nil || !r.d.Allowed || r.d.Key != fmt.Sprintf("k%d", i) || r.d.Remaining != int64(100-i-1) {
+					t.Errorf("decision %d: %+v, %v; want allowed for k%d, remaining %d", i, r.d, r.err, i, 100-i-1)
+				}
+			}
+			calls := c.callKeys()
+			if len(calls) != 2 || len(calls[1]) != 5 {
+				t.Errorf("script calls by keys = %v, want the first alone, then the five queued together", calls)
+			}
+		})
+	}
+}
+
+// TestDecisionBatchKeepsAKeysErrorToItself: a key holding another type fails
+// its own decision with a script error; the decisions beside it in the same
+// call are made as usual.
+func TestDecisionBatchKeepsAKeysErrorToItself(t *testing.T) {
+	c := newGatedClient(t)
+	svc := mustNew(t, c, rlConfig(-1, fixed("p", 10, time.Minute)))
+	if err := c.RPush(t.Context(), "latchkey:rl:fw:p:bad", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := holdFirstCall(t, svc, c, "p")
+	good1 := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "good1"})
+	waitQueued(t, svc, service.FixedWindow, 1)
+	bad := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "bad"})
+	waitQueued(t, svc, service.FixedWindow, 2)
+	good2 := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "good2", Cost: 2})
+	waitQueued(t, svc, service.FixedWindow, 3)
+	c.release()
+	receive(t, first)
+	if r := receive(t, bad); r.err == nil || errors.Is(r.err, service.ErrUnavailable) || r.d.Allowed {
+		t.Errorf("decision on a list key: %+v, %v; want a script error (not unavailable)", r.d, r.err)
+	}
+	for name, want := range map[string]struct {
+		ch        <-chan asyncDecision
+		remaining int64
+	}{"good1": {good1, 9}, "good2": {good2, 8}} {
+		if r := receive(t, want.ch); r.err != nil || !r.d.Allowed || r.d.Remaining != want.remaining {
+			t.Errorf("%s beside it: %+v, %v; want allowed, remaining %d", name, r.d, r.err, want.remaining)
+		}
+	}
+	if calls := c.callKeys(); len(calls) != 2 || len(calls[1]) != 3 {
+		t.Errorf("script calls by keys = %v, want the three queued decisions in one call", calls)
+	}
+}
+
+// TestDecisionScriptsDecideEachKey calls each rate-limit script with three
+// keys, the second a list: the reply has four entries per key, -1
+// and the error's text for the second.
+func TestDecisionScriptsDecideEachKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		args []any
+	}{
+		{"fixed_window", lua.RateLimitFixedWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"sliding_window", lua.RateLimitSlidingWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"token_bucket", lua.RateLimitTokenBucket, []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb := newTestRedis(t)
+			if err := rdb.RPush(t.Context(), "b", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := redis.NewScript(tc.src).Run(t.Context(), rdb, []string{"a", "b", "c"}, tc.args...).Slice()
+			if err != nil || len(res) != 12 {
+				t.Fatalf("reply %v, %v; want 12 entries", res, err)
+			}
+			if res[0] != int64(1) || res[1] != int64(4) || res[8] != int64(1) || res[9] != int64(3) {
+				t.Errorf("keys a and c: %v and %v, want allowed with 4 and 3 remaining", res[0:4], res[8:12])
+			}
+			if msg, _ := res[5].(string); res[4] != int64(-1) || msg == "" {
+				t.Errorf("key b (a list): %v, want -1 and the error's text", res[4:8])
+			}
+		})
+	}
+}
+
+// TestDecisionCallerThatLeavesIsNotSent: a caller whose context ends while
+// its decision is queued gets its context's error at once, and its decision
+// is not sent (it spends nothing).
+func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
+	c := newGatedClient(t)
+	svc := mustNew(t, c, rlConfig(-1, fixed("p", 10, time.Minute)))
+	first := holdFirstCall(t, svc, c, "p")
+	ctx, cancel := context.WithCancel(t.Context())
+	gone := decideAsync(ctx, svc, service.RateLimitRequest{Policy: "p", Key: "gone"})
+	stays := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "stays"})
+	waitQueued(t, svc, service.FixedWindow, 2)
+	cancel()
+	if r := receive(t, gone); !errors.Is(r.err, context.Canceled) {
+		t.Errorf("caller gone: %+v, %v; want context.Canceled", r.d, r.err)
+	}
+	c.release()
+	receive(t, first)
+	if r := receive(t, stays); r.err != nil || !r.d.Allowed {
+		t.Errorf("decision beside it: %+v, %v; want allowed", r.d, r.err)
+	}
+	if calls := c.callKeys(); len(calls) != 2 || !slices.Equal(calls[1], []string{"latchkey:rl:fw:p:stays"}) {
+		t.Errorf("script calls by keys = %v, want the second without the gone caller's key", calls)
+	}
+	if n, err := c.Exists(t.Context(), "latchkey:rl:fw:p:gone").Result(); err != nil || n != 0 {
+		t.Errorf("gone caller's key exists = %d, %v; want 0", n, err)
+	}
+}
+
+// TestDecisionQueuedPastItsTimeout: a decision stuck behind a call that
+// outlasts the decision timeout fails as unavailable when its own timeout
+// has passed, without being sent to Redis.
+func TestDecisionQueuedPastItsTimeout(t *testing.T) {
+	c := newGatedClient(t)
+	p := fixed("p", 10, time.Minute)
+	p.Fail = service.FailClosed
+	cfg := rlConfig(-1, p)
+	cfg.RateLimit.Timeout = 100 * time.Millisecond
+	svc := mustNew(t, c, cfg)
+	first := holdFirstCall(t, svc, c, "p")
+	queued := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "queued"})
+	waitQueued(t, svc, service.FixedWindow, 1)
+	// The held call ends at its deadline (the gate is never opened).
+	if r := receive(t, first); !errors.Is(r.err, service.ErrUnavailable) {
+		t.Errorf("held call: %+v, %v; want ErrUnavailable", r.d, r.err)
+	}
+	if r := receive(t, queued); !errors.Is(r.err, service.ErrUnavailable) {
+		t.Errorf("decision queued behind it: %+v, %v; want ErrUnavailable", r.d, r.err)
+	}
+	if calls := c.callKeys(); len(calls) != 1 {
+		t.Errorf("script calls by keys = %v, want only the held one: the queued decision's time was up", calls)
+	}
+}
+
+// TestDecisionQueueIsBounded: past MaxQueued waiting decisions, a decision
+// fails at once as unavailable.
+func TestDecisionQueueIsBounded(t *testing.T) {
+	c := newGatedClient(t)
+	p := fixed("p", 10, time.Minute)
+	p.Fail = service.FailClosed
+	cfg := rlConfig(-1, p)
+	cfg.RateLimit.MaxQueued = 2
+	svc := mustNew(t, c, cfg)
+	first := holdFirstCall(t, svc, c, "p")
+	a := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "a"})
+	b := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "b"})
+	waitQueued(t, svc, service.FixedWindow, 2)
+	if _, err := svc.CheckRateLimit(t.Context(), service.RateLimitRequest{Policy: "p", Key: "c"}); !errors.Is(err, service.ErrUnavailable) {
+		t.Errorf("third queued decision: %v, want ErrUnavailable at once", err)
+	}
+	c.release()
+	for _, ch := range []<-chan asyncDecision{first, a, b} {
+		if r := receive(t, ch); r.err != nil || !r.d.Allowed {
+			t.Errorf("decision within the bound: %+v, %v; want allowed", r.d, r.err)
+		}
+	}
+}
+
+// TestConcurrentDecisionsCountExactly: many concurrent requests on a few
+// keys, batched or each in a call of its own, allow exactly the limit of
+// each key (run it with -race).
+func TestConcurrentDecisionsCountExactly(t *testing.T) {
+	for _, batch := range []int{0, 1} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			cfg := rlConfig(-1, fixed("p", 50, time.Minute))
+			cfg.RateLimit.Batch = batch
+			svc, _ := newTestService(t, cfg)
+			const keys, perKey = 4, 80
+			var mu sync.Mutex
+			allowed := map[string]int{}
+			var wg sync.WaitGroup
+			for i := range keys * perKey {
+				wg.Go(func() {
+					key := fmt.Sprintf("k%d", i%keys)
+					d, err := svc.CheckRateLimit(t.Context(), service.RateLimitRequest{Policy: "p", Key: key})
+					if err != nil {
+						t.Errorf("decision for %s: %v", key, err)
+						return
+					}
+					if d.Key != key {
+						t.Errorf("decision for %s answered for %s", key, d.Key)
+					}
+					if d.Allowed {
+						mu.Lock()
+						allowed[key]++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			for i := range keys {
+				if got := allowed[fmt.Sprintf("k%d", i)]; got != 50 {
+					t.Errorf("k%d: %d of %d requests allowed, want exactly the limit 50", i, got, perKey)
+				}
+			}
+		})
+	}
+}
