@@ -19,10 +19,11 @@ import (
 //
 // One call per algorithm is out at a time, with at most max decisions. Each
 // decision is bounded by the decision timeout from the moment it is queued:
-// a call's deadline is its oldest decision's, and a decision whose deadline
-// passed while it was queued fails without being sent. A caller whose context
-// ends stops waiting at once; its decision is left out of a call not yet
-// sent.
+// a call's deadline is its oldest decision's, a decision whose deadline
+// passed while it was queued fails without being sent, and a caller stops
+// waiting at its deadline whatever the call it rides in does. A caller whose
+// context ends stops waiting at once; its decision is left out of a call not
+// yet sent.
 type decisionBatcher struct {
 	s         *Service
 	rdb       redis.Scripter // the unpipelined client when there is one
@@ -44,6 +45,10 @@ type decisionCall struct {
 	deadline time.Time
 	gone     atomic.Bool // the caller stopped waiting
 	done     chan decisionResult
+	// timer ends the caller's wait at the deadline even when the script
+	// call it rides in outlasts its own (a client that puts no deadline on
+	// the socket); kept with the call, so it is made once.
+	timer *time.Timer
 }
 
 type decisionResult struct {
@@ -51,7 +56,11 @@ type decisionResult struct {
 	err error
 }
 
-var decisionCalls = sync.Pool{New: func() any { return &decisionCall{done: make(chan decisionResult, 1)} }}
+var decisionCalls = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &decisionCall{done: make(chan decisionResult, 1), timer: t}
+}}
 
 // unpipeliner is a client that batches calls of its own (PipelinedClient);
 // the batcher, which batches already, calls the plain client beneath it.
@@ -71,7 +80,8 @@ func newDecisionBatcher(s *Service, sc *script, argsPer int, cfg RateLimitConfig
 // decide queues one decision and waits for its reply {allowed, remaining,
 // reset_ms, retry_after_ms}. Returns an error wrapping ErrUnavailable when
 // Redis cannot answer within the decision timeout or the queue is full, the
-// script's error for a key it cannot use, or ctx's error when ctx ends first.
+// script's error for a key it cannot use, or context.Canceled when the
+// caller went away.
 func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64) ([4]int64, error) {
 	c := decisionCalls.Get().(*decisionCall)
 	c.key = key
@@ -94,14 +104,25 @@ func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64)
 		go b.send()
 	}
 
+	c.timer.Reset(time.Until(c.deadline))
 	select {
 	case r := <-c.done:
+		c.timer.Stop()
 		decisionCalls.Put(c)
+		if ctx.Err() != nil {
+			// The caller went away while its call ran: it is told so, as
+			// when it leaves before.
+			return [4]int64{}, b.s.storeErr(ctx, b.sc.name, ctx.Err())
+		}
 		return r.v, r.err
 	case <-ctx.Done():
 		// The sender may still answer into c.done: c is not reused.
 		c.gone.Store(true)
-		return [4]int64{}, ctx.Err()
+		c.timer.Stop()
+		return [4]int64{}, b.s.storeErr(ctx, b.sc.name, ctx.Err())
+	case <-c.timer.C:
+		c.gone.Store(true)
+		return [4]int64{}, b.s.storeErr(ctx, b.sc.name, context.DeadlineExceeded)
 	}
 }
 

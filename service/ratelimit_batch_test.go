@@ -23,6 +23,9 @@ type gatedClient struct {
 	calls   [][]string
 	entered chan struct{} // closed when the first call is held
 	gate    chan struct{}
+	// deaf makes the held call wait for release alone, as a client that puts
+	// no deadline on the socket would.
+	deaf bool
 }
 
 func newGatedClient(t *testing.T) *gatedClient {
@@ -40,9 +43,13 @@ func (c *gatedClient) EvalSha(ctx context.Context, sha string, keys []string, ar
 	c.mu.Unlock()
 	if first {
 		close(c.entered)
+		done := ctx.Done()
+		if c.deaf {
+			done = nil
+		}
 		select {
 		case <-c.gate:
-		case <-ctx.Done():
+		case <-done:
 			return redis.NewCmdResult(nil, ctx.Err())
 		}
 	}
@@ -267,6 +274,22 @@ func TestDecisionQueuedPastItsTimeout(t *testing.T) {
 	}
 	if calls := c.callKeys(); len(calls) != 1 {
 		t.Errorf("script calls by keys = %v, want only the held one: the queued decision's time was up", calls)
+	}
+}
+
+// TestDecisionWaitEndsAtItsDeadline: a caller stops waiting at its
+// deadline even when the script call it rides in does not end then.
+func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
+	c := newGatedClient(t)
+	c.deaf = true
+	p := fixed("p", 10, time.Minute)
+	p.Fail = service.FailClosed
+	cfg := rlConfig(-1, p)
+	cfg.RateLimit.Timeout = 100 * time.Millisecond
+	svc := mustNew(t, c, cfg)
+	first := holdFirstCall(t, svc, c, "p")
+	if r := receive(t, first); !errors.Is(r.err, service.ErrUnavailable) {
+		t.Errorf("decision in a call that outlasts its deadline: %+v, %v; want ErrUnavailable", r.d, r.err)
 	}
 }
 
