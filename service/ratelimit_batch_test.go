@@ -112,6 +112,16 @@ func waitQueued(t *testing.T, svc *service.Service, alg service.Algorithm, n int
 	}
 }
 
+// failClosedConfig has one fail-closed policy "p" (10 a minute), so a
+// decision that cannot be made is an error, with adjust applied.
+func failClosedConfig(adjust func(*service.RateLimitConfig)) service.Config {
+	p := fixed("p", 10, time.Minute)
+	p.Fail = service.FailClosed
+	cfg := rlConfig(-1, p)
+	adjust(&cfg.RateLimit)
+	return cfg
+}
+
 func receive(t *testing.T, ch <-chan asyncDecision) asyncDecision {
 	t.Helper()
 	select {
@@ -257,11 +267,7 @@ func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
 // has passed, without being sent to Redis.
 func TestDecisionQueuedPastItsTimeout(t *testing.T) {
 	c := newGatedClient(t)
-	p := fixed("p", 10, time.Minute)
-	p.Fail = service.FailClosed
-	cfg := rlConfig(-1, p)
-	cfg.RateLimit.Timeout = 100 * time.Millisecond
-	svc := mustNew(t, c, cfg)
+	svc := mustNew(t, c, failClosedConfig(func(c *service.RateLimitConfig) { c.Timeout = 100 * time.Millisecond }))
 	first := holdFirstCall(t, svc, c, "p")
 	queued := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "queued"})
 	waitQueued(t, svc, service.FixedWindow, 1)
@@ -282,11 +288,7 @@ func TestDecisionQueuedPastItsTimeout(t *testing.T) {
 func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	c := newGatedClient(t)
 	c.deaf = true
-	p := fixed("p", 10, time.Minute)
-	p.Fail = service.FailClosed
-	cfg := rlConfig(-1, p)
-	cfg.RateLimit.Timeout = 100 * time.Millisecond
-	svc := mustNew(t, c, cfg)
+	svc := mustNew(t, c, failClosedConfig(func(c *service.RateLimitConfig) { c.Timeout = 100 * time.Millisecond }))
 	first := holdFirstCall(t, svc, c, "p")
 	if r := receive(t, first); !errors.Is(r.err, service.ErrUnavailable) {
 		t.Errorf("decision in a call that outlasts its deadline: %+v, %v; want ErrUnavailable", r.d, r.err)
@@ -297,11 +299,7 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 // fails at once as unavailable.
 func TestDecisionQueueIsBounded(t *testing.T) {
 	c := newGatedClient(t)
-	p := fixed("p", 10, time.Minute)
-	p.Fail = service.FailClosed
-	cfg := rlConfig(-1, p)
-	cfg.RateLimit.MaxQueued = 2
-	svc := mustNew(t, c, cfg)
+	svc := mustNew(t, c, failClosedConfig(func(c *service.RateLimitConfig) { c.MaxQueued = 2 }))
 	first := holdFirstCall(t, svc, c, "p")
 	a := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "a"})
 	b := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "b"})
