@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -49,35 +50,42 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 }
 
 // Many concurrent checks on a few keys, batched into shared script calls,
-// allow exactly each key's limit and answer each caller for its own key.
+// allow exactly each key's share of the limit and answer each caller for its
+// own key: key i costs i+1, so each allowed check leaves a remaining that
+// only its key can.
 func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("burst", service.FixedWindow, 50, time.Minute)))
+	e := newTestEnv(t, withPolicies(policy("burst", service.FixedWindow, 60, time.Minute)))
 	const keys, perKey = 4, 90
 	var mu sync.Mutex
-	allowed := map[string]int{}
+	remaining := make([][]int64, keys)
 	var wg sync.WaitGroup
 	for i := range keys * perKey {
 		wg.Go(func() {
-			key := fmt.Sprintf("user-%d", i%keys)
-			r, d := e.check(t, fmt.Sprintf(`{"policy":"burst","key":%q}`, key))
-			if d.Key != key {
-				t.Errorf("check for %s answered for %q (status %d)", key, d.Key, r.Status)
-			}
+			k := i % keys
+			r, d := e.check(t, fmt.Sprintf(`{"policy":"burst","key":"user-%d","cost":%d}`, k, k+1))
 			switch r.Status {
 			case http.StatusOK:
 				mu.Lock()
-				allowed[key]++
+				remaining[k] = append(remaining[k], d.Remaining)
 				mu.Unlock()
 			case http.StatusTooManyRequests:
 			default:
-				t.Errorf("check for %s: %d %s", key, r.Status, r.Body)
+				t.Errorf("check for user-%d: %d %s", k, r.Status, r.Body)
 			}
 		})
 	}
 	wg.Wait()
-	for i := range keys {
-		if got := allowed[fmt.Sprintf("user-%d", i)]; got != 50 {
-			t.Errorf("user-%d: %d of %d checks allowed, want exactly the limit 50", i, got, perKey)
+	for k := range keys {
+		cost := int64(k + 1)
+		var want []int64
+		for r := 60 - cost; r >= 0; r -= cost {
+			want = append(want, r)
+		}
+		got := slices.Clone(remaining[k])
+		slices.Sort(got)
+		slices.Reverse(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("user-%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
 		}
 	}
 }

@@ -270,31 +270,31 @@ var limitScripts = map[Algorithm]*script{
 
 // decisionReply reads one request's four entries of a rate-limit script's
 // reply: {allowed, remaining, reset_ms, retry_after_ms}, or -1 and the error
-// Redis raised for its key, which is translated as a failed call would be.
+// Redis raised for its key, which is translated and counted as a failed call
+// would be.
 func (s *Service) decisionReply(sc *script, e []any) ([4]int64, error) {
+	v, err, kind := decisionEntries(sc, e)
+	s.countErr(sc.name, kind)
+	return v, err
+}
+
+// decisionEntries is decisionReply without counting the error: it also
+// returns the error's kind (see translateErr).
+func decisionEntries(sc *script, e []any) ([4]int64, error, string) {
 	var out [4]int64
 	if len(e) != len(out) {
-		return out, fmt.Errorf("%s: unexpected reply %v", sc.name, e)
+		return out, fmt.Errorf("%s: unexpected reply %v", sc.name, e), "script"
 	}
 	if e[0] == int64(-1) {
 		msg, _ := e[1].(string)
-		return out, s.storeErr(context.Background(), sc.name, scriptError(msg))
+		err, kind := translateErr(context.Background(), sc.name, scriptError(msg))
+		return out, err, kind
 	}
 	if i, ok := fillInt64s(e, out[:]); !ok {
-		return out, fmt.Errorf("%s: reply[%d] is %T, want int64", sc.name, i, e[i])
+		return out, fmt.Errorf("%s: reply[%d] is %T, want int64", sc.name, i, e[i]), "script"
 	}
-	return out, nil
+	return out, nil, ""
 }
-
-// scriptError is an error Redis raised inside a rate-limit script for one
-// request's key (WRONGTYPE, OOM, ...). It is a redis.Error, so storeErr
-// tells a transient state from a script error as it does for a whole call.
-type scriptError string
-
-func (e scriptError) Error() string { return string(e) }
-
-// RedisError marks the error as Redis's reply (redis.Error).
-func (scriptError) RedisError() {}
 
 // logFailOpen warns that a policy failed open, at most once per LogInterval.
 func (s *Service) logFailOpen(ctx context.Context, policy string, err error) {

@@ -17,13 +17,18 @@ import (
 // side reads and writes once per batch. A decision that finds no call out is
 // sent at once, so a quiet server adds no delay.
 //
-// One call per algorithm is out at a time, with at most max decisions. Each
-// decision is bounded by the decision timeout from the moment it is queued:
-// a call's deadline is its oldest decision's, a decision whose deadline
-// passed while it was queued fails without being sent, and a caller stops
-// waiting at its deadline whatever the call it rides in does. A caller whose
-// context ends stops waiting at once; its decision is left out of a call not
-// yet sent.
+// Normally one call per algorithm is out at a time, with at most max
+// decisions. A call still out after a stall (an eighth of the decision
+// timeout: Redis is slow) no longer holds the queue up: another call takes
+// it, up to maxSenders calls at once, so a decision waits for its own call
+// and not for the slow ones before it.
+//
+// Each decision is bounded by the decision timeout from the moment it is
+// queued: its caller stops waiting at its deadline whatever the call it rides
+// in does, a decision whose deadline passed while it was queued is not sent,
+// and a call ends at its newest decision's deadline. A caller whose context
+// ends stops waiting at once; its decision is left out of a call not yet
+// sent. Each failed decision counts once in latchkey_redis_errors_total.
 type decisionBatcher struct {
 	s         *Service
 	rdb       redis.Scripter // the unpipelined client when there is one
@@ -33,10 +38,15 @@ type decisionBatcher struct {
 	maxQueued int
 	timeout   time.Duration
 
+	stall time.Duration
+
 	mu      sync.Mutex
 	queue   []*decisionCall
-	sending bool // a goroutine is sending calls; it takes the queue
+	senders int // goroutines sending calls; each takes from the queue
 }
+
+// maxSenders bounds the calls of one algorithm out at once (see stall).
+const maxSenders = 8
 
 // decisionCall is one decision waiting for its batch.
 type decisionCall struct {
@@ -52,8 +62,9 @@ type decisionCall struct {
 }
 
 type decisionResult struct {
-	v   [4]int64
-	err error
+	v    [4]int64
+	err  error
+	kind string // of err, see translateErr
 }
 
 var decisionCalls = sync.Pool{New: func() any {
@@ -74,7 +85,7 @@ func newDecisionBatcher(s *Service, sc *script, argsPer int, cfg RateLimitConfig
 		rdb = u.Unpipelined()
 	}
 	return &decisionBatcher{s: s, rdb: rdb, sc: sc, argsPer: argsPer, max: cfg.Batch, maxQueued: cfg.MaxQueued,
-		timeout: cfg.Timeout}
+		timeout: cfg.Timeout, stall: cfg.Timeout / 8}
 }
 
 // decide queues one decision and waits for its reply {allowed, remaining,
@@ -83,6 +94,13 @@ func newDecisionBatcher(s *Service, sc *script, argsPer int, cfg RateLimitConfig
 // script's error for a key it cannot use, or context.Canceled when the
 // caller went away.
 func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64) ([4]int64, error) {
+	v, err, kind := b.wait(ctx, key, args)
+	b.s.countErr(b.sc.name, kind)
+	return v, err
+}
+
+// wait is decide without counting the error: it returns the error's kind.
+func (b *decisionBatcher) wait(ctx context.Context, key string, args []int64) ([4]int64, error, string) {
 	c := decisionCalls.Get().(*decisionCall)
 	c.key = key
 	copy(c.args[:], args)
@@ -93,12 +111,13 @@ func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64)
 	if len(b.queue) >= b.maxQueued {
 		b.mu.Unlock()
 		decisionCalls.Put(c)
-		b.s.metrics.redisErrors.WithLabelValues(b.sc.name, "unavailable").Inc()
-		return [4]int64{}, fmt.Errorf("%s: %w: %d decisions already queued", b.sc.name, ErrUnavailable, b.maxQueued)
+		return [4]int64{}, fmt.Errorf("%s: %w: %d decisions already queued", b.sc.name, ErrUnavailable, b.maxQueued), "unavailable"
 	}
 	b.queue = append(b.queue, c)
-	start := !b.sending
-	b.sending = true
+	start := b.senders == 0
+	if start {
+		b.senders++
+	}
 	b.mu.Unlock()
 	if start {
 		go b.send()
@@ -112,17 +131,20 @@ func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64)
 		if ctx.Err() != nil {
 			// The caller went away while its call ran: it is told so, as
 			// when it leaves before.
-			return [4]int64{}, b.s.storeErr(ctx, b.sc.name, ctx.Err())
+			err, kind := translateErr(ctx, b.sc.name, ctx.Err())
+			return [4]int64{}, err, kind
 		}
-		return r.v, r.err
+		return r.v, r.err, r.kind
 	case <-ctx.Done():
 		// The sender may still answer into c.done: c is not reused.
 		c.gone.Store(true)
 		c.timer.Stop()
-		return [4]int64{}, b.s.storeErr(ctx, b.sc.name, ctx.Err())
+		err, kind := translateErr(ctx, b.sc.name, ctx.Err())
+		return [4]int64{}, err, kind
 	case <-c.timer.C:
 		c.gone.Store(true)
-		return [4]int64{}, b.s.storeErr(ctx, b.sc.name, context.DeadlineExceeded)
+		err, kind := translateErr(ctx, b.sc.name, context.DeadlineExceeded)
+		return [4]int64{}, err, kind
 	}
 }
 
@@ -133,7 +155,7 @@ func (b *decisionBatcher) send() {
 		b.mu.Lock()
 		n := min(len(b.queue), b.max)
 		if n == 0 {
-			b.sending = false
+			b.senders--
 			b.mu.Unlock()
 			return
 		}
@@ -144,7 +166,24 @@ func (b *decisionBatcher) send() {
 			b.queue = b.queue[:0:0] // let the old array go, or it only grows
 		}
 		b.mu.Unlock()
+		stalled := time.AfterFunc(b.stall, b.unstall)
 		b.call(batch)
+		stalled.Stop()
+	}
+}
+
+// unstall runs when a call has been out for the stall time: if decisions
+// are waiting and fewer than maxSenders calls are out, another sender takes
+// them, so they do not wait for the slow call to end.
+func (b *decisionBatcher) unstall() {
+	b.mu.Lock()
+	start := len(b.queue) > 0 && b.senders < maxSenders
+	if start {
+		b.senders++
+	}
+	b.mu.Unlock()
+	if start {
+		go b.send()
 	}
 }
 
@@ -157,11 +196,11 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 		switch {
 		case c.gone.Load():
 		case !now.Before(c.deadline):
-			b.s.metrics.redisErrors.WithLabelValues(b.sc.name, "unavailable").Inc()
-			c.done <- decisionResult{err: fmt.Errorf("%s: %w: %w", b.sc.name, ErrUnavailable, context.DeadlineExceeded)}
+			err, kind := translateErr(context.Background(), b.sc.name, context.DeadlineExceeded)
+			c.done <- decisionResult{err: err, kind: kind}
 		default:
-			if deadline.IsZero() || c.deadline.Before(deadline) {
-				deadline = c.deadline
+			if c.deadline.After(deadline) {
+				deadline = c.deadline // the newest
 			}
 			live = append(live, c)
 		}
@@ -179,27 +218,31 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	res, err := b.s.evalSha(ctx, b.rdb, b.sc, keys, args...)
+	var kind string
 	if err != nil {
-		err = b.s.storeErr(ctx, b.sc.name, err)
+		// Before cancel: a deadline is not the caller's cancellation.
+		err, kind = translateErr(ctx, b.sc.name, err)
 	}
 	cancel()
-	if err != nil {
-		for _, c := range live {
-			c.done <- decisionResult{err: err}
-		}
-		return
-	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 4*len(live) {
-		err := fmt.Errorf("%s: unexpected reply %T of %d decisions", b.sc.name, res, len(live))
-		for _, c := range live {
-			c.done <- decisionResult{err: err}
-		}
-		return
+	if err == nil && (!ok || len(arr) != 4*len(live)) {
+		err, kind = fmt.Errorf("%s: unexpected reply %T of %d decisions", b.sc.name, res, len(live)), "script"
 	}
 	for i, c := range live {
-		var r decisionResult
-		r.v, r.err = b.s.decisionReply(b.sc, arr[4*i:4*i+4])
+		r := decisionResult{err: err, kind: kind}
+		if err == nil {
+			r.v, r.err, r.kind = decisionEntries(b.sc, arr[4*i:4*i+4])
+		}
 		c.done <- r
 	}
 }
+
+// scriptError is an error Redis raised inside a rate-limit script for one
+// request's key (WRONGTYPE, OOM, ...). It is a redis.Error, so translateErr
+// tells a transient state from a script error as it does for a whole call.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks the error as Redis's reply (redis.Error).
+func (scriptError) RedisError() {}

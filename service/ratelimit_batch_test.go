@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,14 +113,24 @@ func waitQueued(t *testing.T, svc *service.Service, alg service.Algorithm, n int
 	}
 }
 
-// failClosedConfig has one fail-closed policy "p" (10 a minute), so a
-// decision that cannot be made is an error, with adjust applied.
-func failClosedConfig(adjust func(*service.RateLimitConfig)) service.Config {
+// heldConfig has the policies ps, and a decision timeout long enough (20s,
+// so a stall of 2.5s: see decisionBatcher) that a held call keeps the
+// decisions behind it queued for as long as a test needs, adjusted by adjust.
+func heldConfig(adjust func(*service.RateLimitConfig), ps ...service.Policy) service.Config {
+	cfg := rlConfig(-1, ps...)
+	cfg.RateLimit.Timeout = 20 * time.Second
+	if adjust != nil {
+		adjust(&cfg.RateLimit)
+	}
+	return cfg
+}
+
+// failClosed is policy "p", 10 a minute, failing closed: a decision that
+// cannot be made is an error.
+func failClosed() service.Policy {
 	p := fixed("p", 10, time.Minute)
 	p.Fail = service.FailClosed
-	cfg := rlConfig(-1, p)
-	adjust(&cfg.RateLimit)
-	return cfg
+	return p
 }
 
 func receive(t *testing.T, ch <-chan asyncDecision) asyncDecision {
@@ -141,7 +152,7 @@ func TestDecisionsQueuedBehindACallShareTheNext(t *testing.T) {
 		bucket("p", 100, time.Minute, 100)} {
 		t.Run(string(p.Algorithm), func(t *testing.T) {
 			c := newGatedClient(t)
-			svc := mustNew(t, c, rlConfig(-1, p))
+			svc := mustNew(t, c, heldConfig(nil, p))
 			first := holdFirstCall(t, svc, c, "p")
 			var waiting []<-chan asyncDecision
 			for i := range 5 {
@@ -173,7 +184,7 @@ func TestDecisionsQueuedBehindACallShareTheNext(t *testing.T) {
 // call are made as usual.
 func TestDecisionBatchKeepsAKeysErrorToItself(t *testing.T) {
 	c := newGatedClient(t)
-	svc := mustNew(t, c, rlConfig(-1, fixed("p", 10, time.Minute)))
+	svc := mustNew(t, c, heldConfig(nil, fixed("p", 10, time.Minute)))
 	if err := c.RPush(t.Context(), "latchkey:rl:fw:p:bad", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +250,7 @@ func TestDecisionScriptsDecideEachKey(t *testing.T) {
 // is not sent (it spends nothing).
 func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
 	c := newGatedClient(t)
-	svc := mustNew(t, c, rlConfig(-1, fixed("p", 10, time.Minute)))
+	svc := mustNew(t, c, heldConfig(nil, fixed("p", 10, time.Minute)))
 	first := holdFirstCall(t, svc, c, "p")
 	ctx, cancel := context.WithCancel(t.Context())
 	gone := decideAsync(ctx, svc, service.RateLimitRequest{Policy: "p", Key: "gone"})
@@ -262,36 +273,50 @@ func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
 	}
 }
 
-// TestDecisionQueuedPastItsTimeout: a decision stuck behind a call that
-// outlasts the decision timeout fails as unavailable when its own timeout
-// has passed, without being sent to Redis.
-func TestDecisionQueuedPastItsTimeout(t *testing.T) {
+// TestDecisionsAreNotHeldUpByAStalledCall: while a call is stuck (Redis
+// slow for it), the decisions queued behind it go in another call once the
+// stuck one has been out for the stall time, and are answered in time; the
+// stuck call's own decision fails at its deadline.
+func TestDecisionsAreNotHeldUpByAStalledCall(t *testing.T) {
 	c := newGatedClient(t)
-	svc := mustNew(t, c, failClosedConfig(func(c *service.RateLimitConfig) { c.Timeout = 100 * time.Millisecond }))
+	c.deaf = true
+	svc := mustNew(t, c, rlConfig(-1, failClosed())) // 250ms: a stall of 31ms
 	first := holdFirstCall(t, svc, c, "p")
 	queued := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "queued"})
-	waitQueued(t, svc, service.FixedWindow, 1)
-	// The held call ends at its deadline (the gate is never opened).
+	if r := receive(t, queued); r.err != nil || !r.d.Allowed {
+		t.Errorf("decision queued behind a stuck call: %+v, %v; want allowed", r.d, r.err)
+	}
 	if r := receive(t, first); !errors.Is(r.err, service.ErrUnavailable) {
-		t.Errorf("held call: %+v, %v; want ErrUnavailable", r.d, r.err)
+		t.Errorf("the stuck call's decision: %+v, %v; want ErrUnavailable", r.d, r.err)
 	}
-	if r := receive(t, queued); !errors.Is(r.err, service.ErrUnavailable) {
-		t.Errorf("decision queued behind it: %+v, %v; want ErrUnavailable", r.d, r.err)
-	}
-	if calls := c.callKeys(); len(calls) != 1 {
-		t.Errorf("script calls by keys = %v, want only the held one: the queued decision's time was up", calls)
+	if calls := c.callKeys(); len(calls) != 2 || !slices.Equal(calls[1], []string{"latchkey:rl:fw:p:queued"}) {
+		t.Errorf("script calls by keys = %v, want the stuck one, then the queued decision in a call of its own", calls)
 	}
 }
 
 // TestDecisionWaitEndsAtItsDeadline: a caller stops waiting at its
-// deadline even when the script call it rides in does not end then.
+// deadline even when the script call it rides in does not end then, and the
+// failed decision counts once among the Redis errors, also after the call
+// ends.
 func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	c := newGatedClient(t)
 	c.deaf = true
-	svc := mustNew(t, c, failClosedConfig(func(c *service.RateLimitConfig) { c.Timeout = 100 * time.Millisecond }))
+	reg := prometheus.NewRegistry()
+	cfg := rlConfig(-1, failClosed())
+	cfg.RateLimit.Timeout = 100 * time.Millisecond
+	cfg.Registerer = reg
+	svc := mustNew(t, c, cfg)
 	first := holdFirstCall(t, svc, c, "p")
 	if r := receive(t, first); !errors.Is(r.err, service.ErrUnavailable) {
 		t.Errorf("decision in a call that outlasts its deadline: %+v, %v; want ErrUnavailable", r.d, r.err)
+	}
+	c.release()
+	// A later decision runs after the held call is done with.
+	if _, err := svc.CheckRateLimit(t.Context(), service.RateLimitRequest{Policy: "p", Key: "later"}); err != nil {
+		t.Fatalf("decision after the held call: %v", err)
+	}
+	if got := counterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
+		t.Errorf("unavailable errors counted = %v, want 1 for the one failed decision", got)
 	}
 }
 
@@ -299,7 +324,7 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 // fails at once as unavailable.
 func TestDecisionQueueIsBounded(t *testing.T) {
 	c := newGatedClient(t)
-	svc := mustNew(t, c, failClosedConfig(func(c *service.RateLimitConfig) { c.MaxQueued = 2 }))
+	svc := mustNew(t, c, heldConfig(func(c *service.RateLimitConfig) { c.MaxQueued = 2 }, failClosed()))
 	first := holdFirstCall(t, svc, c, "p")
 	a := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "a"})
 	b := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "b"})
@@ -316,42 +341,89 @@ func TestDecisionQueueIsBounded(t *testing.T) {
 }
 
 // TestConcurrentDecisionsCountExactly: many concurrent requests on a few
-// keys, batched or each in a call of its own, allow exactly the limit of
-// each key (run it with -race).
+// keys, batched or each in a call of its own, allow exactly each key's share
+// of the limit, and every answer is its own key's: key i costs i+1, so each
+// allowed decision leaves a remaining that only its key can (run it with
+// -race).
 func TestConcurrentDecisionsCountExactly(t *testing.T) {
 	for _, batch := range []int{0, 1} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			cfg := rlConfig(-1, fixed("p", 50, time.Minute))
+			cfg := rlConfig(-1, fixed("p", 60, time.Minute))
 			cfg.RateLimit.Batch = batch
 			svc, _ := newTestService(t, cfg)
 			const keys, perKey = 4, 80
 			var mu sync.Mutex
-			allowed := map[string]int{}
+			remaining := make([][]int64, keys)
 			var wg sync.WaitGroup
 			for i := range keys * perKey {
 				wg.Go(func() {
-					key := fmt.Sprintf("k%d", i%keys)
-					d, err := svc.CheckRateLimit(t.Context(), service.RateLimitRequest{Policy: "p", Key: key})
+					k := i % keys
+					req := service.RateLimitRequest{Policy: "p", Key: fmt.Sprintf("k%d", k), Cost: int64(k + 1)}
+					d, err := svc.CheckRateLimit(t.Context(), req)
 					if err != nil {
-						t.Errorf("decision for %s: %v", key, err)
+						t.Errorf("decision for %s: %v", req.Key, err)
 						return
-					}
-					if d.Key != key {
-						t.Errorf("decision for %s answered for %s", key, d.Key)
 					}
 					if d.Allowed {
 						mu.Lock()
-						allowed[key]++
+						remaining[k] = append(remaining[k], d.Remaining)
 						mu.Unlock()
 					}
 				})
 			}
 			wg.Wait()
-			for i := range keys {
-				if got := allowed[fmt.Sprintf("k%d", i)]; got != 50 {
-					t.Errorf("k%d: %d of %d requests allowed, want exactly the limit 50", i, got, perKey)
+			for k := range keys {
+				cost := int64(k + 1)
+				var want []int64
+				for r := 60 - cost; r >= 0; r -= cost {
+					want = append(want, r)
+				}
+				got := slices.Clone(remaining[k])
+				slices.Sort(got)
+				slices.Reverse(got)
+				if !slices.Equal(got, want) {
+					t.Errorf("k%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
 				}
 			}
 		})
 	}
+}
+
+// slowClient answers every script call after delay, as a slow Redis would.
+type slowClient struct {
+	*redis.Client
+	delay time.Duration
+}
+
+func (c *slowClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	select {
+	case <-time.After(c.delay):
+	case <-ctx.Done():
+		return redis.NewCmdResult(nil, ctx.Err())
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestDecisionsWhileRedisIsSlow: with every call taking 0.6 of the decision
+// timeout, each decision still gets its answer: it waits for its own call,
+// not for the slow calls before it as well.
+func TestDecisionsWhileRedisIsSlow(t *testing.T) {
+	_, rdb := newTestRedis(t)
+	p := fixed("p", 1000, time.Minute)
+	p.Fail = service.FailClosed
+	cfg := rlConfig(-1, p)
+	cfg.RateLimit.Timeout = time.Second
+	svc := mustNew(t, &slowClient{Client: rdb, delay: 600 * time.Millisecond}, cfg)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for j := range 2 {
+				req := service.RateLimitRequest{Policy: "p", Key: fmt.Sprintf("k%d-%d", i, j)}
+				if d, err := svc.CheckRateLimit(t.Context(), req); err != nil || !d.Allowed {
+					t.Errorf("decision %s with Redis slow: %+v, %v; want allowed", req.Key, d, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

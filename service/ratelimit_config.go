@@ -15,7 +15,8 @@ type RateLimitConfig struct {
 	// AllowInline lets check requests carry their own limit instead of a
 	// policy name.
 	AllowInline bool
-	// Timeout bounds one decision's Redis call; past it the policy fails open
+	// Timeout bounds one decision's Redis call, from the moment the decision
+	// is queued for it (see decisionBatcher); past it the policy fails open
 	// or closed. Default 250ms.
 	Timeout time.Duration
 	// MinWindow and MaxWindow bound every window. Defaults 1s and 24h.
@@ -31,10 +32,11 @@ type RateLimitConfig struct {
 	CacheSize int
 	// Batch is how many decisions of concurrent requests may go to Redis in
 	// one script call (see decisionBatcher); 1 sends each decision in a call
-	// of its own. Default 128.
+	// of its own, as a Redis Cluster client always does (a batch names many
+	// keys, which would cross hash slots). Default 128.
 	Batch int
-	// MaxQueued bounds the decisions waiting for a call; past it a decision
-	// fails at once as unavailable. Default 10000.
+	// MaxQueued bounds the decisions of one algorithm waiting for a call;
+	// past it a decision fails at once as unavailable. Default 10000.
 	MaxQueued int
 	// LogInterval is how often a fail-open policy may log that Redis is down.
 	// Default 10s.

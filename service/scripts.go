@@ -120,20 +120,35 @@ func (s *Service) evalSha(ctx context.Context, c redis.Scripter, sc *script, key
 	return res, err
 }
 
-// storeErr translates a Redis error. A caller that went away gets its own
-// context error back; timeouts, connection failures and transient server
-// states wrap ErrUnavailable; anything else (a script bug) is returned wrapped
-// as it is and becomes a 500 upstream.
+// storeErr translates a Redis error (see translateErr) and counts it in
+// latchkey_redis_errors_total.
 func (s *Service) storeErr(ctx context.Context, op string, err error) error {
+	err, kind := translateErr(ctx, op, err)
+	s.countErr(op, kind)
+	return err
+}
+
+// countErr counts one failed operation of a kind translateErr named ("" is
+// not counted: the caller went away).
+func (s *Service) countErr(op, kind string) {
+	if kind != "" {
+		s.metrics.redisErrors.WithLabelValues(op, kind).Inc()
+	}
+}
+
+// translateErr translates a Redis error. A caller that went away gets its own
+// context error back (kind ""); timeouts, connection failures and transient
+// server states wrap ErrUnavailable (kind "unavailable"); anything else (a
+// script bug) is returned wrapped as it is and becomes a 500 upstream (kind
+// "script").
+func translateErr(ctx context.Context, op string, err error) (error, string) {
 	if ctxErr := ctx.Err(); errors.Is(ctxErr, context.Canceled) {
-		return ctxErr
+		return ctxErr, ""
 	}
 	if isServerError(err) && !isTransient(err) {
-		s.metrics.redisErrors.WithLabelValues(op, "script").Inc()
-		return fmt.Errorf("%s: %w", op, err)
+		return fmt.Errorf("%s: %w", op, err), "script"
 	}
-	s.metrics.redisErrors.WithLabelValues(op, "unavailable").Inc()
-	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err), "unavailable"
 }
 
 func isServerError(err error) bool {

@@ -49,7 +49,8 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 	s := &Service{rdb: rdb, cfg: cfg, metrics: m, scripts: allScripts, regKey: cfg.KeyPrefix + "keepalive"}
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
-	if s.rl.cfg.Batch > 1 {
+	if _, cluster := rdb.(*redis.ClusterClient); s.rl.cfg.Batch > 1 && !cluster {
+		// A batch names many keys: on a Cluster they would cross slots.
 		s.rl.batchers = map[Algorithm]*decisionBatcher{
 			FixedWindow:   newDecisionBatcher(s, rateLimitFixedWindowScript, 3, s.rl.cfg),
 			SlidingWindow: newDecisionBatcher(s, rateLimitSlidingWindowScript, 3, s.rl.cfg),

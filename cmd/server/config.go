@@ -125,7 +125,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
 	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", time.Hour, "largest lease TTL a request may ask for")
 	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together: lock scripts as pipelines, rate-limit decisions as one script call per batch")
-	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts (and rate-limit decisions) that may wait for a pipeline (a batch); past it requests get 503")
+	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", time.Hour, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", 24*time.Hour, "largest max_hold a keep-alive lease may ask for (400 above)")
 	e.int64(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", 8, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
