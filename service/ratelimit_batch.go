@@ -151,6 +151,8 @@ func (b *decisionBatcher) wait(ctx context.Context, key string, args []int64) ([
 // send sends calls until the queue is empty.
 func (b *decisionBatcher) send() {
 	batch := make([]*decisionCall, 0, b.max)
+	stalled := time.AfterFunc(time.Hour, b.unstall)
+	stalled.Stop()
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.max)
@@ -166,7 +168,7 @@ func (b *decisionBatcher) send() {
 			b.queue = b.queue[:0:0] // let the old array go, or it only grows
 		}
 		b.mu.Unlock()
-		stalled := time.AfterFunc(b.stall, b.unstall)
+		stalled.Reset(b.stall)
 		b.call(batch)
 		stalled.Stop()
 	}
