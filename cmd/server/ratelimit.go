@@ -34,7 +34,7 @@ func (f *RateLimitFlags) register(e *envFlags) {
 	e.dur(&f.DefaultWindow, "ratelimit-default-window", "LATCHKEY_RATELIMIT_DEFAULT_WINDOW", time.Minute, "window of the \"default\" policy")
 	e.str(&f.DefaultAlgorithm, "ratelimit-default-algorithm", "LATCHKEY_RATELIMIT_DEFAULT_ALGORITHM", "fixed_window", "algorithm of the \"default\" policy: fixed_window, sliding_window or token_bucket")
 	e.boolean(&f.AllowInline, "ratelimit-inline", "LATCHKEY_RATELIMIT_INLINE", true, "allow check requests to carry their own limit instead of a policy name")
-	e.dur(&f.Timeout, "ratelimit-timeout", "LATCHKEY_RATELIMIT_TIMEOUT", 250*time.Millisecond, "bound on one decision's Redis call; past it policies fail open or closed")
+	e.dur(&f.Timeout, "ratelimit-timeout", "LATCHKEY_RATELIMIT_TIMEOUT", 250*time.Millisecond, "bound on one decision's wait for Redis, its wait for a batch included; past it policies fail open or closed")
 	e.int64(&f.CacheSize, "ratelimit-cache-size", "LATCHKEY_RATELIMIT_CACHE_SIZE", 10000, "entries in the in-process cache of keys over their limit; 0 disables it")
 	e.dur(&f.LogInterval, "ratelimit-log-interval", "LATCHKEY_RATELIMIT_LOG_INTERVAL", 10*time.Second, "at most one fail-open warning per interval")
 	e.boolean(&f.LegacyHeaders, "ratelimit-legacy-headers", "LATCHKEY_RATELIMIT_LEGACY_HEADERS", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
