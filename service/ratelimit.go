@@ -60,7 +60,7 @@ type rateLimiter struct {
 	// once; it is not written after newRateLimiter.
 	byPolicy map[string]decisionCounters
 	// batchers send concurrent decisions together, one per algorithm; nil
-	// when Batch is 1.
+	// when Batch is 1 or the client is a Cluster's.
 	batchers  map[Algorithm]*decisionBatcher
 	cacheHits prometheus.Counter
 	failOpen  *prometheus.CounterVec // policy
@@ -295,6 +295,16 @@ func decisionEntries(sc *script, e []any) ([4]int64, error, string) {
 	}
 	return out, nil, ""
 }
+
+// scriptError is an error Redis raised inside a rate-limit script for one
+// request's key (WRONGTYPE, OOM, ...). It is a redis.Error, so translateErr
+// tells a transient state from a script error as it does for a whole call.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks the error as Redis's reply (redis.Error).
+func (scriptError) RedisError() {}
 
 // logFailOpen warns that a policy failed open, at most once per LogInterval.
 func (s *Service) logFailOpen(ctx context.Context, policy string, err error) {

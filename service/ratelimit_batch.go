@@ -18,10 +18,10 @@ import (
 // sent at once, so a quiet server adds no delay.
 //
 // Normally one call per algorithm is out at a time, with at most max
-// decisions. A call still out after a stall (an eighth of the decision
-// timeout: Redis is slow) no longer holds the queue up: another call takes
-// it, up to maxSenders calls at once, so a decision waits for its own call
-// and not for the slow ones before it.
+// decisions. A call still out after a stall (the decision timeout divided
+// by stallDivisor: Redis is slow) no longer holds the queue up: another call
+// takes it, up to maxSenders calls at once, so a decision waits for its own
+// call and not for the slow ones before it.
 //
 // Each decision is bounded by the decision timeout from the moment it is
 // queued: its caller stops waiting at its deadline whatever the call it rides
@@ -33,25 +33,24 @@ type decisionBatcher struct {
 	s         *Service
 	rdb       redis.Scripter // the unpipelined client when there is one
 	sc        *script
-	argsPer   int // ARGV entries per decision
 	max       int // decisions per call
 	maxQueued int
 	timeout   time.Duration
-
-	stall time.Duration
 
 	mu      sync.Mutex
 	queue   []*decisionCall
 	senders int // goroutines sending calls; each takes from the queue
 }
 
-// maxSenders bounds the calls of one algorithm out at once (see stall).
-const maxSenders = 8
+// maxSenders bounds the calls of one algorithm out at once, and a call out
+// for the decision timeout divided by stallDivisor counts as stalled.
+const maxSenders, stallDivisor = 8, 8
 
 // decisionCall is one decision waiting for its batch.
 type decisionCall struct {
 	key      string
-	args     [4]int64 // the first argsPer are used
+	args     [4]int64 // the first nargs are used
+	nargs    int
 	deadline time.Time
 	gone     atomic.Bool // the caller stopped waiting
 	done     chan decisionResult
@@ -79,13 +78,12 @@ type unpipeliner interface {
 	Unpipelined() redis.Scripter
 }
 
-func newDecisionBatcher(s *Service, sc *script, argsPer int, cfg RateLimitConfig) *decisionBatcher {
+func newDecisionBatcher(s *Service, sc *script, cfg RateLimitConfig) *decisionBatcher {
 	var rdb redis.Scripter = s.rdb
 	if u, ok := s.rdb.(unpipeliner); ok {
 		rdb = u.Unpipelined()
 	}
-	return &decisionBatcher{s: s, rdb: rdb, sc: sc, argsPer: argsPer, max: cfg.Batch, maxQueued: cfg.MaxQueued,
-		timeout: cfg.Timeout, stall: cfg.Timeout / 8}
+	return &decisionBatcher{s: s, rdb: rdb, sc: sc, max: cfg.Batch, maxQueued: cfg.MaxQueued, timeout: cfg.Timeout}
 }
 
 // decide queues one decision and waits for its reply {allowed, remaining,
@@ -103,7 +101,7 @@ func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64)
 func (b *decisionBatcher) wait(ctx context.Context, key string, args []int64) ([4]int64, error, string) {
 	c := decisionCalls.Get().(*decisionCall)
 	c.key = key
-	copy(c.args[:], args)
+	c.nargs = copy(c.args[:], args)
 	c.deadline = time.Now().Add(b.timeout)
 	c.gone.Store(false)
 
@@ -123,7 +121,7 @@ func (b *decisionBatcher) wait(ctx context.Context, key string, args []int64) ([
 		go b.send()
 	}
 
-	c.timer.Reset(time.Until(c.deadline))
+	c.timer.Reset(b.timeout)
 	select {
 	case r := <-c.done:
 		c.timer.Stop()
@@ -168,7 +166,7 @@ func (b *decisionBatcher) send() {
 			b.queue = b.queue[:0:0] // let the old array go, or it only grows
 		}
 		b.mu.Unlock()
-		stalled.Reset(b.stall)
+		stalled.Reset(b.timeout / stallDivisor)
 		b.call(batch)
 		stalled.Stop()
 	}
@@ -211,10 +209,10 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 		return
 	}
 	keys := make([]string, len(live))
-	args := make([]any, 0, len(live)*b.argsPer)
+	args := make([]any, 0, len(live)*live[0].nargs)
 	for i, c := range live {
 		keys[i] = c.key
-		for _, a := range c.args[:b.argsPer] {
+		for _, a := range c.args[:c.nargs] {
 			args = append(args, a)
 		}
 	}
@@ -238,13 +236,3 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 		c.done <- r
 	}
 }
-
-// scriptError is an error Redis raised inside a rate-limit script for one
-// request's key (WRONGTYPE, OOM, ...). It is a redis.Error, so translateErr
-// tells a transient state from a script error as it does for a whole call.
-type scriptError string
-
-func (e scriptError) Error() string { return string(e) }
-
-// RedisError marks the error as Redis's reply (redis.Error).
-func (scriptError) RedisError() {}

@@ -39,7 +39,8 @@ func TestDecisionCallSendsOnlyLiveDecisions(t *testing.T) {
 	}
 	b := s.rl.batchers[FixedWindow]
 	decision := func(key string, deadline time.Time) *decisionCall {
-		return &decisionCall{key: key, args: [4]int64{10, 60000, 1}, deadline: deadline, done: make(chan decisionResult, 1)}
+		return &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3, deadline: deadline,
+			done: make(chan decisionResult, 1)}
 	}
 	expired := decision("expired", time.Now().Add(-time.Millisecond))
 	gone := decision("gone", time.Now().Add(time.Minute))
@@ -61,5 +62,27 @@ func TestDecisionCallSendsOnlyLiveDecisions(t *testing.T) {
 	}
 	if !slices.EqualFunc(rec.calls, [][]string{{"live"}}, slices.Equal) {
 		t.Errorf("script calls by keys = %v, want one call with the live decision alone", rec.calls)
+	}
+}
+
+// A Cluster client sends each decision on its own: a batch names many keys,
+// which would cross hash slots.
+func TestNoDecisionBatchesOnACluster(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.rl.batchers != nil {
+		t.Errorf("batchers on a Cluster client: %v, want none", s.rl.batchers)
+	}
+	single, err := New(redis.NewClient(&redis.Options{Addr: m.Addr()}), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(single.rl.batchers) != len(limitScripts) {
+		t.Errorf("batchers on a single-node client: %d, want one per algorithm", len(single.rl.batchers))
 	}
 }

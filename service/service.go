@@ -51,10 +51,9 @@ func New(rdb RedisClient, cfg Config) (*Service, error) {
 	s.rl = newRateLimiter(cfg.RateLimit, cfg.Registerer)
 	if _, cluster := rdb.(*redis.ClusterClient); s.rl.cfg.Batch > 1 && !cluster {
 		// A batch names many keys: on a Cluster they would cross slots.
-		s.rl.batchers = map[Algorithm]*decisionBatcher{
-			FixedWindow:   newDecisionBatcher(s, rateLimitFixedWindowScript, 3, s.rl.cfg),
-			SlidingWindow: newDecisionBatcher(s, rateLimitSlidingWindowScript, 3, s.rl.cfg),
-			TokenBucket:   newDecisionBatcher(s, rateLimitTokenBucketScript, 4, s.rl.cfg),
+		s.rl.batchers = map[Algorithm]*decisionBatcher{}
+		for alg, sc := range limitScripts {
+			s.rl.batchers[alg] = newDecisionBatcher(s, sc, s.rl.cfg)
 		}
 	}
 	s.sub = newSubscriber(rdb, cfg.OpTimeout, cfg.SubscriberPing, m)
