@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/service"
 )
 
 // env returns a getenv that reads only the given pairs, never the real
@@ -183,6 +184,19 @@ func TestParseConfigHelpListsEnvironment(t *testing.T) {
 	for _, want := range []string{"-redis-url", "LATCHKEY_REDIS_URL", "-admin-key", "LATCHKEY_ADMIN_KEY"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage does not mention %s:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestDecisionBatchingFollowsThePipelineFlags(t *testing.T) {
+	for _, tc := range []struct {
+		pipeline  bool
+		wantBatch int
+	}{{true, 0}, {false, 1}} {
+		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(service.RateLimitConfig{})
+		if rl.Batch != tc.wantBatch || rl.MaxQueued != 42 {
+			t.Errorf("pipeline %v: batch %d, max queued %d; want %d (0: the service default) and 42",
+				tc.pipeline, rl.Batch, rl.MaxQueued, tc.wantBatch)
 		}
 	}
 }

@@ -52,10 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	serviceRL.MaxQueued = int(cfg.RedisMaxQueued)
-	if !cfg.RedisPipeline {
-		serviceRL.Batch = 1 // each decision in a script call of its own
-	}
+	serviceRL = cfg.decisionBatching(serviceRL)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := service.New(rdb, service.Config{
@@ -141,6 +138,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // openStore connects to Redis, or starts the embedded store when no URL is
 // configured. It returns the client, the store's name for /readyz and a
 // function that closes both.
+// decisionBatching applies -redis-pipeline and -redis-max-queued to the
+// rate-limit decisions: without pipelining each decision is a script call of
+// its own.
+func (c Config) decisionBatching(rl service.RateLimitConfig) service.RateLimitConfig {
+	rl.MaxQueued = int(c.RedisMaxQueued)
+	if !c.RedisPipeline {
+		rl.Batch = 1
+	}
+	return rl
+}
+
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.RedisClient, string, func(), error) {
 	store := "redis"
 	url := cfg.RedisURL
