@@ -1,0 +1,167 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sentinel errors, for errors.Is. The errors the client returns wrap one of
+// them when the server answered with the matching problem type (or, for
+// ErrUnavailable, did not answer at all).
+var (
+	// ErrHeld: the lock is held by another owner (problem type lock-held).
+	// The error is a *HeldError.
+	ErrHeld = errors.New("client: lock is held by another owner")
+	// ErrNotOwner: the lease's token does not own the lock (not-owner).
+	ErrNotOwner = errors.New("client: the token does not own this lease")
+	// ErrLeaseNotFound: no lease with this token (lease-not-found): it
+	// expired or was released.
+	ErrLeaseNotFound = errors.New("client: lease not found")
+	// ErrUnavailable: the server or its store could not answer
+	// (store-unavailable, any other 503, or a connection error).
+	ErrUnavailable = errors.New("client: server unavailable")
+	// ErrInvalidRequest: the server refused the request as invalid
+	// (invalid-request). The error is an *InvalidRequestError.
+	ErrInvalidRequest = errors.New("client: invalid request")
+	// ErrRateLimited: the server refused the call itself for too many
+	// requests (rate-limited, quota-exceeded). The error is a
+	// *RateLimitedError. A denied rate-limit check is a Decision, not this.
+	ErrRateLimited = errors.New("client: rate limited")
+)
+
+// Problem is an error answer of the server (RFC 9457 problem details). Every
+// error the server answers is a *Problem, found with errors.As; errors.Is
+// matches it with the sentinel of its Type.
+type Problem struct {
+	Type      string         `json:"type"`
+	Title     string         `json:"title"`
+	Status    int            `json:"status"`
+	Detail    string         `json:"detail"`
+	Instance  string         `json:"instance"`
+	RequestID string         `json:"request_id"`
+	Errors    []FieldProblem `json:"errors"`
+	// RetryAfter is the answer's Retry-After header, when it has one.
+	RetryAfter time.Duration `json:"-"`
+}
+
+// FieldProblem names a request field the server refused and the rule it broke.
+type FieldProblem struct {
+	Field  string `json:"field"`
+	Rule   string `json:"rule"`
+	Detail string `json:"detail"`
+}
+
+func (p *Problem) Error() string {
+	msg := p.Detail
+	if msg == "" {
+		msg = p.Title
+	}
+	if msg == "" {
+		msg = http.StatusText(p.Status)
+	}
+	return fmt.Sprintf("latchkey: %s (%d %s)", msg, p.Status, p.Type)
+}
+
+// Is reports whether target is the sentinel of p's type.
+func (p *Problem) Is(target error) bool {
+	switch target {
+	case ErrHeld:
+		return p.Type == "lock-held"
+	case ErrNotOwner:
+		return p.Type == "not-owner"
+	case ErrLeaseNotFound:
+		return p.Type == "lease-not-found"
+	case ErrUnavailable:
+		return p.Status == http.StatusServiceUnavailable
+	case ErrInvalidRequest:
+		return p.Type == "invalid-request"
+	case ErrRateLimited:
+		return p.Type == "rate-limited" || p.Type == "quota-exceeded"
+	}
+	return false
+}
+
+// HeldError is returned when the lock is held by another owner.
+type HeldError struct {
+	// RetryAfter is the holder's remaining TTL as the server rounds it (up,
+	// to whole seconds): the earliest time worth trying again, unless the
+	// holder releases sooner.
+	RetryAfter time.Duration
+	Problem    *Problem
+}
+
+func (e *HeldError) Error() string { return e.Problem.Error() }
+
+// Unwrap returns the server's problem, so errors.Is(err, ErrHeld) holds.
+func (e *HeldError) Unwrap() error { return e.Problem }
+
+// InvalidRequestError is returned when the server refuses a request as
+// invalid. Field names the first field at fault ("ttl", "Lock-Token", ...).
+type InvalidRequestError struct {
+	Field   string
+	Rule    string
+	Problem *Problem
+}
+
+func (e *InvalidRequestError) Error() string { return e.Problem.Error() }
+
+// Unwrap returns the server's problem, so errors.Is(err, ErrInvalidRequest) holds.
+func (e *InvalidRequestError) Unwrap() error { return e.Problem }
+
+// RateLimitedError is returned when the server refuses a call for too many
+// requests.
+type RateLimitedError struct {
+	RetryAfter time.Duration
+	Problem    *Problem
+}
+
+func (e *RateLimitedError) Error() string { return e.Problem.Error() }
+
+// Unwrap returns the server's problem, so errors.Is(err, ErrRateLimited) holds.
+func (e *RateLimitedError) Unwrap() error { return e.Problem }
+
+// errorOf turns a non-2xx answer into an error: a *HeldError,
+// *InvalidRequestError or *RateLimitedError when the type says so, else the
+// *Problem itself. An answer that is not problem+json still becomes a
+// *Problem with its status.
+func errorOf(req request, resp response) error {
+	p := &Problem{Status: resp.status}
+	if strings.HasPrefix(resp.header.Get("Content-Type"), "application/problem+json") {
+		_ = json.Unmarshal(resp.body, p)
+		p.Status = resp.status
+	}
+	if p.Detail == "" && p.Title == "" {
+		p.Detail = fmt.Sprintf("%s %s answered %d %s", req.method, req.path, resp.status, http.StatusText(resp.status))
+	}
+	p.RetryAfter = retryAfter(resp.header)
+	switch {
+	case p.Type == "lock-held":
+		return &HeldError{RetryAfter: p.RetryAfter, Problem: p}
+	case p.Type == "invalid-request":
+		e := &InvalidRequestError{Problem: p}
+		if len(p.Errors) > 0 {
+			e.Field, e.Rule = p.Errors[0].Field, p.Errors[0].Rule
+		}
+		return e
+	case p.Is(ErrRateLimited):
+		return &RateLimitedError{RetryAfter: p.RetryAfter, Problem: p}
+	}
+	return p
+}
+
+// retryAfter reads a Retry-After header given in seconds; zero when absent.
+func retryAfter(h http.Header) time.Duration {
+	if h == nil {
+		return 0
+	}
+	s, err := strconv.ParseInt(strings.TrimSpace(h.Get("Retry-After")), 10, 64)
+	if err != nil || s < 0 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
+}

@@ -1,0 +1,161 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// HoldOptions tunes a hold. Zero values take the server's defaults.
+type HoldOptions struct {
+	// TTL is the lease's time to live (server default 30s); the server
+	// renews it every TTL/3 while the connection stays open.
+	TTL time.Duration
+	// Wait bounds how long Hold waits for a held lock; zero waits until ctx
+	// is done, a negative Wait does not wait.
+	Wait time.Duration
+	// Fair queues this waiter in arrival order among fair waiters.
+	Fair bool
+	// Owner describes the holder, as LockOptions.Owner.
+	Owner string
+}
+
+// Hold acquires the lock name as a connection-scoped lease: the server
+// holds it for as long as the connection that asked for it stays open,
+// renewing it every TTL/3, and reports on that connection (Server-Sent
+// Events) when it renews, loses or releases the lease. Done is closed when
+// the server reports the lease lost or released, when the connection breaks
+// (the server releases the lease then), or when ValidUntil passes without a
+// renewal reported. Unlock releases the lease and closes the connection.
+//
+// ctx bounds the acquisition only; the hold lasts until Unlock or until it
+// is lost. Returns the errors of Lock.
+func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Lease, error) {
+	token := NewToken()
+	streamCtx, stopStream := context.WithCancel(context.WithoutCancel(ctx))
+	// Until the lease is granted, the caller's ctx bounds the request too.
+	unbind := context.AfterFunc(ctx, stopStream)
+	send := func(_ context.Context, req request) (response, error) {
+		return c.sendMaybeStream(streamCtx, req, true)
+	}
+	lo := LockOptions{TTL: opts.TTL, Wait: opts.Wait, Fair: opts.Fair, Owner: opts.Owner}
+	req := request{method: http.MethodPost, path: lockPath(name) + "/hold", token: token}
+	resp, err := c.acquire(ctx, name, req, lo, send)
+	if err != nil {
+		stopStream()
+		return nil, err
+	}
+	fail := func(err error) (*Lease, error) {
+		stopStream()
+		_ = resp.stream.Close()
+		_ = c.settle(ctx, name, token)
+		return nil, fmt.Errorf("hold %s: %w", name, err)
+	}
+	br := bufio.NewReader(resp.stream)
+	ev, err := readEvent(br)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return fail(fmt.Errorf("%w: the stream ended before the lease was granted: %w", ErrUnavailable, err))
+	}
+	var lj leaseJSON
+	if ev.name != "acquired" {
+		return fail(fmt.Errorf("first event is %q, want acquired", ev.name))
+	}
+	if err := json.Unmarshal([]byte(ev.data), &lj); err != nil {
+		return fail(fmt.Errorf("acquired event: %w", err))
+	}
+	if !unbind() { // ctx ended meanwhile: the caller no longer wants it
+		return fail(context.Cause(ctx))
+	}
+	l := c.newLease(name, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
+	l.mu.Lock()
+	l.hold, l.stop = true, stopStream
+	l.mu.Unlock()
+	l.bg.Add(1)
+	go l.readStream(br, resp.stream)
+	return l, nil
+}
+
+// sseEvent is one Server-Sent Event.
+type sseEvent struct{ name, data string }
+
+// readEvent reads the next event from r, skipping comments (the server's
+// pings).
+func readEvent(r *bufio.Reader) (sseEvent, error) {
+	var ev sseEvent
+	var data []string
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return ev, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if ev.name != "" || len(data) > 0 {
+				ev.data = strings.Join(data, "\n")
+				return ev, nil
+			}
+		case strings.HasPrefix(line, ":"): // a comment: a ping
+		default:
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "event":
+				ev.name = value
+			case "data":
+				data = append(data, value)
+			}
+		}
+	}
+}
+
+// readStream follows a hold's events until the lease ends.
+func (l *Lease) readStream(r *bufio.Reader, body io.ReadCloser) {
+	defer l.bg.Done()
+	defer body.Close()
+	for {
+		ev, err := readEvent(r)
+		if err != nil {
+			l.mu.Lock()
+			unlocked := l.unlocked
+			l.mu.Unlock()
+			if !unlocked { // Unlock ends the lease itself
+				l.lost(ReasonConnectionLost, err)
+			}
+			return
+		}
+		switch ev.name {
+		case "renewed":
+			var lj leaseJSON
+			if json.Unmarshal([]byte(ev.data), &lj) == nil {
+				// When the server renewed is not known here, only that it
+				// was before now: the stream is the liveness signal.
+				l.extend(time.Now().Add(time.Duration(lj.TTLMS) * time.Millisecond))
+			}
+		case "lost":
+			var lost struct {
+				Reason string `json:"reason"`
+			}
+			_ = json.Unmarshal([]byte(ev.data), &lost)
+			if lost.Reason == "" {
+				lost.Reason = ReasonExpired
+			}
+			l.lost(lost.Reason, nil)
+			return
+		case "released":
+			l.finish(ErrReleased)
+			return
+		}
+	}
+}
