@@ -64,7 +64,10 @@ func (p *Problem) Error() string {
 	if msg == "" {
 		msg = http.StatusText(p.Status)
 	}
-	return fmt.Sprintf("latchkey: %s (%d %s)", msg, p.Status, p.Type)
+	if p.Type == "" {
+		return fmt.Sprintf("server answered %d: %s", p.Status, msg)
+	}
+	return fmt.Sprintf("server answered %d %s: %s", p.Status, p.Type, msg)
 }
 
 // Is reports whether target is the sentinel of p's type.

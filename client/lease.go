@@ -102,7 +102,9 @@ type leaseJSON struct {
 func (c *Client) newLease(name, token string, fence int64, sent time.Time, ttl time.Duration) *Lease {
 	l := &Lease{Name: name, Fence: fence, Token: token, c: c, done: make(chan struct{}),
 		validUntil: sent.Add(ttl), stop: func() {}}
+	l.mu.Lock() // the timer may fire before it is stored
 	l.timer = time.AfterFunc(time.Until(l.validUntil), l.elapsed)
+	l.mu.Unlock()
 	return l
 }
 
