@@ -1,0 +1,103 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/latchkey/latchkey/client"
+)
+
+// store stands for the resource the lock protects: it accepts a write only
+// with a fence at least as high as the highest it has seen.
+type store struct{ highest int64 }
+
+func (s *store) write(fence int64, v string) error {
+	if fence < s.highest {
+		return fmt.Errorf("fence %d is stale (seen %d): the lease has passed to another holder", fence, s.highest)
+	}
+	s.highest = fence
+	_ = v
+	return nil
+}
+
+// Take a lock, write with its fence while it is valid, release it.
+func Example() {
+	ctx := context.Background()
+	c, err := client.New("http://127.0.0.1:8080", client.WithAPIKey("secret"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := c.Lock(ctx, "invoices", client.LockOptions{TTL: 30 * time.Second, Wait: time.Minute})
+	var held *client.HeldError
+	if errors.As(err, &held) {
+		log.Printf("busy; try again in %s", held.RetryAfter)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+
+	var db store
+	// Work only while the lease is valid, and let the store check the fence.
+	if time.Now().Before(lease.ValidUntil()) {
+		if err := db.write(lease.Fence, "run 42"); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// A lease the server keeps alive for as long as this process sends
+// heartbeats: Done tells the work to stop when the lease is lost.
+func ExampleClient_Lock_keepAlive() {
+	ctx := context.Background()
+	c, _ := client.New("http://127.0.0.1:8080")
+	lease, err := c.Lock(ctx, "reindex", client.LockOptions{
+		TTL: 15 * time.Second, KeepAlive: true, Heartbeat: 10 * time.Second, MaxHold: time.Hour,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	for batch := 0; batch < 100; batch++ {
+		select {
+		case <-lease.Done():
+			log.Printf("stopping: %v", lease.Err())
+			return
+		default:
+		}
+		// ... one batch of work, written with lease.Fence ...
+	}
+}
+
+// A lease held for as long as a connection stays open.
+func ExampleClient_Hold() {
+	ctx := context.Background()
+	c, _ := client.New("http://127.0.0.1:8080")
+	lease, err := c.Hold(ctx, "leader", client.HoldOptions{TTL: 10 * time.Second, Wait: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	fmt.Println("leading with fence", lease.Fence)
+	<-lease.Done() // lost (force-released, the server gone) or released
+	var lost *client.LostError
+	if errors.As(lease.Err(), &lost) {
+		fmt.Println("no longer leading:", lost.Reason)
+	}
+}
+
+// Wait until a rate limit allows a call, for at most 5 seconds.
+func ExampleLimiter_Wait() {
+	c, _ := client.New("http://127.0.0.1:8080")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := c.Limiter().Wait(ctx, "per-user", "user-17", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("allowed,", d.Remaining, "left")
+}
