@@ -1,0 +1,266 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/client"
+	"github.com/latchkey/latchkey/service"
+)
+
+// Exit statuses documented by cmd/latchkey.
+const (
+	exitHeld        = 75
+	exitLost        = 76
+	exitUnavailable = 69
+	exitNotFound    = 127
+	exitUsage       = 2
+)
+
+// buildLatchkey builds cmd/latchkey into a directory of t's.
+func buildLatchkey(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "latchkey")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/latchkey").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/latchkey: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// latchkeyRun is a latchkey process against one server.
+type latchkeyRun struct {
+	cmd    *exec.Cmd
+	stdout *os.File
+	stderr *os.File
+}
+
+// startCmd starts bin with args against url. Its output goes to files
+// (a child left behind must not keep a pipe of the test open).
+func startCmd(t *testing.T, bin, url string, env []string, args ...string) *latchkeyRun {
+	t.Helper()
+	dir := t.TempDir()
+	stdout, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "LATCHKEY_URL=" + url}, env...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &latchkeyRun{cmd: cmd, stdout: stdout, stderr: stderr}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = r.cmd.Wait()
+	})
+	return r
+}
+
+// wait waits for the process (bounded by doneGuard) and returns its exit
+// status, its stdout and its stderr.
+func (r *latchkeyRun) wait(t *testing.T) (int, string, string) {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { exited <- r.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(doneGuard):
+		t.Fatalf("latchkey %v still running after %s", r.cmd.Args[1:], doneGuard)
+	}
+	r.cmd = &exec.Cmd{Process: r.cmd.Process} // Cleanup's Wait then returns at once
+	status := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(r.stdout.Name())
+	errOut, _ := os.ReadFile(r.stderr.Name())
+	return status, string(out), string(errOut)
+}
+
+// runLatchkey runs bin to the end and returns its exit status and output.
+func runLatchkey(t *testing.T, bin, url string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	return startCmd(t, bin, url, env, args...).wait(t)
+}
+
+// waitForLine waits until file holds a line equal to line.
+func waitForLine(t *testing.T, file, line string) {
+	t.Helper()
+	eventually(t, doneGuard, file+" has the line "+line, func() bool {
+		b, _ := os.ReadFile(file)
+		for _, l := range strings.Split(string(b), "\n") {
+			if l == line {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// trapScript is a COMMAND that says when it starts, and when it gets
+// SIGTERM (then exits 143 at once).
+func trapScript(file string) string {
+	return fmt.Sprintf(`trap 'kill $p; echo term >> %[1]s; exit 143' TERM; echo started >> %[1]s; sleep 60 & p=$!; wait $p; echo not-signalled >> %[1]s`, file)
+}
+
+func TestLatchkeyCommand(t *testing.T) {
+	bin := buildLatchkey(t)
+	rdb, _ := newRedis(t)
+	server := func(t *testing.T, opts ...envOption) *clientEnv {
+		srv, svc, scfg := startServer(t, rdb, true, opts...)
+		t.Cleanup(func() { _ = svc.Close() })
+		e := &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, Prefix: scfg.KeyPrefix, Svc: svc}
+		return &clientEnv{testEnv: e, srv: srv, c: mustClient(t, srv.URL, fastRetry)}
+	}
+
+	// Two jobs started together run one after the other, never
+	// overlapping, the second with a higher fence; each gets the lease's
+	// fence, name and validity in its environment.
+	t.Run("jobs in turn", func(t *testing.T) {
+		e := server(t)
+		log := filepath.Join(t.TempDir(), "log")
+		job := fmt.Sprintf(`echo "start $LATCHKEY_FENCE $LATCHKEY_LOCK_NAME $LATCHKEY_LEASE_VALID_MS" >> %[1]s; sleep 0.3; echo "end $LATCHKEY_FENCE" >> %[1]s`, log)
+		a := startCmd(t, bin, e.URL, nil, "lock", "-wait", "10s", "-ttl", "5s", "job", "--", "sh", "-c", job)
+		b := startCmd(t, bin, e.URL, nil, "lock", "-wait", "10s", "-ttl", "5s", "job", "--", "sh", "-c", job)
+		for _, r := range []*latchkeyRun{a, b} {
+			if st, _, errOut := r.wait(t); st != 0 {
+				t.Fatalf("latchkey exited %d: %s", st, errOut)
+			}
+		}
+		raw, _ := os.ReadFile(log)
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("log:\n%s\nwant 4 lines", raw)
+		}
+		var fences [2]int64
+		for i := range 2 {
+			start, end := strings.Fields(lines[2*i]), strings.Fields(lines[2*i+1])
+			if len(start) != 4 || start[0] != "start" || start[2] != "job" || len(end) != 2 || end[0] != "end" || end[1] != start[1] {
+				t.Fatalf("log:\n%s\nwant start/end pairs of one fence each, never interleaved", raw)
+			}
+			fences[i], _ = strconv.ParseInt(start[1], 10, 64)
+			if ms, _ := strconv.ParseInt(start[3], 10, 64); ms <= 0 || ms > 5000 {
+				t.Errorf("LATCHKEY_LEASE_VALID_MS = %s, want in (0, 5000]", start[3])
+			}
+		}
+		if fences[0] <= 0 || fences[1] <= fences[0] {
+			t.Fatalf("fences %v: want increasing", fences)
+		}
+		wantFree(t, e.c, "job")
+	})
+
+	// SIGTERM to latchkey reaches COMMAND; latchkey exits with COMMAND's
+	// status and the lock is free as soon as it has exited.
+	t.Run("SIGTERM is forwarded", func(t *testing.T) {
+		e := server(t)
+		log := filepath.Join(t.TempDir(), "log")
+		r := startCmd(t, bin, e.URL, nil, "lock", "-ttl", "1m", "sig", "--", "sh", "-c", trapScript(log))
+		waitForLine(t, log, "started")
+		if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		st, _, errOut := r.wait(t)
+		if st != 143 {
+			t.Fatalf("exit status %d (%s), want 143 (COMMAND's, killed by SIGTERM)", st, errOut)
+		}
+		waitForLine(t, log, "term")
+		wantFree(t, e.c, "sig")
+	})
+
+	// A lease lost while COMMAND runs (force-released, or the server gone)
+	// sends COMMAND SIGTERM and latchkey exits 76.
+	for _, end := range []struct {
+		name string
+		do   func(t *testing.T, e *clientEnv)
+	}{
+		{"force-release", func(t *testing.T, e *clientEnv) {
+			st, out, errOut := runLatchkey(t, bin, e.URL, []string{"LATCHKEY_ADMIN_KEY=" + testAdminKey}, "release", "-force", "lost")
+			if st != 0 || !strings.Contains(out, "force-released") {
+				t.Fatalf("release -force: %d %q %q", st, out, errOut)
+			}
+		}},
+		{"server killed", func(t *testing.T, e *clientEnv) { e.kill() }},
+	} {
+		t.Run("lost by "+end.name, func(t *testing.T) {
+			e := server(t)
+			log := filepath.Join(t.TempDir(), "log")
+			r := startCmd(t, bin, e.URL, nil, "lock", "-ttl", "1m", "lost", "--", "sh", "-c", trapScript(log))
+			waitForLine(t, log, "started")
+			end.do(t, e)
+			st, _, errOut := r.wait(t)
+			if st != exitLost || !strings.Contains(errOut, "lease lost") {
+				t.Fatalf("exit status %d (%s), want %d and the loss on stderr", st, errOut, exitLost)
+			}
+			waitForLine(t, log, "term")
+		})
+	}
+
+	// The documented statuses, and the other commands.
+	t.Run("statuses", func(t *testing.T) {
+		e := server(t, withPolicies(policy("once", service.FixedWindow, 1, time.Hour)))
+		l, err := e.c.Lock(t.Context(), "busy", client.LockOptions{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			desc   string
+			env    []string
+			args   []string
+			status int
+			stdout string // a substring of stdout
+			stderr string // a substring of stderr
+		}{
+			{"held, no wait", nil, []string{"lock", "busy", "--", "true"}, exitHeld, "", "not acquired"},
+			{"held past the wait", nil, []string{"lock", "-wait", "200ms", "busy", "--", "true"}, exitHeld, "", "held by another owner"},
+			{"COMMAND's status", nil, []string{"lock", "free", "--", "sh", "-c", "exit 3"}, 3, "", ""},
+			{"COMMAND not found", nil, []string{"lock", "free", "--", "/no/such/command"}, exitNotFound, "", "cannot run"},
+			{"no COMMAND", nil, []string{"lock", "free"}, exitUsage, "", "COMMAND"},
+			{"bad -on-lost", nil, []string{"lock", "-on-lost", "maybe", "free", "--", "true"}, exitUsage, "", "-on-lost"},
+			{"bad name", nil, []string{"lock", "bad{name}", "--", "true"}, exitUnavailable, "", "name"},
+			{"status held", nil, []string{"status", "busy"}, 0, fmt.Sprintf("busy held fence=%d", l.Fence), ""},
+			{"status free", nil, []string{"status", "free"}, 0, "free free", ""},
+			{"check allowed", nil, []string{"check", "once", "k"}, 0, "allowed policy=once key=k", ""},
+			{"check denied", nil, []string{"check", "once", "k"}, 1, "denied", ""},
+			{"force without the admin key", nil, []string{"release", "-force", "busy"}, exitUnavailable, "", "403"},
+			{"release without -force", nil, []string{"release", "busy"}, exitUsage, "", "-force"},
+			{"server unreachable", []string{"LATCHKEY_URL=http://127.0.0.1:1"}, []string{"status", "busy"}, exitUnavailable, "", "unavailable"},
+			{"version", nil, []string{"version"}, 0, "latchkey ", ""},
+		}
+		for _, tt := range tests {
+			url := e.URL
+			if len(tt.env) > 0 {
+				url = strings.TrimPrefix(tt.env[0], "LATCHKEY_URL=")
+			}
+			st, out, errOut := runLatchkey(t, bin, url, nil, tt.args...)
+			if st != tt.status || !strings.Contains(out, tt.stdout) || !strings.Contains(errOut, tt.stderr) {
+				t.Errorf("%s: latchkey %v = %d, stdout %q, stderr %q; want %d, %q, %q",
+					tt.desc, tt.args, st, out, errOut, tt.status, tt.stdout, tt.stderr)
+			}
+			if n := bytes.Count([]byte(errOut), []byte("\n")); n > 1 {
+				t.Errorf("%s: stderr has %d lines, want one: %q", tt.desc, n, errOut)
+			}
+		}
+		if st, _ := e.c.Status(t.Context(), "busy"); !st.Held || st.Fence != l.Fence {
+			t.Errorf("busy after the failed force-release: %+v, want still held", st)
+		}
+	})
+}
