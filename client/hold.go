@@ -76,7 +76,7 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	}
 	l := c.newLease(name, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
 	l.mu.Lock()
-	l.hold, l.stop = true, stopStream
+	l.stop = stopStream
 	l.mu.Unlock()
 	l.bg.Add(1)
 	go l.readStream(br, resp.stream)

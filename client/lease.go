@@ -74,9 +74,7 @@ type Lease struct {
 	// Token proves ownership of the lease. Keep it secret.
 	Token string
 
-	c         *Client
-	keepalive time.Duration // the heartbeat period of a keep-alive lease; 0 otherwise
-	hold      bool
+	c *Client
 
 	mu         sync.Mutex
 	validUntil time.Time

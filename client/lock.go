@@ -130,7 +130,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 		}
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		l.mu.Lock()
-		l.keepalive, l.stop = period, cancel
+		l.stop = cancel
 		l.mu.Unlock()
 		l.bg.Add(1)
 		go l.heartbeat(ctx, period)
