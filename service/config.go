@@ -17,7 +17,12 @@ type Config struct {
 	DefaultTTL time.Duration
 	// MinTTL and MaxTTL bound a requested TTL. Defaults 1ms and 24h.
 	MinTTL, MaxTTL time.Duration
-	// FenceTTL is how long a fence counter outlives its last grant. Default 30 days.
+	// FenceTTL is the fence retention: how long a lock name's fence counter
+	// is kept after the name's last grant, renewal or force-release. It must
+	// be at least MaxTTL and MaxHoldCap, so the counter outlives every lease;
+	// past it a name used once leaves no key in Redis, and its next grant's
+	// fence comes from Redis's clock (see acquire.lua). Default 24h, or
+	// MaxTTL or MaxHoldCap when one of them is longer.
 	FenceTTL time.Duration
 	// MaxWait bounds how long an acquire may wait for a lock. Default 60s.
 	MaxWait time.Duration
@@ -79,13 +84,18 @@ func (c Config) withDefaults() Config {
 	if c.SubscriberPing <= 0 {
 		c.SubscriberPing = 10 * time.Second
 	}
-	if c.FenceTTL <= 0 {
-		c.FenceTTL = 30 * 24 * time.Hour
-	}
 	if c.ReplicaTimeout <= 0 {
 		c.ReplicaTimeout = 100 * time.Millisecond
 	}
+	lostUnset := c.LostTTL <= 0
 	c = c.keepaliveDefaults()
+	if c.FenceTTL <= 0 {
+		c.FenceTTL = max(24*time.Hour, c.MaxTTL, c.MaxHoldCap)
+	}
+	if lostUnset && c.LostTTL > c.FenceTTL {
+		// every key of a name is gone within the retention
+		c.LostTTL = c.FenceTTL
+	}
 	return c
 }
 
@@ -99,7 +109,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default ttl %s is outside [%s, %s]", c.DefaultTTL, c.MinTTL, c.MaxTTL)
 	}
 	if c.FenceTTL < c.MaxTTL {
-		return fmt.Errorf("fence ttl %s must be at least the max ttl %s", c.FenceTTL, c.MaxTTL)
+		return fmt.Errorf("fence retention %s must be at least the max ttl %s: the fence counter must outlive every lease",
+			c.FenceTTL, c.MaxTTL)
+	}
+	if c.FenceTTL < c.MaxHoldCap {
+		return fmt.Errorf("fence retention %s must be at least the max hold cap %s: the fence counter must outlive every lease",
+			c.FenceTTL, c.MaxHoldCap)
+	}
+	if c.LostTTL > c.FenceTTL {
+		return fmt.Errorf("lost ttl %s must be at most the fence retention %s: a lock name's keys are all gone within it",
+			c.LostTTL, c.FenceTTL)
 	}
 	if err := c.RateLimit.Validate(); err != nil {
 		return err

@@ -271,8 +271,8 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 		}
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel},
-		token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds(), registryMember(token, name))
+	res, err := s.run(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
+		token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds(), registryMember(token, name), s.cfg.FenceTTL.Milliseconds())
 	if err != nil {
 		return Lease{}, err
 	}

@@ -414,7 +414,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 }
 
 func TestFenceCounterOutlivesTheLock(t *testing.T) {
-	svc, m := newTestService(t, service.Config{MaxTTL: time.Hour, FenceTTL: 2 * time.Hour})
+	svc, m := newTestService(t, service.Config{MaxTTL: time.Hour, MaxHoldCap: time.Hour, FenceTTL: 2 * time.Hour})
 	first := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: time.Hour})
 	// The lease expires, the counter does not: the next fence continues from it.
 	m.FastForward(90 * time.Minute)

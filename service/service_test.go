@@ -70,7 +70,7 @@ func TestConfigDefaults(t *testing.T) {
 		DefaultTTL: 30 * time.Second,
 		MinTTL:     time.Millisecond,
 		MaxTTL:     24 * time.Hour,
-		FenceTTL:   30 * 24 * time.Hour,
+		FenceTTL:   24 * time.Hour,
 		MaxWait:    60 * time.Second,
 
 		SubscriberPing: 10 * time.Second,

@@ -33,6 +33,7 @@ type Config struct {
 	HoldPing        time.Duration
 	MaxHold         time.Duration // default max_hold of a keep-alive lease
 	MaxHoldCap      time.Duration // largest max_hold a request may ask for
+	FenceRetention  time.Duration // how long a lock name's fence counter outlives its last grant
 	RenewParallel   int64         // keep-alive renewal script calls in flight per instance
 	MinReplicas     int64         // replicas that must have a lock change before it is reported
 	ReplicaTimeout  time.Duration // how long a lock change waits for them
@@ -128,6 +129,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", time.Hour, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", 24*time.Hour, "largest max_hold a keep-alive lease may ask for (400 above)")
+	e.dur(&c.FenceRetention, "fence-retention", "LATCHKEY_FENCE_RETENTION", 24*time.Hour, "how long a lock name's fence counter and other keys are kept after its last grant, renewal or force-release; at least -max-ttl and -max-hold-cap")
 	e.int64(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", 8, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
 	e.str(&c.PprofAddr, "pprof-addr", "LATCHKEY_PPROF_ADDR", "", "serve Go profiling endpoints (/debug/pprof/) on this loopback address; empty: off")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
@@ -189,6 +191,9 @@ func (c Config) Validate() error {
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
 	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)
+	check(c.FenceRetention < c.MaxTTL || c.FenceRetention < c.MaxHoldCap,
+		"-fence-retention %s must be at least -max-ttl %s and -max-hold-cap %s, so a lease never outlives its fence counter",
+		c.FenceRetention, c.MaxTTL, c.MaxHoldCap)
 	check(c.RenewParallel < 1 || c.RenewParallel > maxRenewParallel,
 		"-renew-parallel must be between 1 and %d, got %d", maxRenewParallel, c.RenewParallel)
 	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)

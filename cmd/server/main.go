@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		RateLimit:      serviceRL,
 		MaxWait:        cfg.MaxWait,
 		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
+		FenceTTL:      cfg.FenceRetention,
 		RenewParallel: int(cfg.RenewParallel),
 		MinReplicas:   int(cfg.MinReplicas), ReplicaTimeout: cfg.ReplicaTimeout,
 	})

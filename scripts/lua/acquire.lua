@@ -7,7 +7,8 @@
 --          lock small: t token, n hold count, f fence, l lease TTL (ms),
 --          m "1" when fair (absent otherwise), and for a keep-alive lease
 --          ku max-hold deadline (ms), kh heartbeat interval (ms), kb last heartbeat (ms)
--- KEYS[2]  fence counter (string); outlives the lock, refreshed on every grant
+-- KEYS[2]  fence counter (string); kept for the fence retention (ARGV[3])
+--          after every grant, re-entries included, so it outlives the lease
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
 -- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
 -- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
@@ -15,7 +16,7 @@
 --          grant drops its token's reason, which was an earlier lease's
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  fence counter TTL in milliseconds
+-- ARGV[3]  fence retention in milliseconds (the counter's TTL)
 -- ARGV[4]  mode: "1" fair, "0" plain
 -- ARGV[5]  waiter timeout in milliseconds: when > 0 and the lock is not
 --          granted, the caller stays registered as a waiter until now + this
@@ -47,6 +48,9 @@
 -- back (an AOF that lost its last second, a failover to a lagging replica),
 -- as long as the clock did not go back further than the time since the lost
 -- grants; when the clock steps back, counter + 1 keeps fences increasing.
+-- A counter that expired was last set one retention ago by Redis's own clock,
+-- so fences only fall back after it if that clock steps back by more than
+-- the retention.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -140,6 +144,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
       end
     end
     redis.call('HSET', KEYS[1], 'l', ttl_s)
+    -- a re-entry is a grant: the counter outlives the lease it extends
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
     local pttl, untl, hb = keepalive(false)
     redis.call('PEXPIRE', KEYS[1], ms(pttl))
     return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}

@@ -8,27 +8,27 @@
 -- KEYS[3]  pub/sub channel that waiters of this lock listen on
 -- KEYS[4]  keep-alive registry (zset); the evicted lease is removed from it
 -- KEYS[5]  lost-lease reasons of this lock (hash: token -> reason)
--- ARGV[1]  fence counter TTL in milliseconds
+-- ARGV[1]  fence retention in milliseconds (the counter's TTL)
 -- ARGV[2]  how long lost-lease reasons are kept, in milliseconds
 -- ARGV[3]  lock name (keep-alive registry members are "<token>:<name>")
 --
 -- Reply: 1 when a lease was removed, 0 when the lock was free.
-local tok = redis.call('HGET', KEYS[1], 't')
+local v = redis.call('HMGET', KEYS[1], 't', 'f')
+local tok = v[1]
 local removed = redis.call('DEL', KEYS[1])
 if removed == 1 then
-  local last = tonumber(redis.call('GET', KEYS[2]))
-  if last then
-    -- The bump follows acquire's rule, max(counter + 1, TIME in µs), so it
-    -- is above the evicted fence also when the counter went back (see
-    -- acquire.lua); the next grant's fence is above the bump. A missing
-    -- counter needs none: the next grant starts from the clock.
-    local t = redis.call('TIME')
-    local bump = t[1] .. string.sub('000000' .. t[2], -6)
-    if last >= tonumber(bump) then
-      bump = string.format('%d', last + 1)
-    end
-    redis.call('SET', KEYS[2], bump, 'PX', ARGV[1])
+  -- The bump follows acquire's rule, max(last + 1, TIME in µs), where last
+  -- is the larger of the counter and the evicted fence, so it is above the
+  -- evicted fence also when the counter went back or is gone (see
+  -- acquire.lua); the next grant's fence is above the bump. It is kept for
+  -- the fence retention, as a grant's.
+  local last = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(v[2]) or 0)
+  local t = redis.call('TIME')
+  local bump = t[1] .. string.sub('000000' .. t[2], -6)
+  if last >= tonumber(bump) then
+    bump = string.format('%d', last + 1)
   end
+  redis.call('SET', KEYS[2], bump, 'PX', ARGV[1])
   if tok then
     -- keep-alive: no renewal may follow, and the owner can learn why it lost the lease
     redis.call('ZREM', KEYS[4], tok .. ':' .. ARGV[3])

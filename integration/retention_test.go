@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
+)
+
+// withRetention makes every key of a lock name short-lived: leases of up to
+// the retention, and a fence retention r (lost-lease reasons follow it).
+func withRetention(r time.Duration) envOption {
+	return func(sc *service.Config, _ *handlers.Config) {
+		sc.FenceTTL, sc.MaxTTL, sc.MaxHoldCap, sc.DefaultMaxHold = r, r, r, r
+		sc.DefaultTTL = time.Second
+		sc.RenewPoll = 20 * time.Millisecond
+	}
+}
+
+// nameKeys are the per-name keys of a lock (service/keys.go).
+func (e *testEnv) nameKeys(name string) []string {
+	var ks []string
+	for _, kind := range []string{"lock:", "fence:", "waiters:", "queue:", "lost:"} {
+		ks = append(ks, e.Prefix+kind+"{"+name+"}")
+	}
+	return ks
+}
+
+// prefixKeys lists every key under the test's prefix with SCAN.
+func (e *testEnv) prefixKeys(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	it := e.RDB.Scan(t.Context(), 0, e.Prefix+"*", 1000).Iterator()
+	for it.Next(t.Context()) {
+		out = append(out, it.Val())
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("SCAN: %v", err)
+	}
+	return out
+}
+
+// Two hundred one-off lock names, used every way a name can be (released,
+// left to expire, fair with a waiter that gave up, force-released, kept
+// alive until max_hold), leave nothing in Redis once the fence retention has
+// passed on Redis's clock. Right after each use every key the name has has a
+// TTL, and its fence counter is there unless the retention has already
+// passed since its grant.
+func TestOneOffNamesExpire(t *testing.T) {
+	const retention = 2 * time.Second
+	e := newTestEnv(t, withRetention(retention))
+	startRenewer(t, e.Svc)
+	admin := []string{"Authorization", "Bearer " + testAdminKey}
+	uses := []struct {
+		kind string
+		use  func(t *testing.T, name string) leaseJSON
+	}{
+		{"released", func(t *testing.T, name string) leaseJSON {
+			l := e.acquire(t, name, `{"ttl":"1s"}`)
+			wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK)
+			return l
+		}},
+		{"expiring", func(t *testing.T, name string) leaseJSON { return e.acquire(t, name, `{"ttl":"1s"}`) }},
+		{"fair", func(t *testing.T, name string) leaseJSON {
+			l := e.acquire(t, name, `{"ttl":"1s","fair":true}`)
+			wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"fair":true,"wait":"10ms"}`), http.StatusConflict)
+			return l
+		}},
+		{"forced", func(t *testing.T, name string) leaseJSON {
+			l := e.acquire(t, name, `{"ttl":"2s"}`)
+			wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name+"?force=true", "", admin...), http.StatusNoContent)
+			return l
+		}},
+		{"keepalive", func(t *testing.T, name string) leaseJSON {
+			r := e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s","keepalive":true,"max_hold":"1s"}`)
+			wantStatus(t, r, http.StatusCreated)
+			return leaseJSON{Fence: int64(r.JSON(t)["fence"].(float64))}
+		}},
+	}
+	const names = 200
+	for i := range names {
+		u := uses[i%len(uses)]
+		name := fmt.Sprintf("one-off-%s-%03d", u.kind, i)
+		l := u.use(t, name)
+		wantTTLs(t, e, name, l.Fence, retention)
+	}
+
+	// Poll until Redis has expired them all: no blind sleep, and a cap far
+	// above the retention for a loaded machine.
+	start := redisMicros(t, e.RDB)
+	var left []string
+	waitFor(t, 60*time.Second, "every key of the one-off names to expire", func() bool {
+		left = e.prefixKeys(t)
+		return len(left) == 0
+	})
+	t.Logf("%d one-off names: no key left %s after the last use, by Redis's clock (retention %s)",
+		names, time.Duration(redisMicros(t, e.RDB)-start)*time.Microsecond, retention)
+}
+
+// wantTTLs checks, right after a use of name, that none of its keys lives
+// for ever and that its fence counter is there with at most the retention
+// (gone only if the retention has passed since the grant, on Redis's clock).
+func wantTTLs(t *testing.T, e *testEnv, name string, fence int64, retention time.Duration) {
+	t.Helper()
+	pipe := e.RDB.Pipeline()
+	timeCmd := pipe.Time(t.Context())
+	keys := e.nameKeys(name)
+	ttls := make([]*redis.DurationCmd, len(keys))
+	for i, k := range keys {
+		ttls[i] = pipe.PTTL(t.Context(), k)
+	}
+	if _, err := pipe.Exec(t.Context()); err != nil {
+		t.Fatalf("PTTL of %s's keys: %v", name, err)
+	}
+	now := timeCmd.Val().UnixMicro()
+	for i, k := range keys {
+		ttl := ttls[i].Val()
+		switch {
+		case ttl == -1:
+			t.Errorf("%s has no TTL: it would outlive its use for ever", k)
+		case ttl > retention:
+			t.Errorf("%s: TTL %s, above the retention %s", k, ttl, retention)
+		case strings.Contains(k, ":fence:") && ttl == -2 && now-fence < retention.Microseconds():
+			t.Errorf("%s gone %s after its grant, before the retention %s", k,
+				time.Duration(now-fence)*time.Microsecond, retention)
+		}
+	}
+}
+
+// Fences stay strictly increasing across a fence counter that Redis has
+// expired: the next grant's fence comes from Redis's clock, which has passed
+// the last grant by at least the retention.
+func TestFencesIncreaseAcrossExpiredCounter(t *testing.T) {
+	const retention = time.Second
+	e := newTestEnv(t, withRetention(retention))
+	const name = "rarely-used"
+	var fences []int64
+	for range 3 {
+		fences = append(fences, grantAndReleaseShort(t, e, name))
+		waitFor(t, 30*time.Second, "the fence counter to expire", func() bool {
+			n, err := e.RDB.Exists(t.Context(), e.fenceKey(name)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n == 0
+		})
+		if st := e.inspect(t, name); st.Fence != 0 || st.Held {
+			t.Fatalf("%s after its counter expired: %+v, want free with fence 0", name, st)
+		}
+	}
+	fences = append(fences, grantAndReleaseShort(t, e, name))
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fences %v do not strictly increase across expired counters", fences)
+		}
+		// Redis sets and expires keys by the millisecond.
+		if gap := time.Duration(fences[i]-fences[i-1]) * time.Microsecond; gap < retention-time.Millisecond {
+			t.Errorf("fences %d and %d are %s apart, want at least the retention %s (the counter expired by Redis's clock)",
+				fences[i-1], fences[i], gap, retention)
+		}
+	}
+}
+
+// grantAndReleaseShort takes name for a second, lets it go and returns the
+// grant's fence.
+func grantAndReleaseShort(t *testing.T, e *testEnv, name string) int64 {
+	t.Helper()
+	l := e.acquire(t, name, `{"ttl":"1s"}`)
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK)
+	return l.Fence
+}
