@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
@@ -149,6 +150,9 @@ func publicDetail(rule problemRule, err error) string {
 		var re *service.ReplicationError
 		if errors.As(err, &re) {
 			return re.Error() + "; inspect the lock before relying on the change"
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return "the store refused the connection; try again"
 		}
 		return "the store did not answer in time; try again"
 	case "lease-not-found":

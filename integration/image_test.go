@@ -42,6 +42,7 @@ func skipOrFailDocker(t testing.TB, reason string) {
 	if envTrue(envRequireDocker) {
 		t.Fatalf("%s (and %s=1 requires it)", reason, envRequireDocker)
 	}
+	skips.add(reason)
 	t.Skip(reason)
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,7 +25,10 @@ import (
 // and sends requests from two client addresses (127.0.0.2 and 127.0.0.3,
 // real loopback sources): the 4th request in 10 s from one address gets 429
 // with Retry-After and the RateLimit headers, the other address is
-// unaffected, and a forged X-Forwarded-For changes nothing.
+// unaffected, and a forged X-Forwarded-For changes nothing. Under /api/ the
+// key is the X-Api-Key header: a request without it gets 400, not nginx's
+// 500. Then Latchkey stops: the fail-open location (/) still passes and the
+// fail-closed one (/api/) answers 503, as deploy/nginx/policies.yaml says.
 func TestNginxGateway(t *testing.T) {
 	nginx, err := exec.LookPath("nginx")
 	if err != nil {
@@ -37,7 +41,9 @@ func TestNginxGateway(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}
-	e := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+	checkNginxFailModes(t, pol)
+	rdb, _ := newRedis(t)
+	latchkey, _, _ := startServer(t, rdb, true, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
 
 	var upstreamHits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +52,7 @@ func TestNginxGateway(t *testing.T) {
 	}))
 	t.Cleanup(app.Close)
 
-	front := startNginx(t, nginx, hostPort(t, e.URL), hostPort(t, app.URL))
+	front := startNginx(t, nginx, hostPort(t, latchkey.URL), hostPort(t, app.URL))
 	clientA := clientFrom(t, "127.0.0.2")
 	clientB := clientFrom(t, "127.0.0.3")
 
@@ -96,6 +102,68 @@ func TestNginxGateway(t *testing.T) {
 	}
 	if got := upstreamHits.Load(); got != 5 {
 		t.Errorf("the app served %d requests, want 5 (3 from A, 2 from B)", got)
+	}
+
+	// /api/ is keyed by X-Api-Key: with it the request passes, without it
+	// the gate's 400 reaches the client as a 400.
+	r = getPath(t, clientA, front, "/api/orders", "X-Api-Key", "key-1")
+	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("RateLimit"), `"api-key";r=2;`) {
+		t.Fatalf("/api/ with X-Api-Key: %d RateLimit %q body %q, want 200 with r=2", r.Status, r.Header.Get("RateLimit"), r.Body)
+	}
+	r = getPath(t, clientA, front, "/api/orders", "", "")
+	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "X-Api-Key") {
+		t.Errorf("/api/ without X-Api-Key: %d %q, want 400 naming X-Api-Key", r.Status, r.Body)
+	}
+	if got := upstreamHits.Load(); got != 6 {
+		t.Errorf("the app served %d requests, want 6", got)
+	}
+
+	// Latchkey goes away. nginx cannot reach it (connection refused): per-ip
+	// (fail: open) lets B through, api-key (fail: closed) answers 503.
+	latchkey.Close()
+	r = get(t, clientB, front, "X-Forwarded-For", "")
+	if r.Status != http.StatusOK || string(r.Body) != "hello from the app\n" {
+		t.Errorf("/ with Latchkey down: %d %q, want 200 from the app (per-ip fails open)", r.Status, r.Body)
+	}
+	r = getPath(t, clientB, front, "/api/orders", "X-Api-Key", "key-1")
+	if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "store-unavailable") {
+		t.Errorf("/api/ with Latchkey down: %d %q, want 503 store-unavailable (api-key fails closed)", r.Status, r.Body)
+	}
+	if got := upstreamHits.Load(); got != 7 {
+		t.Errorf("the app served %d requests, want 7 (the fail-open one passed, the fail-closed one did not)", got)
+	}
+}
+
+// checkNginxFailModes checks that each auth location of deploy/nginx/nginx.conf
+// sends Latchkey's unreachability to the handler of its policy's fail setting
+// in deploy/nginx/policies.yaml, and that every policy has one.
+func checkNginxFailModes(t *testing.T, pols []service.Policy) {
+	t.Helper()
+	conf, err := os.ReadFile(filepath.Join("..", "deploy", "nginx", "nginx.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?s)location = /_latchkey/([a-z0-9-]+) \{[^}]*?proxy_pass http://latchkey/v1/ratelimit/gate/([a-z0-9-]+);[^}]*?` +
+		`error_page 404 500 502 503 504 = @latchkey_down_(open|closed);[^}]*\}`)
+	found := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(string(conf), -1) {
+		if m[1] != m[2] {
+			t.Errorf("nginx.conf: location /_latchkey/%s asks the gate of policy %s", m[1], m[2])
+		}
+		found[m[2]] = m[3]
+	}
+	for _, p := range pols {
+		got, ok := found[p.Name]
+		switch {
+		case !ok:
+			t.Errorf("nginx.conf has no auth location for policy %s with error_page ... = @latchkey_down_open|closed", p.Name)
+		case got != string(p.Fail):
+			t.Errorf("nginx.conf fails %s for policy %s, policies.yaml says fail: %s", got, p.Name, p.Fail)
+		}
+		delete(found, p.Name)
+	}
+	for name := range found {
+		t.Errorf("nginx.conf asks the gate of policy %s, which policies.yaml does not define", name)
 	}
 }
 
@@ -180,9 +248,15 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 // get sends GET / through nginx, with one optional header.
 func get(t *testing.T, c *http.Client, base, header, value string) response {
 	t.Helper()
+	return getPath(t, c, base, "/", header, value)
+}
+
+// getPath sends GET path through nginx, with one optional header.
+func getPath(t *testing.T, c *http.Client, base, path, header, value string) response {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", base+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ func skipOrFail(t testing.TB, reason string) {
 	if required() {
 		t.Fatalf("%s (and %s=1 or %s=1 requires it)", reason, envRequireRedis, envRequireDocker)
 	}
+	skips.add(reason)
 	t.Skip(reason)
 }
 

@@ -48,6 +48,8 @@ type Config struct {
 	// HealthCheck makes the process probe /healthz of the server at Addr and
 	// exit instead of serving (for container HEALTHCHECKs: no shell or curl needed).
 	HealthCheck bool
+	// Version makes the process print its version and exit.
+	Version bool
 }
 
 // maxRenewParallel bounds -renew-parallel: past a few dozen calls in flight
@@ -106,12 +108,14 @@ func (e *envFlags) int64(p *int64, name, env string, def int64, usage string) {
 }
 
 // parseConfig reads flags from args with environment defaults and validates
-// the result. Usage and errors go to out.
+// the result. With -h it writes the usage to out and returns flag.ErrHelp;
+// errors are only returned, never written, so that the caller prints them
+// last instead of above the usage.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
 	var logLevel string
 	fs := flag.NewFlagSet("latchkey", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard)
 	e := &envFlags{fs: fs, getenv: getenv}
 	e.str(&c.Addr, "addr", "LATCHKEY_ADDR", "127.0.0.1:8080", "listen address")
 	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://; with ?master_name=NAME the address is a Sentinel's); empty runs on the embedded in-memory store")
@@ -141,10 +145,20 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.IdleTimeout, "idle-timeout", "LATCHKEY_IDLE_TIMEOUT", 120*time.Second, "HTTP keep-alive idle timeout")
 	c.RateLimit.register(e)
 	fs.BoolVar(&c.HealthCheck, "healthcheck", false, "probe /healthz of the server at -addr, exit 0 if it answers 200, 1 otherwise")
-	if err := errors.Join(e.errs...); err != nil {
-		return Config{}, err
-	}
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(out, "Usage: latchkey [flags]\n\nEach flag's default comes from the LATCHKEY_* environment variable named after it.\n\n")
+			fs.SetOutput(out)
+			fs.PrintDefaults()
+			return Config{}, err
+		}
+		return Config{}, fmt.Errorf("%w (latchkey -h lists the flags)", err)
+	}
+	if c.Version {
+		return c, nil
+	}
+	if err := errors.Join(e.errs...); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
@@ -166,6 +180,11 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("-addr %q: want host:port, e.g. 127.0.0.1:8080 or :8080", c.Addr))
+	}
+	if c.RedisURL != "" {
+		if err := checkRedisURL(c.RedisURL); err != nil {
+			errs = append(errs, fmt.Errorf("-redis-url: %w", err))
+		}
 	}
 	positive := map[string]time.Duration{
 		"-redis-timeout": c.RedisTimeout, "-shutdown-timeout": c.ShutdownTimeout,

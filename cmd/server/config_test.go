@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -184,6 +185,39 @@ func TestParseConfigHelpListsEnvironment(t *testing.T) {
 	for _, want := range []string{"-redis-url", "LATCHKEY_REDIS_URL", "-admin-key", "LATCHKEY_ADMIN_KEY"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage does not mention %s:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestParseConfigBadRedisURL: the error repeats the value, without its
+// password, and lists the forms that work.
+func TestParseConfigBadRedisURL(t *testing.T) {
+	for _, tc := range []struct{ url, shown string }{
+		{"foo", `"foo" has no scheme`},
+		{"http://redis:6379", `"http://redis:6379": the scheme is http`},
+		{"redis://:s3cret@redis:6379/zero", `"redis://:xxxxx@redis:6379/zero"`},
+		{"redis://:s3cret@redis:port/0", "the value is not a URL"},
+		{"redis://sentinel:26379/0?master_name=", "master_name must not be empty"},
+	} {
+		_, err := parseConfig([]string{"-redis-url", tc.url}, env(), io.Discard)
+		if err == nil {
+			t.Errorf("-redis-url %s: accepted", tc.url)
+			continue
+		}
+		msg := err.Error()
+		for _, want := range []string{"-redis-url", tc.shown, "redis://", "rediss://", "unix://", "master_name=NAME"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("-redis-url %s: error %q lacks %q", tc.url, msg, want)
+			}
+		}
+		if strings.Contains(msg, "s3cret") {
+			t.Errorf("-redis-url %s: error %q shows the password", tc.url, msg)
+		}
+	}
+	for _, ok := range []string{"redis://127.0.0.1:6379/2", "rediss://u:p@redis:6380", "unix:///run/redis.sock?db=1",
+		"redis://s1:26379/0?master_name=m&addr=s2:26379"} {
+		if _, err := parseConfig([]string{"-redis-url", ok}, env(), io.Discard); err != nil {
+			t.Errorf("-redis-url %s: %v", ok, err)
 		}
 	}
 }

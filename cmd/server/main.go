@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,7 +32,14 @@ func main() {
 // then drains in-flight requests for up to the shutdown timeout.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is written, nothing went wrong
+	}
 	if err != nil {
+		return err
+	}
+	if cfg.Version {
+		_, err := fmt.Fprintln(stdout, versionString())
 		return err
 	}
 	if cfg.HealthCheck {
@@ -73,7 +81,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if !errors.Is(err, service.ErrUnavailable) {
 			return fmt.Errorf("start-up: %w", err)
 		}
-		log.Warn("redis is not reachable yet; serving 503 until it is", "err", err)
+		msg := "redis is not reachable yet; serving 503 until it is"
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			msg = "redis is not reachable yet: it refused the connection (is it running, and on this port?); serving 503 until it is"
+		}
+		log.Warn(msg, "err", err)
 	}
 
 	// stopping closes when shutdown begins: hold streams and waiting

@@ -331,9 +331,10 @@ func TestRunWithRedisDown(t *testing.T) {
 	downURL := "redis://" + ln.Addr().String()
 	_ = ln.Close() // nothing listens there any more
 
-	s := startServer(t, "-redis-url", downURL, "-redis-timeout", "200ms")
-	if !strings.Contains(s.logs.String(), "redis is not reachable yet") {
-		t.Errorf("no warning that Redis is not reachable; logs:\n%s", s.logs)
+	// A refusal comes at once: the timeout only bounds a loaded machine.
+	s := startServer(t, "-redis-url", downURL, "-redis-timeout", "2s")
+	if !strings.Contains(s.logs.String(), "redis is not reachable yet: it refused the connection") {
+		t.Errorf("no warning that Redis refused the connection; logs:\n%s", s.logs)
 	}
 	resp, ready := s.call(t, http.MethodGet, "/readyz", "")
 	if resp.StatusCode != http.StatusServiceUnavailable || ready["store"] != "redis" || ready["status"] != "unavailable" {
@@ -345,5 +346,53 @@ func TestRunWithRedisDown(t *testing.T) {
 	}
 	if resp.Header.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
+	}
+	if want := "the store refused the connection; try again"; problem["detail"] != want {
+		t.Errorf("acquire detail = %q, want %q; logs:\n%s", problem["detail"], want, s.logs)
+	}
+}
+
+func TestRunHelpExitsCleanly(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"-h"}, env(), &out); err != nil {
+		t.Fatalf("run(-h) = %v, want nil (exit 0)", err)
+	}
+	for _, want := range []string{"Usage: latchkey", "-redis-url", "LATCHKEY_REDIS_URL", "-version"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-h output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestRunVersion(t *testing.T) {
+	var out bytes.Buffer
+	// A bad environment does not keep -version from answering.
+	if err := run(t.Context(), []string{"-version"}, env("LATCHKEY_REDIS_TIMEOUT", "soon"), &out); err != nil {
+		t.Fatalf("run(-version) = %v, want nil", err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "latchkey ") || !strings.Contains(got, "go1.") || strings.Count(got, "\n") != 1 {
+		t.Errorf("-version printed %q, want one line \"latchkey VERSION ... goX.Y\"", got)
+	}
+	old := version
+	version = "v9.8.7"
+	t.Cleanup(func() { version = old })
+	out.Reset()
+	if err := run(t.Context(), []string{"-version"}, env(), &out); err != nil || !strings.HasPrefix(out.String(), "latchkey v9.8.7 ") {
+		t.Errorf("-version with main.version set = %q, %v; want it first", out.String(), err)
+	}
+}
+
+// TestRunBadFlagPrintsOnlyTheError: the error is all that is said, so it is
+// the last thing on the screen, not buried above the usage.
+func TestRunBadFlagPrintsOnlyTheError(t *testing.T) {
+	for _, args := range [][]string{{"-redis-timeout", "soon"}, {"-no-such-flag"}} {
+		var out bytes.Buffer
+		err := run(t.Context(), args, env(), &out)
+		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "-")) || !strings.Contains(err.Error(), "latchkey -h") {
+			t.Errorf("run(%q) = %v, want an error naming %s and pointing to -h", args, err, args[0])
+		}
+		if out.Len() != 0 {
+			t.Errorf("run(%q) wrote %d bytes before its error, want none:\n%s", args, out.Len(), out.String())
+		}
 	}
 }

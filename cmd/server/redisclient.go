@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,9 @@ import (
 // was written may already have run, and the lock scripts are not
 // idempotent. The error names what in the URL is wrong.
 func newRedisClient(rawURL string, timeout time.Duration) (*redis.Client, error) {
+	if err := checkRedisURL(rawURL); err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -30,9 +34,6 @@ func newRedisClient(rawURL string, timeout time.Duration) (*redis.Client, error)
 		opts, err := redis.ParseFailoverURL(rawURL)
 		if err != nil {
 			return nil, err
-		}
-		if opts.MasterName == "" {
-			return nil, fmt.Errorf("master_name must not be empty")
 		}
 		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout, timeout
 		opts.ContextTimeoutEnabled = true
@@ -51,6 +52,42 @@ func newRedisClient(rawURL string, timeout time.Duration) (*redis.Client, error)
 	opts.DialerRetries, opts.DialerRetryTimeout = dialerRetries, dialerRetryTimeout
 	opts.Protocol = protocolOr2(opts.Protocol)
 	return redis.NewClient(opts), nil
+}
+
+// redisURLForms lists the URLs -redis-url accepts.
+const redisURLForms = "redis://[user:password@]host:port[/db], rediss://... (TLS), unix:///path/to/redis.sock[?db=N], " +
+	"or a Sentinel's: redis://sentinel:26379[/db]?master_name=NAME[&addr=sentinel-2:26379...]"
+
+// checkRedisURL reports what is wrong with rawURL, repeating it (without its
+// password) and listing the accepted forms.
+func checkRedisURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse's error repeats the value, password included.
+		return fmt.Errorf("the value is not a URL; want %s", redisURLForms)
+	}
+	shown := strconv.Quote(u.Redacted())
+	switch u.Scheme {
+	case "redis", "rediss", "unix":
+	case "":
+		return fmt.Errorf("%s has no scheme; want %s", shown, redisURLForms)
+	default:
+		return fmt.Errorf("%s: the scheme is %s, not redis, rediss or unix; want %s", shown, u.Scheme, redisURLForms)
+	}
+	if u.Query().Has("master_name") {
+		opts, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return fmt.Errorf("%s: %v; want %s", shown, err, redisURLForms)
+		}
+		if opts.MasterName == "" {
+			return fmt.Errorf("%s: master_name must not be empty; want %s", shown, redisURLForms)
+		}
+		return nil
+	}
+	if _, err := redis.ParseURL(rawURL); err != nil {
+		return fmt.Errorf("%s: %v; want %s", shown, err, redisURLForms)
+	}
+	return nil
 }
 
 // Two dial attempts, not go-redis's five 100ms apart: with Redis down a
