@@ -281,7 +281,9 @@ func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
 func TestDecisionsAreNotHeldUpByAStalledCall(t *testing.T) {
 	c := newGatedClient(t)
 	c.deaf = true
-	svc := mustNew(t, c, rlConfig(-1, failClosed())) // 250ms: a stall of 31ms
+	cfg := rlConfig(-1, failClosed())
+	cfg.RateLimit.Timeout = 4 * time.Second // a stall of 500ms
+	svc := mustNew(t, c, cfg)
 	first := holdFirstCall(t, svc, c, "p")
 	queued := decideAsync(t.Context(), svc, service.RateLimitRequest{Policy: "p", Key: "queued"})
 	if r := receive(t, queued); r.err != nil || !r.d.Allowed {
