@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,9 +54,15 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 // Many concurrent checks on a few keys, batched into shared script calls,
 // allow exactly each key's share of the limit and answer each caller for its
 // own key: key i costs i+1, so each allowed check leaves a remaining that
-// only its key can.
+// only its key can. The policy fails closed and decisions have a minute, so
+// a loaded machine can neither pass a degraded answer (allowed uncounted)
+// for an admission nor fail a decision for being slow.
 func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("burst", service.FixedWindow, 60, time.Minute)))
+	burst := policy("burst", service.FixedWindow, 60, time.Minute)
+	burst.Fail = service.FailClosed
+	e := newTestEnv(t, withPolicies(burst), func(s *service.Config, _ *handlers.Config) {
+		s.RateLimit.Timeout, s.OpTimeout = time.Minute, time.Minute
+	})
 	const keys, perKey = 4, 90
 	var mu sync.Mutex
 	remaining := make([][]int64, keys)
@@ -63,14 +71,13 @@ func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
 		wg.Go(func() {
 			k := i % keys
 			r, d := e.check(t, fmt.Sprintf(`{"policy":"burst","key":"user-%d","cost":%d}`, k, k+1))
-			switch r.Status {
-			case http.StatusOK:
+			switch {
+			case d.Degraded:
+				t.Errorf("check for user-%d: %d %s, want a decision Redis made", k, r.Status, r.Body)
+			case r.Status == http.StatusOK:
 				mu.Lock()
 				remaining[k] = append(remaining[k], d.Remaining)
 				mu.Unlock()
-			case http.StatusTooManyRequests:
-			default:
-				t.Errorf("check for user-%d: %d %s", k, r.Status, r.Body)
 			}
 		})
 	}
@@ -151,5 +158,113 @@ func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
 			t.Fatal("decisions did not come back after Redis did")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pausedScriptCalls counts the script calls Redis holds (CLIENT PAUSE).
+func pausedScriptCalls(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	list, err := rdb.ClientList(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("CLIENT LIST: %v", err)
+	}
+	n := 0
+	for line := range strings.Lines(list) {
+		f := strings.Fields(line)
+		if slices.Contains(f, "cmd=evalsha") && slices.ContainsFunc(f, func(s string) bool {
+			return strings.HasPrefix(s, "flags=") && strings.Contains(s, "b")
+		}) {
+			n++
+		}
+	}
+	return n
+}
+
+// While Redis holds script calls (CLIENT PAUSE WRITE), the decisions queued
+// behind them are taken by further calls (the stall path), so that three
+// calls are out at once; once Redis answers, every check, whichever call it
+// rode in, is counted once on the real store and answered for its own key:
+// key i costs i+1, so each allowed check leaves a remaining that only its
+// key can. The decision timeout (16s, a stall of 2s) outlasts the pause, and
+// the policy fails closed, so no answer is a degraded one.
+func TestRateLimitChecksBehindStalledCallsCountExactly(t *testing.T) {
+	_, url := startRedisContainer(t)
+	for _, sc := range serverClients {
+		t.Run(sc.name, func(t *testing.T) {
+			p := policy("stall", service.FixedWindow, 60, time.Minute)
+			p.Fail = service.FailClosed
+			const decisionTimeout = 16 * time.Second
+			e := newServerOnURL(t, url, sc.wrap, decisionTimeout, withPolicies(p),
+				func(s *service.Config, _ *handlers.Config) {
+					s.RateLimit.Timeout, s.RateLimit.Batch = decisionTimeout, 16
+				})
+			if err := e.RDB.Do(t.Context(), "CLIENT", "PAUSE", time.Minute.Milliseconds(), "WRITE").Err(); err != nil {
+				t.Fatalf("CLIENT PAUSE: %v", err)
+			}
+			unpause := func() {
+				if err := e.RDB.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+					t.Errorf("CLIENT UNPAUSE: %v", err)
+				}
+			}
+			t.Cleanup(unpause)
+			paused := time.Now()
+
+			const keys, perKey = 4, 64
+			type answer struct {
+				k int
+				r response
+			}
+			answers := make(chan answer, keys*perKey)
+			var wg sync.WaitGroup
+			for i := range keys * perKey {
+				wg.Go(func() {
+					k := i % keys
+					body := fmt.Sprintf(`{"policy":"stall","key":"user-%d","cost":%d}`, k, k+1)
+					answers <- answer{k, e.do(t, "POST", "/v1/ratelimit/check", body)}
+				})
+			}
+			for pausedScriptCalls(t, e.RDB) < 3 {
+				if time.Since(paused) > decisionTimeout/2 {
+					t.Fatalf("%d script calls held after %s, want 3: the stall path never took the queue",
+						pausedScriptCalls(t, e.RDB), time.Since(paused))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			unpause()
+			wg.Wait()
+			close(answers)
+
+			remaining := make([][]int64, keys)
+			for a := range answers {
+				switch a.r.Status {
+				case http.StatusOK:
+					d := a.r.decision(t)
+					if d.Degraded || d.Key != fmt.Sprintf("user-%d", a.k) {
+						t.Errorf("check for user-%d: %s, want a decision Redis made for its key", a.k, a.r.Body)
+					}
+					remaining[a.k] = append(remaining[a.k], d.Remaining)
+				case http.StatusTooManyRequests:
+				default:
+					t.Errorf("check for user-%d: %d %s", a.k, a.r.Status, a.r.Body)
+				}
+			}
+			for k := range keys {
+				cost := int64(k + 1)
+				var want []int64
+				for r := 60 - cost; r >= 0; r -= cost {
+					want = append(want, r)
+				}
+				got := slices.Clone(remaining[k])
+				slices.Sort(got)
+				slices.Reverse(got)
+				if !slices.Equal(got, want) {
+					t.Errorf("user-%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
+				}
+				counter, err := e.RDB.Get(t.Context(), fmt.Sprintf("%srl:fw:stall:user-%d", e.Prefix, k)).Int64()
+				if wantCount := 60 - 60%cost; err != nil || counter != wantCount {
+					t.Errorf("user-%d's counter in Redis = %d, %v; want %d", k, counter, err, wantCount)
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +85,143 @@ func TestNoDecisionBatchesOnACluster(t *testing.T) {
 	}
 	if len(single.rl.batchers) != len(limitScripts) {
 		t.Errorf("batchers on a single-node client: %d, want one per algorithm", len(single.rl.batchers))
+	}
+}
+
+// holdingClient holds its first script call until release is called, lets
+// every other call through, and records the keys of every call.
+type holdingClient struct {
+	*redis.Client
+	mu      sync.Mutex
+	calls   [][]string
+	entered chan struct{} // closed when the first call is held
+	gate    chan struct{}
+}
+
+func (c *holdingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	c.mu.Lock()
+	c.calls = append(c.calls, slices.Clone(keys))
+	first := len(c.calls) == 1
+	c.mu.Unlock()
+	if first {
+		close(c.entered)
+		<-c.gate
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// waitFor waits until cond holds, reading b's state under its lock.
+func waitFor(t *testing.T, b *decisionBatcher, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.mu.Lock()
+		ok := cond()
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// While one call is held (Redis slow for it), the stall path hands the
+// decisions queued behind it to another sender, twice, the second time to
+// decisions that reuse the pooled calls of the first ones: every decision on
+// the shared key is counted once and answered with its own remaining, the
+// held one last. The stall is forced by running unstall, as the stall timer
+// does, so the decision timeout (a minute) never ends a wait here.
+func TestStalledCallAndPooledCallsCountExactly(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := &holdingClient{Client: rdb, entered: make(chan struct{}), gate: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-c.gate:
+		default:
+			close(c.gate)
+		}
+	})
+	s, err := New(c, Config{RateLimit: RateLimitConfig{Timeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := s.rl.batchers[FixedWindow]
+	type answer struct {
+		v   [4]int64
+		err error
+	}
+	decide := func() <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			v, err := b.decide(t.Context(), "k", 60, 60000, 1)
+			ch <- answer{v, err}
+		}()
+		return ch
+	}
+	receive := func(ch <-chan answer) answer {
+		t.Helper()
+		select {
+		case a := <-ch:
+			return a
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer within 10s")
+			return answer{}
+		}
+	}
+	// remainings receives the answers of chs: each must be allowed.
+	remainings := func(chs []<-chan answer) []int64 {
+		t.Helper()
+		var got []int64
+		for _, ch := range chs {
+			a := receive(ch)
+			if a.err != nil || a.v[0] != 1 {
+				t.Errorf("decision: %v, %v; want allowed", a.v, a.err)
+			}
+			got = append(got, a.v[1])
+		}
+		slices.Sort(got)
+		slices.Reverse(got)
+		return got
+	}
+	// queueThree queues three decisions behind the held call, none sent.
+	queueThree := func() []<-chan answer {
+		t.Helper()
+		waitFor(t, b, "only the held call's sender", func() bool { return b.senders == 1 })
+		chs := []<-chan answer{decide(), decide(), decide()}
+		waitFor(t, b, "three queued decisions", func() bool { return len(b.queue) == 3 })
+		return chs
+	}
+
+	held := decide()
+	<-c.entered
+	first := queueThree()
+	b.unstall()
+	if got := remainings(first); !slices.Equal(got, []int64{59, 58, 57}) {
+		t.Errorf("decisions taken from a stalled call: remaining %v, want 59 58 57", got)
+	}
+	second := queueThree() // their calls come back from the pool
+	b.unstall()
+	if got := remainings(second); !slices.Equal(got, []int64{56, 55, 54}) {
+		t.Errorf("decisions in reused calls: remaining %v, want 56 55 54", got)
+	}
+	close(c.gate)
+	if a := receive(held); a.err != nil || a.v[0] != 1 || a.v[1] != 53 {
+		t.Errorf("the held decision: %v, %v; want allowed, remaining 53", a.v, a.err)
+	}
+	if v, err := m.Get("k"); err != nil || v != "7" {
+		t.Errorf("counter = %q, %v; want 7, each decision counted once", v, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if want := [][]string{{"k"}, {"k", "k", "k"}, {"k", "k", "k"}}; !slices.EqualFunc(c.calls, want, slices.Equal) {
+		t.Errorf("script calls by keys = %v, want %v", c.calls, want)
 	}
 }

@@ -31,8 +31,13 @@ func (c *countingClient) EvalSha(ctx context.Context, sha string, keys []string,
 	return c.Client.EvalSha(ctx, sha, keys, args...)
 }
 
+// rlConfig has the policies ps and the deny cache size cacheSize. Decisions
+// get a minute: a policy fails open by default, and a decision that timed
+// out on a loaded machine would be answered allowed (degraded, uncounted)
+// and pass for one Redis made.
 func rlConfig(cacheSize int, ps ...service.Policy) service.Config {
-	return service.Config{RateLimit: service.RateLimitConfig{Policies: ps, AllowInline: true, CacheSize: cacheSize}}
+	return service.Config{RateLimit: service.RateLimitConfig{Policies: ps, AllowInline: true, CacheSize: cacheSize,
+		Timeout: time.Minute}}
 }
 
 func fixed(name string, limit int64, window time.Duration) service.Policy {
