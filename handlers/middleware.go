@@ -74,11 +74,20 @@ func recoverer(log *slog.Logger) func(http.Handler) http.Handler {
 }
 
 // httpMetrics counts requests by route, method and status, with a latency
-// histogram.
+// histogram. Every label value comes from a bounded set, so no request can
+// add series: the route is one of the router's patterns (or "unmatched"),
+// the method one of RFC 9110's (or "OTHER"), the status a three-digit code
+// (net/http refuses any other) or 0 when nothing was written.
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// routes are the router's patterns, filled in once every route is
+	// registered (see NewRouter) and only read afterwards.
+	routes map[string]bool
 }
+
+// unmatchedRoute labels requests no route pattern served.
+const unmatchedRoute = "unmatched"
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	m := &httpMetrics{
@@ -89,9 +98,18 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 			Name: "latchkey_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route", "method"}),
+		routes: map[string]bool{},
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
+}
+
+// learnRoutes records the route patterns of r as the only route labels.
+func (m *httpMetrics) learnRoutes(r chi.Routes) {
+	_ = chi.Walk(r, func(_ string, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		m.routes[route] = true
+		return nil
+	})
 }
 
 func (m *httpMetrics) middleware(next http.Handler) http.Handler {
@@ -100,7 +118,22 @@ func (m *httpMetrics) middleware(next http.Handler) http.Handler {
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		route := routeOf(r)
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(ww.Status())).Inc()
-		m.duration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		if !m.routes[route] {
+			route = unmatchedRoute
+		}
+		method := methodLabel(r.Method)
+		m.requests.WithLabelValues(route, method, strconv.Itoa(ww.Status())).Inc()
+		m.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 	})
+}
+
+// methodLabel is the method as a metric label: RFC 9110's methods as they
+// are, any other (the gate answers every method) "OTHER".
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }

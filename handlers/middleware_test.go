@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,5 +195,69 @@ func TestProbeRequestsLogAtDebug(t *testing.T) {
 	want := map[string]string{"/healthz": "DEBUG", "/readyz": "DEBUG", "/metrics": "DEBUG", "/v1/locks/{name}": "INFO"}
 	if diff := cmp.Diff(want, levels); diff != "" {
 		t.Errorf("request log levels (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricLabelsAreBounded: requests with 10,000 distinct methods and
+// paths (the gate answers any method, the not-found handler any path) add
+// no series once each kind of request has been seen: unknown methods count
+// as OTHER, paths no route serves as "unmatched", lock and policy names
+// only as their route's pattern.
+func TestMetricLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newTestRouter(t, decisionFake(perIP(429), service.Decision{Allowed: true, Policy: "per-ip", Limit: 3}),
+		handlers.Config{Registry: reg})
+	send := func(method string, i int) {
+		for _, path := range []string{
+			"/nope/" + strconv.Itoa(i),                     // 404 not-found
+			"/v1/ratelimit/gate/per-ip",                    // the gate's answer, for any method
+			"/v1/ratelimit/gate/p" + strconv.Itoa(i),       // 404 policy-not-found
+			"/v1/locks/name-" + strconv.Itoa(i) + "/renew", // 405
+		} {
+			serveUnchecked(h, newRequest(method, path, ""))
+		}
+	}
+	series := func() (n int, methods map[string]bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		methods = map[string]bool{}
+		for _, mf := range mfs {
+			n += len(mf.GetMetric())
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "method" {
+						methods[l.GetValue()] = true
+					}
+				}
+			}
+		}
+		return n, methods
+	}
+	send("XM-first", -1)
+	serveUnchecked(h, newRequest("PROPFIND", "/v1/ratelimit/gate/per-ip/some/path", ""))
+	before, _ := series()
+	for i := range 10_000 {
+		send("XM"+strconv.Itoa(i), i)
+	}
+	after, methods := series()
+	if after != before {
+		t.Errorf("10,000 distinct methods and paths took the registry from %d series to %d", before, after)
+	}
+	if diff := cmp.Diff(map[string]bool{"OTHER": true}, methods); diff != "" {
+		t.Errorf("method label values (-want +got):\n%s", diff)
+	}
+	body := serve(t, h, newRequest(http.MethodGet, "/metrics", "")).Body.String()
+	for _, want := range []string{
+		// chi answers a method it does not know 405 on any path but the gate's.
+		`latchkey_http_requests_total{method="OTHER",route="unmatched",status="405"} 20002`,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}",status="200"} 10001`,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}",status="404"} 10001`,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}/*",status="200"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
