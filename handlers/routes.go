@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -75,7 +74,7 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	a := &api{svc: svc, cfg: cfg, log: cfg.Logger, validate: newValidator()}
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID)
+	r.Use(requestID)
 	r.Use(requestLogger(a.log))
 	metrics := newHTTPMetrics(cfg.Registry)
 	r.Use(metrics.middleware) // outside recoverer: it counts a panic's 500
