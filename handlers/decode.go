@@ -6,12 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-playground/validator/v10"
 )
 
@@ -46,8 +51,14 @@ func newValidator() *validator.Validate {
 func validationDetail(fe validator.FieldError) string {
 	switch fe.Tag() {
 	case "posduration":
+		if v, _ := fe.Value().(string); durationOutOfRange(v) {
+			return outOfRangeDetail(fe.Field(), v)
+		}
 		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %q", fe.Field(), fe.Value())
 	case "duration":
+		if v, _ := fe.Value().(string); durationOutOfRange(v) {
+			return outOfRangeDetail(fe.Field(), v)
+		}
 		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %q", fe.Field(), fe.Value())
 	case "required":
 		return fe.Field() + " is required"
@@ -61,9 +72,50 @@ func validationDetail(fe validator.FieldError) string {
 	return fmt.Sprintf("%s fails the %q rule", fe.Field(), fe.Tag())
 }
 
+// durationOutOfRange reports whether s is written as a Go duration
+// (an optional sign, then numbers each with a unit: ns, us, µs, ms, s, m,
+// h) that time.ParseDuration refuses all the same: one longer than
+// time.Duration holds (about 2,562,047 hours).
+func durationOutOfRange(s string) bool {
+	if _, err := time.ParseDuration(s); err == nil {
+		return false
+	}
+	s = strings.TrimLeft(s, "+-")
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		n := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+		if n <= 0 || strings.Count(s[:n], ".") > 1 || s[:n] == "." {
+			return false
+		}
+		s = s[n:]
+		unit := strings.IndexFunc(s, func(r rune) bool { return ('0' <= r && r <= '9') || r == '.' })
+		if unit < 0 {
+			unit = len(s)
+		}
+		switch s[:unit] {
+		case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		s = s[unit:]
+	}
+	return true
+}
+
+func outOfRangeDetail(field, v string) string {
+	return fmt.Sprintf("%s is out of range: %q is longer than any duration Latchkey can hold (at most %s)",
+		field, v, time.Duration(math.MaxInt64).Truncate(time.Second))
+}
+
 // decodeJSON reads an optional JSON body into dst and validates it. An empty
 // body leaves dst as it is. The body is bounded by maxBytes; it must be
-// application/json, hold exactly one object with known fields only.
+// application/json and hold exactly one object whose member names are dst's
+// JSON field names, matched exactly (case included), each at most once: the
+// meaning api/openapi.yaml gives it (additionalProperties: false), so a proxy
+// or firewall that validates bodies against the spec reads them as Latchkey
+// does.
 func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if err != nil {
@@ -79,15 +131,45 @@ func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error 
 	if err := checkJSONMediaType(r.Header.Get("Content-Type")); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("body", "single-object", "request body must hold a single JSON object with nothing after it")
+	if err := unmarshalStrict(body, dst); err != nil {
+		return err
 	}
 	return a.validate.StructCtx(r.Context(), dst)
+}
+
+// strictDecoder is a reusable decoder of request bodies.
+type strictDecoder struct {
+	r   bytes.Reader
+	dec *jsontext.Decoder
+}
+
+var strictDecoders = sync.Pool{New: func() any {
+	d := &strictDecoder{}
+	d.dec = jsontext.NewDecoder(&d.r)
+	return d
+}}
+
+// strictOptions are json/v2's defaults (exact, case-sensitive member names;
+// a duplicate name is an error) with unknown members refused as well.
+var strictOptions = jsonv2.RejectUnknownMembers(true)
+
+// unmarshalStrict decodes the one JSON value of body into dst (see
+// decodeJSON) and returns a problem naming what is wrong with it.
+func unmarshalStrict(body []byte, dst any) error {
+	d := strictDecoders.Get().(*strictDecoder)
+	defer func() {
+		d.r.Reset(nil) // the pool keeps no request's body
+		strictDecoders.Put(d)
+	}()
+	d.r.Reset(body)
+	d.dec.Reset(&d.r)
+	if err := jsonv2.UnmarshalDecode(d.dec, dst, strictOptions); err != nil {
+		return jsonError(err, dst)
+	}
+	if _, err := d.dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return badRequest("body", "single-object", "request body must hold a single JSON object with nothing after it")
+	}
+	return nil
 }
 
 func checkJSONMediaType(ct string) error {
@@ -105,29 +187,95 @@ func checkJSONMediaType(ct string) error {
 		detail: "request body must be application/json, got Content-Type " + ct}
 }
 
-// jsonError names what is wrong with a body the JSON decoder refused.
-func jsonError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
+// jsonError names what is wrong with a body the JSON decoder refused;
+// dst is what it was decoding into.
+func jsonError(err error, dst any) error {
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
 	switch {
-	case errors.As(err, &syn):
-		return badRequest("body", "json", fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, syn))
+	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syn):
+		field := pointerField(syn.JSONPointer)
+		return badRequest(field, "duplicate", fmt.Sprintf("duplicate field %q: each field may appear once", field))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("body", "json", "malformed JSON: the body ends too early")
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
+	case errors.As(err, &syn):
+		return badRequest("body", "json", fmt.Sprintf("malformed JSON at byte %d: %v", syn.ByteOffset, syn.Err))
+	case errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &sem):
+		field := pointerField(sem.JSONPointer)
+		detail := fmt.Sprintf("unknown field %q", field)
+		if known := foldedField(dst, field); known != "" {
+			detail += fmt.Sprintf(" (field names are case-sensitive: did you mean %q?)", known)
+		}
+		return badRequest(field, "unknown", detail)
+	case errors.As(err, &sem):
+		if sem.JSONPointer == "" {
 			return badRequest("body", "json", "request body must be a JSON object")
 		}
-		return badRequest(field, "type", fmt.Sprintf("%s must be a JSON %s, got %s", field, jsonKind(typ.Type), typ.Value))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return badRequest(field, "unknown", fmt.Sprintf("unknown field %q", field))
+		field := pointerField(sem.JSONPointer)
+		return badRequest(field, "type", typeDetail(field, sem))
 	}
 	return badRequest("body", "json", "malformed JSON: "+err.Error())
 }
 
-func jsonKind(t reflect.Type) string {
+// pointerField is the request field a JSON pointer names: its member names
+// joined with dots (request bodies are flat, so usually one name).
+func pointerField(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
+}
+
+// foldedField returns the JSON name of dst's field that name matches but
+// for case, or "".
+func foldedField(dst any, name string) string {
+	t := reflect.TypeOf(dst)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return ""
+	}
+	for i := range t.NumField() {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if tag != "" && tag != name && strings.EqualFold(tag, name) {
+			return tag
+		}
+	}
+	return ""
+}
+
+// typeDetail says why a JSON value does not fit its field: the wrong kind
+// of value, or a number that is not an integer in range.
+func typeDetail(field string, sem *jsonv2.SemanticError) string {
+	want := goKind(sem.GoType)
+	got := jsonKindName(sem.JSONKind)
+	if got != "number" || want != "number" {
+		return fmt.Sprintf("%s must be a JSON %s, got a JSON %s", field, want, got)
+	}
+	num := string(sem.JSONValue)
+	f, err := strconv.ParseFloat(num, 64)
+	switch {
+	case err == nil && f != math.Trunc(f):
+		return fmt.Sprintf("%s must be an integer, got %s", field, num)
+	case err != nil || f < math.MinInt64 || f >= math.MaxInt64:
+		return fmt.Sprintf("%s is out of range: %s is not between %d and %d", field, num, int64(math.MinInt64), int64(math.MaxInt64))
+	}
+	return fmt.Sprintf("%s must be an integer written without a fraction or exponent, such as %.0f; got %s", field, f, num)
+}
+
+// goKind is the JSON kind a Go field takes.
+func goKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "value"
+	}
 	switch t.Kind() {
 	case reflect.String:
 		return "string"
@@ -135,8 +283,31 @@ func jsonKind(t reflect.Type) string {
 		return "boolean"
 	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64, reflect.Uint, reflect.Uint64:
 		return "number"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Slice, reflect.Array:
+		return "array"
 	}
 	return t.String()
+}
+
+// jsonKindName names a JSON kind as RFC 8259 does.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "boolean"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
 }
 
 // parseDuration parses a duration field that the validator already checked;

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestAcquireKeepalivePassesBoundsAndAnswersThem(t *testing.T) {
@@ -56,5 +60,48 @@ func TestGetLockReportsLostReason(t *testing.T) {
 		"owned": false, "lost_reason": "heartbeat_missed", "waiters": float64(0), "fair": false}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GET body (-want +got):\n%s", diff)
+	}
+}
+
+// TestKeepaliveSettingsThatCannotWork: a keep-alive TTL the renewer cannot
+// renew in time, or a max_hold shorter than the TTL (given or defaulted), is
+// a 400 naming the bound, and nothing is written to the store.
+func TestKeepaliveSettingsThatCannotWork(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	svc, err := service.New(rdb, service.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestRouter(t, svc, handlers.Config{})
+	tests := []struct {
+		body, field, detail string
+	}{
+		{`{"ttl":"1ms","keepalive":true}`, "ttl", "ttl of a keep-alive lease must be at least 1s, so the service can renew it (every ttl/3) before it expires; got 1ms"},
+		{`{"ttl":"999ms","keepalive":true,"max_hold":"1m"}`, "ttl", "must be at least 1s"},
+		{`{"ttl":"10s","keepalive":true,"max_hold":"1s"}`, "max_hold", "max_hold must be at least the ttl (10s), got 1s"},
+		{`{"keepalive":true,"max_hold":"10s"}`, "max_hold", "max_hold must be at least the ttl (30s), got 10s"},
+		{`{"ttl":"2h","keepalive":true}`, "max_hold", "the server's default max_hold is 1h0m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.body, func(t *testing.T) {
+			req := newRequest("POST", "/v1/locks/orders", tt.body)
+			p := wantProblem(t, serve(t, h, req), req, http.StatusBadRequest, "invalid-request")
+			wantField(t, p, tt.field)
+			if p.Detail != tt.detail && !strings.Contains(p.Detail, tt.detail) {
+				t.Errorf("detail = %q, want it to contain %q", p.Detail, tt.detail)
+			}
+			if keys := m.Keys(); len(keys) != 0 {
+				t.Errorf("a refused acquire left keys %v", keys)
+			}
+		})
+	}
+	// The bounds themselves are accepted.
+	for _, body := range []string{`{"ttl":"1s","keepalive":true}`, `{"ttl":"1s","keepalive":true,"max_hold":"1s"}`} {
+		req := newRequest("POST", "/v1/locks/bounds-"+strconv.Itoa(len(body)), body)
+		if rec := serve(t, h, req); rec.Code != http.StatusCreated {
+			t.Errorf("%s: status %d, want 201: %s", body, rec.Code, rec.Body)
+		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,5 +196,162 @@ func TestProbeRequestsLogAtDebug(t *testing.T) {
 	want := map[string]string{"/healthz": "DEBUG", "/readyz": "DEBUG", "/metrics": "DEBUG", "/v1/locks/{name}": "INFO"}
 	if diff := cmp.Diff(want, levels); diff != "" {
 		t.Errorf("request log levels (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricLabelsAreBounded: requests with 10,000 distinct methods and
+// paths (the gate answers any method, the not-found handler any path) add
+// no series once each kind of request has been seen: unknown methods count
+// as OTHER, paths no route serves as "unmatched", lock and policy names
+// only as their route's pattern.
+func TestMetricLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newTestRouter(t, decisionFake(perIP(429), service.Decision{Allowed: true, Policy: "per-ip", Limit: 3}),
+		handlers.Config{Registry: reg})
+	send := func(method string, i int) {
+		for _, path := range []string{
+			"/nope/" + strconv.Itoa(i),                     // 404 not-found
+			"/v1/ratelimit/gate/per-ip",                    // the gate's answer, for any method
+			"/v1/ratelimit/gate/p" + strconv.Itoa(i),       // 404 policy-not-found
+			"/v1/locks/name-" + strconv.Itoa(i) + "/renew", // 405
+		} {
+			serveUnchecked(h, newRequest(method, path, ""))
+		}
+	}
+	series := func() (n int, methods map[string]bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		methods = map[string]bool{}
+		for _, mf := range mfs {
+			n += len(mf.GetMetric())
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "method" {
+						methods[l.GetValue()] = true
+					}
+				}
+			}
+		}
+		return n, methods
+	}
+	send("XM-first", -1)
+	serveUnchecked(h, newRequest("PROPFIND", "/v1/ratelimit/gate/per-ip/some/path", ""))
+	before, _ := series()
+	for i := range 10_000 {
+		send("XM"+strconv.Itoa(i), i)
+	}
+	after, methods := series()
+	if after != before {
+		t.Errorf("10,000 distinct methods and paths took the registry from %d series to %d", before, after)
+	}
+	if diff := cmp.Diff(map[string]bool{"OTHER": true}, methods); diff != "" {
+		t.Errorf("method label values (-want +got):\n%s", diff)
+	}
+	body := serve(t, h, newRequest(http.MethodGet, "/metrics", "")).Body.String()
+	for _, want := range []string{
+		// chi answers a method it does not know 405 on any path but the gate's.
+		`latchkey_http_requests_total{method="OTHER",route="unmatched",status="405"} 20002`,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}",status="200"} 10001`,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}",status="404"} 10001`,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}/*",status="200"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// TestRequestID: a client's X-Request-Id is kept when it is 1-128
+// characters of A-Z a-z 0-9 . _ : / -, and replaced by a generated one
+// otherwise; every answer carries the request's ID in X-Request-Id, and the
+// problem body and the request log carry the same one.
+func TestRequestID(t *testing.T) {
+	generated := regexp.MustCompile(`^[A-Za-z0-9._:-]+/[A-Za-z0-9]{10}-[0-9]{6,}$`)
+	long := strings.Repeat("a", 5000)
+	tests := []struct {
+		desc, sent string
+		kept       bool
+	}{
+		{"none", "", false},
+		{"a UUID", "0b5d3a8e-6f0c-4c55-9d7e-0123456789ab", true},
+		{"every allowed character", "Az09._:/-", true},
+		{"128 characters", strings.Repeat("b", 128), true},
+		{"129 characters", strings.Repeat("b", 129), false},
+		{"5,000 characters", long, false},
+		{"a space", "abc def", false},
+		{"a quote", `abc"def`, false},
+		{"a newline escape", `abc\ndef`, false},
+		{"non-ASCII", "abcé", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			var logs syncBuffer
+			h := newTestRouter(t, grantingService(), handlers.Config{Logger: newJSONLogger(&logs)})
+			req := newRequest(http.MethodGet, "/v1/locks/bad%20name", "") // a 400 problem
+			if tt.sent != "" {
+				req.Header.Set("X-Request-Id", tt.sent)
+			}
+			rec := serve(t, h, req)
+			got := rec.Header().Get("X-Request-Id")
+			switch {
+			case tt.kept && got != tt.sent:
+				t.Errorf("X-Request-Id = %q, want the client's %q", got, tt.sent)
+			case !tt.kept && !generated.MatchString(got):
+				t.Errorf("X-Request-Id = %q, want a generated ID", got)
+			}
+			p := wantProblem(t, rec, req, http.StatusBadRequest, "invalid-request")
+			if p.RequestID != got {
+				t.Errorf("problem request_id = %q, want the header's %q", p.RequestID, got)
+			}
+			var line struct {
+				RequestID string `json:"request_id"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(logs.String())), &line); err != nil {
+				t.Fatalf("log %q: %v", logs.String(), err)
+			}
+			if line.RequestID != got {
+				t.Errorf("logged request_id = %q, want %q", line.RequestID, got)
+			}
+			if !tt.kept && tt.sent != "" && strings.Contains(logs.String(), tt.sent) {
+				t.Errorf("the refused ID is in the logs: %s", logs.String())
+			}
+		})
+	}
+}
+
+// TestEveryAnswerHasARequestID: successes, problems raised by the router
+// itself and by handlers, probes and the gate all carry X-Request-Id, and
+// generated IDs differ from request to request.
+func TestEveryAnswerHasARequestID(t *testing.T) {
+	fake := decisionFake(perIP(429), service.Decision{Allowed: true, Policy: "per-ip", Limit: 3})
+	fake.AcquireFn = grantingService().AcquireFn
+	fake.ReadyFn = func(context.Context) error { return nil }
+	h := newTestRouter(t, fake, handlers.Config{})
+	seen := map[string]string{}
+	for _, req := range []*http.Request{
+		newRequest(http.MethodPost, "/v1/locks/orders", `{"ttl":"10s"}`),
+		newRequest(http.MethodPost, "/v1/locks/orders", `{"ttl":"10s"`),
+		newRequest(http.MethodGet, "/nope", ""),
+		newRequest(http.MethodPut, "/v1/locks/orders", ""),
+		newRequest("PROPFIND", "/v1/ratelimit/gate/per-ip", ""),
+		newRequest(http.MethodGet, "/v1/ratelimit/gate/per-ip", ""),
+		newRequest(http.MethodGet, "/healthz", ""),
+		newRequest(http.MethodGet, "/readyz", ""),
+		newRequest(http.MethodGet, "/metrics", ""),
+		newRequest(http.MethodGet, "/openapi.yaml", ""),
+	} {
+		what := req.Method + " " + req.URL.Path
+		rec := serveUnchecked(h, req)
+		id := rec.Header().Get("X-Request-Id")
+		if id == "" {
+			t.Errorf("%s (%d): no X-Request-Id", what, rec.Code)
+			continue
+		}
+		if prev, ok := seen[id]; ok {
+			t.Errorf("%s and %s both got request ID %q", prev, what, id)
+		}
+		seen[id] = what
 	}
 }

@@ -271,6 +271,16 @@ func gatePolicy(path string) (string, bool) {
 	return policy, ok && policy != ""
 }
 
+// gatePattern is the gate route that matches path (a gate path, see
+// gatePolicy) for any method.
+func gatePattern(path string) string {
+	rest, _ := strings.CutPrefix(path, "/v1/ratelimit/gate/")
+	if strings.Contains(rest, "/") {
+		return "/v1/ratelimit/gate/{policy}/*"
+	}
+	return "/v1/ratelimit/gate/{policy}"
+}
+
 // gateMethods are the methods the gate has routes for (the spec lists
 // them); any other method gets the same answer (see NewRouter).
 var gateMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,

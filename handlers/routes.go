@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -75,9 +74,10 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	a := &api{svc: svc, cfg: cfg, log: cfg.Logger, validate: newValidator()}
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID)
+	r.Use(requestID)
 	r.Use(requestLogger(a.log))
-	r.Use(newHTTPMetrics(cfg.Registry).middleware) // outside recoverer: it counts a panic's 500
+	metrics := newHTTPMetrics(cfg.Registry)
+	r.Use(metrics.middleware) // outside recoverer: it counts a panic's 500
 	r.Use(recoverer(a.log))
 	r.Use(a.selfProtect)
 
@@ -91,7 +91,11 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 			// does), and the gate's answer does not depend on it: methods
 			// with no route of their own (TRACE, WebDAV's PROPFIND) get it
 			// too, rather than a 405 passed on to the client.
-			chi.RouteContext(r.Context()).URLParams.Add("policy", policy)
+			// The gate's route pattern labels its metrics, as for its
+			// routed methods.
+			rctx := chi.RouteContext(r.Context())
+			rctx.URLParams.Add("policy", policy)
+			rctx.RoutePatterns = append(rctx.RoutePatterns, gatePattern(r.URL.Path))
 			a.handleGateRateLimit(w, r)
 			return
 		}
@@ -117,5 +121,6 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", http.HandlerFunc(a.handleGateRateLimit))
 	}
 	r.Post("/v1/locks/{name}/hold", a.handleHoldLock)
+	metrics.learnRoutes(r)
 	return r
 }

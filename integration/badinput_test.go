@@ -90,6 +90,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"not an object", "POST", "/v1/locks/fresh", `["5s"]`, nil, 400, "invalid-request", "body", "JSON object"},
 		{"ttl of the wrong type", "POST", "/v1/locks/fresh", `{"ttl":5}`, nil, 400, "invalid-request", "ttl", "ttl must be a JSON string"},
 		{"unknown field on renew", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"5s","extra":1}`, []string{"Lock-Token", tok}, 400, "invalid-request", "extra", "unknown field"},
+		{"field names in another case", "POST", "/v1/locks/fresh", `{"TTL":"1h","Keepalive":true,"MAX_HOLD":"2h"}`, nil, 400, "invalid-request", "TTL", `unknown field "TTL" (field names are case-sensitive`},
+		{"field name in another case on re-entry", "POST", "/v1/locks/" + victim, `{"Ttl":"40s"}`, []string{"Lock-Token", tok}, 400, "invalid-request", "Ttl", `did you mean "ttl"`},
+		{"duplicate ttl", "POST", "/v1/locks/fresh", `{"ttl":"1s","ttl":"50s"}`, nil, 400, "invalid-request", "ttl", `duplicate field "ttl"`},
+		{"duplicate renew ttl", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"1s","ttl":"50s"}`, []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", `duplicate field "ttl"`},
+		{"duplicate limit", "POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":"1m","limit":1000000}`, nil, 400, "invalid-request", "limit", `duplicate field "limit"`},
+		{"limit with an exponent", "POST", "/v1/ratelimit/check", `{"key":"k","limit":1e3,"window":"1m"}`, nil, 400, "invalid-request", "limit", "limit must be an integer written without a fraction or exponent"},
+		{"fractional limit", "POST", "/v1/ratelimit/check", `{"key":"k","limit":2.5,"window":"1m"}`, nil, 400, "invalid-request", "limit", "limit must be an integer, got 2.5"},
 
 		{"body over the limit", "POST", "/v1/locks/fresh", `{"ttl":"5s","pad":"` + strings.Repeat("x", 2*badInputMaxBody) + `"}`, nil,
 			413, "payload-too-large", "", "larger than 1024 bytes"},
@@ -101,6 +108,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 			415, "unsupported-media", "", "must be application/json"},
 
 		{"unparsable ttl", "POST", "/v1/locks/fresh", `{"ttl":"soon"}`, nil, 400, "invalid-request", "ttl", `positive duration such as "30s"`},
+		{"ttl out of range", "POST", "/v1/locks/fresh", `{"ttl":"9999999h"}`, nil, 400, "invalid-request", "ttl", `ttl is out of range: "9999999h"`},
+		{"renew ttl out of range", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"9999999h"}`, []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", "ttl is out of range"},
+		{"keep-alive ttl under its min", "POST", "/v1/locks/fresh", `{"ttl":"1ms","keepalive":true}`, nil, 400, "invalid-request", "ttl", "ttl of a keep-alive lease must be at least 1s"},
+		{"max_hold under the ttl", "POST", "/v1/locks/fresh", `{"ttl":"10s","keepalive":true,"max_hold":"1s"}`, nil, 400, "invalid-request", "max_hold", "max_hold must be at least the ttl (10s), got 1s"},
+		{"max_hold under the default ttl", "POST", "/v1/locks/fresh", `{"keepalive":true,"max_hold":"1s"}`, nil, 400, "invalid-request", "max_hold", "max_hold must be at least the ttl (30s)"},
+		{"keep-alive re-entry with max_hold under the ttl", "POST", "/v1/locks/" + victim, `{"ttl":"10s","keepalive":true,"max_hold":"1s"}`, []string{"Lock-Token", tok}, 400, "invalid-request", "max_hold", "at least the ttl"},
 		{"ttl without unit", "POST", "/v1/locks/fresh", `{"ttl":"30"}`, nil, 400, "invalid-request", "ttl", `got "30"`},
 		{"zero ttl", "POST", "/v1/locks/fresh", `{"ttl":"0s"}`, nil, 400, "invalid-request", "ttl", "positive duration"},
 		{"negative ttl", "POST", "/v1/locks/fresh", `{"ttl":"-5s"}`, nil, 400, "invalid-request", "ttl", "positive duration"},
@@ -179,5 +192,41 @@ func TestEmptyLockName(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, e.snapshot(t, "held")); diff != "" {
 		t.Errorf("requests with an empty name changed Redis (-before +after):\n%s", diff)
+	}
+}
+
+// TestRequestIDOverHTTP: every answer carries X-Request-Id; a client's
+// well-formed ID is kept, and one too long or with other characters is
+// replaced (the spec client checks each answer's header against its pattern).
+func TestRequestIDOverHTTP(t *testing.T) {
+	e := newTestEnv(t)
+	for _, tc := range []struct {
+		desc, lock, sent string
+		kept             bool
+	}{
+		{"none", "rid-none", "", false},
+		{"a UUID", "rid-uuid", "0b5d3a8e-6f0c-4c55-9d7e-0123456789ab", true},
+		{"5,000 characters", "rid-long", strings.Repeat("x", 5000), false},
+		{"other characters", "rid-chars", "<script>alert(1)</script>", false},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			var hdr []string
+			if tc.sent != "" {
+				hdr = []string{"X-Request-Id", tc.sent}
+			}
+			ok := e.do(t, "POST", "/v1/locks/"+tc.lock, "", hdr...)
+			wantStatus(t, ok, http.StatusCreated)
+			bad := e.do(t, "POST", "/v1/locks/fresh", `{"ttl":"soon"}`, hdr...)
+			p := wantProblem(t, bad, http.StatusBadRequest, "invalid-request")
+			for _, r := range []response{ok, bad} {
+				got := r.Header.Get("X-Request-Id")
+				if got == "" || len(got) > 128 || (tc.kept && got != tc.sent) || (!tc.kept && got == tc.sent) {
+					t.Errorf("X-Request-Id = %q (sent %.40q), want kept %v", got, tc.sent, tc.kept)
+				}
+			}
+			if p.RequestID != bad.Header.Get("X-Request-Id") {
+				t.Errorf("problem request_id %q, header %q: want the same", p.RequestID, bad.Header.Get("X-Request-Id"))
+			}
+		})
 	}
 }

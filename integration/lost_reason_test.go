@@ -8,12 +8,19 @@ import (
 	"github.com/latchkey/latchkey/service"
 )
 
-// loseToMaxHold gives token a keep-alive lease on name whose max_hold ends
-// it long before its TTL, and waits until it is gone and reported lost.
+// loseToMaxHold gives token a keep-alive lease on name whose max_hold is its
+// TTL, and re-enters it once its TTL has begun to run: the re-entry's TTL
+// is cut to the max-hold deadline, which records why the lease will end (no
+// renewer runs here). It waits until the lease is gone and reported lost.
 func (e *testEnv) loseToMaxHold(t *testing.T, name, token string) {
 	t.Helper()
-	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"10s","keepalive":true,"max_hold":"100ms"}`, "Lock-Token", token),
+	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s","keepalive":true,"max_hold":"1s"}`, "Lock-Token", token),
 		http.StatusCreated)
+	waitFor(t, 5*time.Second, name+"'s TTL to run", func() bool {
+		pttl, err := e.RDB.PTTL(t.Context(), e.lockKey(name)).Result()
+		return err == nil && pttl < time.Second
+	})
+	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s"}`, "Lock-Token", token), http.StatusOK)
 	waitFor(t, 5*time.Second, token+" lost to max_hold", func() bool {
 		return e.lockState(t, name, token)["lost_reason"] == service.LostMaxHold
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/service"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -104,6 +105,53 @@ func TestMetrics(t *testing.T) {
 	for series := range got {
 		if strings.Contains(series, name) {
 			t.Errorf("series %s carries a lock name", series)
+		}
+	}
+}
+
+// TestMetricSeriesBoundedOverHTTP: methods a client makes up (the gate
+// answers every method) and paths no route serves add no series to
+// /metrics once one of each kind has been seen, and the made-up values
+// appear in no label.
+func TestMetricSeriesBoundedOverHTTP(t *testing.T) {
+	e := newTestEnv(t, withPolicies(policy("open", service.FixedWindow, 1_000_000, time.Hour)))
+	raw := *e
+	raw.Client = &http.Client{} // made-up methods are not in api/openapi.yaml
+	send := func(i int) {
+		method := "XM" + strconv.Itoa(i)
+		wantStatus(t, raw.do(t, method, "/v1/ratelimit/gate/open", ""), http.StatusOK)
+		wantStatus(t, raw.do(t, method, "/v1/ratelimit/gate/p"+strconv.Itoa(i), ""), http.StatusNotFound)
+		wantStatus(t, raw.do(t, method, "/nope/"+strconv.Itoa(i), ""), http.StatusMethodNotAllowed)
+		wantStatus(t, raw.do(t, "GET", "/nope/"+strconv.Itoa(i), ""), http.StatusNotFound)
+	}
+	send(0)
+	metrics(t, e) // the scrape's own series
+	before := metrics(t, e)
+	const n = 1000
+	for i := 1; i <= n; i++ {
+		send(i)
+	}
+	after := metrics(t, e)
+	var added []string
+	for series := range after {
+		if _, ok := before[series]; !ok {
+			added = append(added, series)
+		}
+		if strings.Contains(series, "XM") || strings.Contains(series, "/nope") {
+			t.Errorf("series %s carries a client's method or path", series)
+		}
+	}
+	if len(added) > 0 {
+		t.Errorf("%d made-up methods and paths added %d series: %v", n, len(added), added)
+	}
+	for series, want := range map[string]float64{
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}",status="200"}`: n + 1,
+		`latchkey_http_requests_total{method="OTHER",route="/v1/ratelimit/gate/{policy}",status="404"}`: n + 1,
+		`latchkey_http_requests_total{method="OTHER",route="unmatched",status="405"}`:                   n + 1,
+		`latchkey_http_requests_total{method="GET",route="unmatched",status="404"}`:                     n + 1,
+	} {
+		if got := after[series]; got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
 		}
 	}
 }

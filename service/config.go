@@ -60,6 +60,14 @@ type Config struct {
 	// registry; it bounds how late a lease acquired on another instance is
 	// first renewed. Default 100ms.
 	RenewPoll time.Duration
+	// MinKeepaliveTTL is the shortest TTL a keep-alive lease may have. The
+	// renewer renews a lease ttl/3 after its grant and finds it due within
+	// one RenewPoll, so a renewal has 2/3 of the TTL, less a poll, to run
+	// before the lease expires: 10 polls (the default, 1s at the default
+	// poll) leave it more than 5 polls. At least 3 polls. A MaxTTL below it
+	// leaves the server without keep-alive leases, not refused: it may
+	// serve plain leases only.
+	MinKeepaliveTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -96,6 +104,9 @@ func (c Config) withDefaults() Config {
 		// every key of a name is gone within the retention
 		c.LostTTL = c.FenceTTL
 	}
+	if c.MinKeepaliveTTL <= 0 {
+		c.MinKeepaliveTTL = 10 * c.RenewPoll
+	}
 	return c
 }
 
@@ -131,6 +142,28 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultMaxHold > c.MaxHoldCap {
 		return fmt.Errorf("default max hold %s is above the max hold cap %s", c.DefaultMaxHold, c.MaxHoldCap)
+	}
+	if c.MinKeepaliveTTL < 3*c.RenewPoll {
+		return fmt.Errorf("min keep-alive ttl %s must be at least 3 renewer polls (%s): a lease could expire between two looks at it",
+			c.MinKeepaliveTTL, 3*c.RenewPoll)
+	}
+	return nil
+}
+
+// checkKeepaliveBounds refuses keep-alive settings the service cannot
+// honour: a TTL the renewer cannot renew in time, or a max hold shorter
+// than the TTL (the lease would end before its TTL says). maxHoldDefault
+// says maxHold is the server's default, not the request's.
+func (c Config) checkKeepaliveBounds(ttl, maxHold time.Duration, maxHoldDefault bool) error {
+	switch {
+	case ttl < c.MinKeepaliveTTL:
+		return invalid("ttl", "min", "ttl of a keep-alive lease must be at least %s, so the service can renew it (every ttl/3) before it expires; got %s",
+			c.MinKeepaliveTTL, ttl)
+	case maxHold < ttl && maxHoldDefault:
+		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s): the server's default max_hold is %s, send a longer max_hold or a shorter ttl",
+			ttl, maxHold)
+	case maxHold < ttl:
+		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s), got %s: the lease would end before its ttl", ttl, maxHold)
 	}
 	return nil
 }

@@ -32,6 +32,10 @@ func TestConfigValidate(t *testing.T) {
 		{"negative min replicas", service.Config{MinReplicas: -1}, "min replicas -1 must not be negative"},
 		{"replica wait as long as a call", service.Config{MinReplicas: 1, ReplicaTimeout: 2 * time.Second},
 			"replica timeout 2s must be below the redis timeout 2s"},
+		{"min keep-alive ttl of 3 polls", service.Config{RenewPoll: 50 * time.Millisecond, MinKeepaliveTTL: 150 * time.Millisecond}, ""},
+		{"min keep-alive ttl under 3 polls", service.Config{MinKeepaliveTTL: 200 * time.Millisecond},
+			"min keep-alive ttl 200ms must be at least 3 renewer polls (300ms)"},
+		{"max ttl below the min keep-alive ttl: plain leases only", service.Config{MaxTTL: 500 * time.Millisecond, DefaultTTL: 100 * time.Millisecond, FenceTTL: time.Hour}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

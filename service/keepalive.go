@@ -81,7 +81,8 @@ func (s *Service) checkKeepalive(req *AcquireRequest) error {
 		}
 		return nil
 	}
-	if req.MaxHold == 0 {
+	maxHoldDefault := req.MaxHold == 0
+	if maxHoldDefault {
 		req.MaxHold = s.cfg.DefaultMaxHold
 	}
 	switch {
@@ -94,7 +95,7 @@ func (s *Service) checkKeepalive(req *AcquireRequest) error {
 	case req.Heartbeat > s.cfg.MaxHoldCap:
 		return invalid("heartbeat", "max", "heartbeat must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
 	}
-	return nil
+	return s.cfg.checkKeepaliveBounds(req.TTL, req.MaxHold, maxHoldDefault)
 }
 
 // registryKey is the sorted set of keep-alive leases.

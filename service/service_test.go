@@ -82,6 +82,8 @@ func TestConfigDefaults(t *testing.T) {
 		RenewBatch:     100,
 		RenewParallel:  8,
 		RenewPoll:      100 * time.Millisecond,
+
+		MinKeepaliveTTL: time.Second,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Config() mismatch (-want +got):\n%s", diff)
