@@ -56,13 +56,24 @@ type Hold struct {
 // Hold acquires the lock name as Acquire does (waiting up to req.Wait) and
 // keeps the lease alive until Close or until it is lost. It listens on the
 // lock's channel, so a force-release is reported at once rather than at the
-// next renewal. Returns the errors of Acquire.
+// next renewal. Like Acquire it answers within req.Wait plus one Redis
+// timeout: it waits for Redis to confirm the subscription only while that
+// bound allows, and if the confirmation comes later the hold re-checks its
+// lease then (a force-release in between was not heard). Returns the errors
+// of Acquire.
 func (s *Service) Hold(ctx context.Context, name string, req AcquireRequest) (*Hold, error) {
+	deadline := time.Now().Add(req.Wait + s.cfg.OpTimeout)
 	lease, err := s.Acquire(ctx, name, req)
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.sub.join(ctx, s.keys(name).channel, true, s.cfg.OpTimeout)
+	l, err := s.sub.join(s.keys(name).channel, true)
+	if err == nil {
+		err = waitReady(ctx, l, min(time.Until(deadline), s.cfg.OpTimeout))
+		if err != nil {
+			l.leave(false)
+		}
+	}
 	if err != nil {
 		_, rerr := s.Release(context.WithoutCancel(ctx), name, lease.Token)
 		return nil, errors.Join(err, rerr)
@@ -71,6 +82,23 @@ func (s *Service) Hold(ctx context.Context, name string, req AcquireRequest) (*H
 	h := &Hold{s: s, lease: lease, l: l, events: make(chan HoldEvent, 4), cancel: cancel, done: make(chan struct{})}
 	go h.run(hctx)
 	return h, nil
+}
+
+// waitReady waits up to d for l's subscription to be confirmed. It returns
+// ctx's error if ctx ends first, and nil otherwise, confirmed or not.
+func waitReady(ctx context.Context, l *listener, d time.Duration) error {
+	if d <= 0 || isClosed(l.Ready()) {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.Ready():
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // Lease is the lease as acquired, token included.
@@ -94,11 +122,17 @@ func (h *Hold) run(ctx context.Context) {
 	tick := time.NewTicker(RenewInterval(h.lease.TTL))
 	defer tick.Stop()
 	expires := time.Now().Add(h.lease.TTL) // by our clock: no renewal, no lease
+	ready := h.l.Ready()                   // nil once the subscription is confirmed
+	if isClosed(ready) {
+		ready = nil
+	}
 	for {
 		hint := ""
 		select {
 		case <-ctx.Done():
 			return
+		case <-ready: // confirmed late: a force-release before it was not heard
+			ready = nil
 		case <-tick.C:
 		case hint = <-h.l.C():
 			if hint == hintLeft {
@@ -186,7 +220,7 @@ func (h *Hold) Close(ctx context.Context) (Released, error) {
 		h.cancel()
 		<-h.done
 		dctx := context.WithoutCancel(ctx)
-		h.l.leave(dctx, false)
+		h.l.leave(false)
 		if h.ended {
 			return
 		}

@@ -356,7 +356,12 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		}
 	}
 	k := s.keys(name)
-	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost}, token)
+	member := ""
+	if token != "" {
+		member = registryMember(token, name)
+	}
+	res, err := s.run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+		token, member)
 	if err != nil {
 		return LockState{}, err
 	}

@@ -28,6 +28,12 @@ const (
 // channel of the lock they care about; a channel is subscribed while at least
 // one listener is on it and unsubscribed when the last one leaves. Messages
 // are hints: listeners always re-check the lock in Redis.
+//
+// Joining and leaving are bookkeeping only: they never wait for Redis. The
+// SUBSCRIBE and UNSUBSCRIBE commands that follow from them are sent by one
+// goroutine of the subscriber (sync), outside its lock, in the order the
+// bookkeeping changed, so a stalled Redis delays subscriptions but never a
+// waiter, nor the join or leave of a waiter of another lock.
 type subscriber struct {
 	rdb       RedisClient
 	opTimeout time.Duration
@@ -37,19 +43,23 @@ type subscriber struct {
 	mu       sync.Mutex
 	ps       *redis.PubSub // nil until the first join
 	done     chan struct{} // closed when the dispatch loop ends
+	synced   chan struct{} // closed when the sync loop ends
+	kick     chan struct{} // buffered 1: dirty holds channels to sync
 	closed   bool
-	channels map[string]*subChannel
+	channels map[string]*subChannel // channels with listeners
+	// sent holds the channels SUBSCRIBE was sent for and not UNSUBSCRIBE
+	// (what go-redis re-subscribes after a reconnect), true once Redis
+	// confirmed the subscription. Only the sync loop adds and removes
+	// entries.
+	sent  map[string]bool
+	dirty map[string]struct{} // channels whose listeners came or went since the last sync
 }
 
-// subChannel is one subscribed channel and its listeners in arrival order.
-// It is created with the channel's SUBSCRIBE and dropped with its
-// UNSUBSCRIBE, so what it knows about the subscription dies with it: a
-// SUBSCRIBE that could not be sent (Redis was down) and that go-redis
-// forgot at the UNSUBSCRIBE leaves nothing to wait for behind.
+// subChannel is one channel's listeners in arrival order. It lives while
+// the channel has listeners.
 type subChannel struct {
 	listeners []*listener
 	ready     chan struct{} // closed once Redis confirmed the subscription
-	confirmed bool
 }
 
 // listener receives the hints of one channel. A broadcast listener (a fair
@@ -60,71 +70,127 @@ type listener struct {
 	sub       *subscriber
 	channel   string
 	broadcast bool
-	c         chan string // buffered 1; a full buffer already holds a pending hint
+	c         chan string   // buffered 1; a full buffer already holds a pending hint
+	ready     chan struct{} // the channel's: closed once the subscription is confirmed
 }
 
 func newSubscriber(rdb RedisClient, opTimeout, ping time.Duration, m *metrics) *subscriber {
 	return &subscriber{rdb: rdb, opTimeout: opTimeout, ping: ping, metrics: m,
-		channels: map[string]*subChannel{}}
+		channels: map[string]*subChannel{}, sent: map[string]bool{}, dirty: map[string]struct{}{}}
 }
 
 // errClosed reports a join after Close.
 var errClosed = errors.New("service: closed")
 
-// join adds a listener on channel, subscribing it first if it is new, and
-// waits up to confirm for Redis to confirm the subscription, so a release
-// after join returns is heard. If the subscription cannot be made or
-// confirmed in time, join still returns the listener: the subscription is
-// re-sent when the connection comes back, and the caller's timed re-checks
-// keep it going meanwhile. It returns ctx's error if ctx ends first.
-func (s *subscriber) join(ctx context.Context, channel string, broadcast bool, confirm time.Duration) (*listener, error) {
+// join adds a listener on channel; the channel is subscribed if it is new.
+// It does not wait for Redis: the listener's Ready channel closes once Redis
+// confirmed the subscription, and only a release published after that is
+// sure to be heard, so a caller that looked at the lock before Ready closed
+// looks again when it does. If the subscription cannot be made, it is sent
+// again when the connection comes back, and the caller's timed re-checks
+// keep it going meanwhile. It fails only after close.
+func (s *subscriber) join(channel string, broadcast bool) (*listener, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		return nil, errClosed
 	}
 	if s.ps == nil {
-		s.ps = s.rdb.Subscribe(ctx)
-		s.done = make(chan struct{})
+		s.ps = s.rdb.Subscribe(context.Background())
+		s.done, s.synced, s.kick = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 		go s.dispatch(s.ps.ChannelWithSubscriptions(
 			redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(s.ping)), s.done)
+		go s.sync(s.ps, s.kick, s.synced)
 	}
 	ch := s.channels[channel]
 	if ch == nil {
 		ch = &subChannel{ready: make(chan struct{})}
+		if s.sent[channel] {
+			// Its last listener left, and the UNSUBSCRIBE was not sent
+			// yet: the subscription never stopped.
+			close(ch.ready)
+		}
 		s.channels[channel] = ch
 		s.metrics.subscriptions.Inc()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opTimeout)
-		// On error go-redis keeps the channel and subscribes it again when it
-		// reconnects; the confirmation then arrives as usual.
-		_ = s.ps.Subscribe(sctx, channel)
-		cancel()
+		s.changed(channel)
 	}
-	l := &listener{sub: s, channel: channel, broadcast: broadcast, c: make(chan string, 1)}
+	l := &listener{sub: s, channel: channel, broadcast: broadcast, c: make(chan string, 1), ready: ch.ready}
 	ch.listeners = append(ch.listeners, l)
-	ready := ch.ready
 	s.metrics.listeners.Inc()
-	s.mu.Unlock()
-
-	t := time.NewTimer(confirm)
-	defer t.Stop()
-	select {
-	case <-ready:
-	case <-t.C:
-	case <-ctx.Done():
-		l.leave(ctx, false)
-		return nil, ctx.Err()
-	}
 	return l, nil
+}
+
+// changed records that channel gained its first listener or lost its last
+// one, for the sync loop. Called with the subscriber's lock held.
+func (s *subscriber) changed(channel string) {
+	if s.closed || s.kick == nil {
+		return
+	}
+	s.dirty[channel] = struct{}{}
+	select {
+	case s.kick <- struct{}{}:
+	default: // a sync is already due
+	}
+}
+
+// sync sends the SUBSCRIBE and UNSUBSCRIBE commands that the listeners'
+// comings and goings call for, until kick is closed. It is the only sender,
+// so the commands of one channel reach Redis in order, and a channel that
+// lost its last listener and got a new one before a sync is left as it is.
+// Each command is bounded by the Redis timeout; on error go-redis keeps a
+// channel it was asked to subscribe (and subscribes it again when it
+// reconnects) and forgets one it was asked to unsubscribe.
+func (s *subscriber) sync(ps *redis.PubSub, kick <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for range kick {
+		subscribe, unsubscribe := s.pending()
+		if len(unsubscribe) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+			_ = ps.Unsubscribe(ctx, unsubscribe...)
+			cancel()
+		}
+		if len(subscribe) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+			_ = ps.Subscribe(ctx, subscribe...)
+			cancel()
+		}
+	}
+}
+
+// pending takes the dirty channels and says which to subscribe and which
+// to unsubscribe, recording them as sent or not.
+func (s *subscriber) pending() (subscribe, unsubscribe []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil
+	}
+	for channel := range s.dirty {
+		_, sent := s.sent[channel]
+		switch want := s.channels[channel] != nil; {
+		case want && !sent:
+			s.sent[channel] = false
+			subscribe = append(subscribe, channel)
+		case !want && sent:
+			delete(s.sent, channel)
+			unsubscribe = append(unsubscribe, channel)
+		}
+	}
+	clear(s.dirty)
+	return subscribe, unsubscribe
 }
 
 // C delivers hints.
 func (l *listener) C() <-chan string { return l.c }
 
+// Ready is closed once Redis confirmed the subscription of the listener's
+// channel.
+func (l *listener) Ready() <-chan struct{} { return l.ready }
+
 // leave removes the listener. A waiter that leaves without the lock passes
 // on a wake-up (handOn), in case it had been woken for a release it did not
 // use. The channel is unsubscribed when its last listener leaves.
-func (l *listener) leave(ctx context.Context, handOn bool) {
+func (l *listener) leave(handOn bool) {
 	s := l.sub
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -146,13 +212,7 @@ func (l *listener) leave(ctx context.Context, handOn bool) {
 	}
 	delete(s.channels, l.channel)
 	s.metrics.subscriptions.Dec()
-	if s.ps != nil && !s.closed {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opTimeout)
-		// On error go-redis has still forgotten the channel, so a reconnect
-		// does not subscribe it again.
-		_ = s.ps.Unsubscribe(uctx, l.channel)
-		cancel()
-	}
+	s.changed(l.channel)
 }
 
 // wakeOne gives a hint to the longest-waiting shared listener that has none
@@ -198,22 +258,28 @@ func (s *subscriber) dispatch(in <-chan any, done chan<- struct{}) {
 }
 
 // confirmed records Redis's confirmation of a SUBSCRIBE. The first one of a
-// channel's subscription makes it ready (it may come from go-redis
+// subscription makes its channel ready (it may come from go-redis
 // subscribing again on a new connection, when the first SUBSCRIBE could not
 // be sent). A later one comes from go-redis re-subscribing after a
 // reconnect: messages may have been missed meanwhile, so every listener is
-// told to re-check. A confirmation for a channel no one listens on any more
-// is dropped.
+// told to re-check. A confirmation for a channel unsubscribed since is
+// dropped.
 func (s *subscriber) confirmed(channel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	confirmed, sent := s.sent[channel]
+	if !sent {
+		return
+	}
 	ch := s.channels[channel]
-	switch {
-	case ch == nil:
-	case !ch.confirmed:
-		ch.confirmed = true
-		close(ch.ready)
-	default:
+	if !confirmed {
+		s.sent[channel] = true
+		if ch != nil {
+			close(ch.ready)
+		}
+		return
+	}
+	if ch != nil {
 		s.metrics.resubscribes.Inc()
 		ch.wakeAll(hintResubscribed)
 	}
@@ -239,17 +305,26 @@ func (s *subscriber) deliver(channel, payload string) {
 	ch.wakeOne(payload)
 }
 
-// close closes the pub/sub connection and waits for the dispatch loop to end.
+// close closes the pub/sub connection and waits for the dispatch and sync
+// loops to end.
 func (s *subscriber) close() error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
 	s.closed = true
-	ps, done := s.ps, s.done
+	ps, done, synced := s.ps, s.done, s.synced
+	if s.kick != nil {
+		close(s.kick)
+	}
 	s.mu.Unlock()
 	if ps == nil {
 		return nil
 	}
 	err := ps.Close()
 	<-done
+	<-synced
 	return err
 }
 

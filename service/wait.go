@@ -19,7 +19,9 @@ const (
 
 // acquireWaiting is Acquire with a wait (Redisson's model, made robust):
 //   - it subscribes to the lock's channel before the first attempt, so a
-//     release after that attempt is heard;
+//     release after that attempt is heard; it does not wait for Redis to
+//     confirm the subscription, but an attempt made before the confirmation
+//     is made again once it arrives (a release in between was not heard);
 //   - a message is a hint to try again, never proof that the lock is free;
 //   - without a message it tries again after min(holder's remaining TTL,
 //     remaining wait) (fair mode: the queue head's deadline when the lock is
@@ -33,45 +35,60 @@ const (
 // While it waits, the caller is registered in Redis with a deadline from the
 // Redis clock (and queued, in fair mode), so waiters of every process are
 // counted and a fair queue skips a waiter that is gone.
+//
+// It answers within the wait plus one Redis timeout (Config.OpTimeout),
+// whatever Redis does: every Redis call it makes (the attempts, and leaving
+// the waiters when it gives up) runs under one deadline, set once when it
+// starts, and it never waits for the subscription. When an attempt fails,
+// leaving the waiters is not waited for: the caller is answered at once.
 func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL string, ownToken bool) (lease Lease, err error) {
-	deadline := time.Now().Add(req.Wait)
-	l, err := s.sub.join(ctx, k.channel, req.Fair, min(s.cfg.OpTimeout, req.Wait))
+	waitEnd := time.Now().Add(req.Wait)
+	callDeadline := waitEnd.Add(s.cfg.OpTimeout)
+	// Attempts run to completion even when the client goes away, so the
+	// service always knows whether it was granted the lock (and gives it
+	// back); all of them are still bounded by the request's deadline.
+	calls, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
+	defer cancel()
+	l, err := s.sub.join(k.channel, req.Fair)
 	if err != nil {
-		if errors.Is(err, errClosed) {
-			err = fmt.Errorf("wait for %s: %w: %w", name, ErrUnavailable, err)
-		}
+		err = fmt.Errorf("wait for %s: %w: %w", name, ErrUnavailable, err)
 		s.waitDone(err)
 		return Lease{}, err
 	}
-	// Attempts run to completion even when the client goes away, so the
-	// service always knows whether it was granted the lock (and gives it
-	// back); each is still bounded by OpTimeout.
-	detached := context.WithoutCancel(ctx)
-	registered := false
+	registered, failed := false, false
 	defer func() {
-		if err != nil && registered {
-			s.leaveWaiters(detached, k, req.Token)
+		switch {
+		case err == nil || !registered:
+		case failed:
+			go s.leaveWaiters(context.WithoutCancel(ctx), callDeadline, k, req.Token)
+		default:
+			s.leaveWaiters(calls, callDeadline, k, req.Token)
 		}
-		l.leave(detached, err != nil)
+		l.leave(err != nil)
 		s.waitDone(err)
 	}()
 
+	ready := l.Ready() // nil once an attempt was made after the confirmation
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		remaining := time.Until(deadline)
+		remaining := time.Until(waitEnd)
 		final := remaining <= time.Millisecond
 		var waiterTimeout time.Duration
 		if !final {
 			waiterTimeout = remaining + queueGrace
 		}
-		r, err := s.attempt(detached, k, req, waiterTimeout, keepTTL)
+		if isClosed(ready) {
+			ready = nil
+		}
+		r, err := s.attempt(calls, k, req, waiterTimeout, keepTTL)
 		if err != nil {
 			// The script may have run and registered (and queued) the
 			// caller although its answer is lost: leave, or a fair queue
 			// waits behind a waiter that is gone until its deadline.
 			registered = registered || waiterTimeout > 0
-			s.giveBack(detached, k, req.Token, ownToken, err)
+			failed = true
+			s.giveBack(calls, k, req.Token, ownToken, err)
 			return Lease{}, err
 		}
 		if r.status > 0 {
@@ -88,8 +105,22 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		case <-ctx.Done():
 			return Lease{}, ctx.Err()
 		case <-l.C():
+		case <-ready: // the attempt may have missed a release: try again
 		case <-timer.C:
 		}
+	}
+}
+
+// isClosed reports whether c is closed; a nil c is not.
+func isClosed(c <-chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -104,9 +135,15 @@ func recheckAfter(recheck, remaining time.Duration) time.Duration {
 }
 
 // leaveWaiters removes a waiter that gives up from Redis's waiters and fair
-// queue, waking the rest when it was queued for a free lock. A failure is
-// not reported: the entry expires at the waiter's deadline anyway.
-func (s *Service) leaveWaiters(ctx context.Context, k lockKeys, token string) {
+// queue, waking the rest when it was queued for a free lock, unless the
+// request's deadline has passed. A failure is not reported: the entry
+// expires at the waiter's deadline anyway.
+func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, k lockKeys, token string) {
+	if !time.Now().Before(deadline) {
+		return
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	_, _ = s.run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, token)
 }
 

@@ -50,6 +50,12 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	svc := mustNew(t, cc, service.Config{})
 	t.Cleanup(func() { _ = svc.Close() })
 	holder := mustAcquire(t, svc, "orders", service.AcquireRequest{TTL: time.Minute})
+	// Subscribed before the waiters try, so none of them tries again when
+	// the subscription is confirmed: from the release on, every script call
+	// is counted below. The listener is a hold stream's: a release does not
+	// wake it instead of a waiter.
+	ready, leave := service.Listen(svc, "orders")
+	<-ready
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -66,8 +72,8 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}()
 	}
 	waitForSvcWaiters(t, svc, "orders", n)
-	if ch, l := svc.Subscriptions(); ch != 1 || l != n {
-		t.Fatalf("Subscriptions() = %d, %d; want 1 channel, %d listeners", ch, l, n)
+	if ch, l := svc.Subscriptions(); ch != 1 || l != n+1 {
+		t.Fatalf("Subscriptions() = %d, %d; want 1 channel, %d listeners", ch, l, n+1)
 	}
 
 	before := cc.evals.Load()
@@ -89,6 +95,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 			t.Errorf("cancelled waiter: %v, want context.Canceled", r.err)
 		}
 	}
+	leave()
 	if ch, l := svc.Subscriptions(); ch != 0 || l != 0 {
 		t.Errorf("Subscriptions() after every waiter left = %d, %d; want 0, 0", ch, l)
 	}

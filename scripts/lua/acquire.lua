@@ -186,8 +186,13 @@ if last and last >= tonumber(fence) then
 end
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
 if reasons then
-  -- a loss reason belongs to an earlier lease of this token
+  -- a loss reason belongs to an earlier lease of this token, and so does a
+  -- registry entry no renewer has visited yet (inspect would take it for a
+  -- keep-alive lease that ran out unseen)
   redis.call('HDEL', KEYS[6], ARGV[1])
+  if ARGV[6] ~= '1' then
+    redis.call('ZREM', KEYS[5], ARGV[9])
+  end
 end
 if fair then
   -- m is absent for a plain lock: one field less per lock

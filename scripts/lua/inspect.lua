@@ -5,7 +5,9 @@
 -- KEYS[3]  waiters zset (score = waiter deadline in ms)
 -- KEYS[4]  fair queue list
 -- KEYS[5]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[6]  keep-alive registry (zset: "<token>:<name>" -> next renewal due, ms)
 -- ARGV[1]  token to compare with the owner's, or "" for none
+-- ARGV[2]  the token's keep-alive registry member ("<token>:<name>"), or ""
 --
 -- Reply: {held, hold_count, ttl_ms, fence, owned, now_ms, waiters, fair,
 --         ka_until_ms, ka_heartbeat_ms, ka_heartbeat_at_ms, lost_reason}
@@ -14,7 +16,10 @@
 --   waiters whose deadline has not passed; fair is 1 when the lock is held
 --   by a fair lease or has fair waiters queued. ka_until_ms is 0 for a
 --   lease that is not kept alive. lost_reason is why the given token lost
---   its lease ("" when it owns the lease or nothing is known).
+--   its lease ("" when it owns the lease or nothing is known). A keep-alive
+--   lease that is gone with no reason recorded, while it is still in the
+--   registry, ran out before a renewal reached it (every instance was down,
+--   or Redis stalled): it expired, though no renewer has said so yet.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local waiters = redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf')
@@ -24,6 +29,9 @@ if ARGV[1] ~= '' then
   lost = redis.call('HGET', KEYS[5], ARGV[1]) or ''
 end
 local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'm', 'ku', 'kh', 'kb')
+if lost == '' and ARGV[2] ~= '' and v[1] ~= ARGV[1] and redis.call('ZSCORE', KEYS[6], ARGV[2]) then
+  lost = 'expired'
+end
 if not v[1] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   return {0, 0, 0, last, 0, now_ms, waiters, queued and 1 or 0, 0, 0, 0, lost}
