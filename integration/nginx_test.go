@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // TestNginxGateway runs the documented deploy/nginx/nginx.conf in a real
@@ -33,7 +33,7 @@ func TestNginxGateway(t *testing.T) {
 		}
 		nginx = "/usr/sbin/nginx"
 	}
-	pol, err := service.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -54,7 +54,7 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 // own key: key i costs i+1, so each allowed check leaves a remaining that
 // only its key can.
 func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("burst", service.FixedWindow, 60, time.Minute)))
+	e := newTestEnv(t, withPolicies(policy("burst", ratelimit.FixedWindow, 60, time.Minute)))
 	const keys, perKey = 4, 90
 	var mu sync.Mutex
 	remaining := make([][]int64, keys)
@@ -97,12 +97,12 @@ func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
 // still have run when the pause ended, as any timed-out command may).
 func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
 	_, url := startRedisContainer(t)
-	open := policy("open", service.FixedWindow, 1000, time.Minute)
-	closed := policy("closed", service.FixedWindow, 1000, time.Minute)
-	closed.Fail = service.FailClosed
+	open := policy("open", ratelimit.FixedWindow, 1000, time.Minute)
+	closed := policy("closed", ratelimit.FixedWindow, 1000, time.Minute)
+	closed.Fail = ratelimit.FailClosed
 	const decisionTimeout = 200 * time.Millisecond
 	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout, withPolicies(open, closed),
-		func(s *service.Config, _ *handlers.Config) { s.RateLimit.Timeout = decisionTimeout })
+		func(s *serviceConfig, _ *handlers.Config) { s.RateLimit.Timeout = decisionTimeout })
 	if r := e.do(t, "GET", "/v1/ratelimit/gate/closed", ""); r.Status != http.StatusOK {
 		t.Fatalf("before the pause: %d %s", r.Status, r.Body)
 	}

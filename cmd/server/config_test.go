@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // env returns a getenv that reads only the given pairs, never the real
@@ -193,7 +193,7 @@ func TestDecisionBatchingFollowsThePipelineFlags(t *testing.T) {
 		pipeline  bool
 		wantBatch int
 	}{{true, 0}, {false, 1}} {
-		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(service.RateLimitConfig{})
+		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(ratelimit.RateLimitConfig{})
 		if rl.Batch != tc.wantBatch || rl.MaxQueued != 42 {
 			t.Errorf("pipeline %v: batch %d, max queued %d; want %d (0: the service default) and 42",
 				tc.pipeline, rl.Batch, rl.MaxQueued, tc.wantBatch)

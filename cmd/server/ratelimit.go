@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // RateLimitFlags are the rate-limit settings.
@@ -69,34 +69,34 @@ func (f RateLimitFlags) validate() []error {
 
 // load reads the policy file, adds the default per-IP policy and checks
 // the whole set, so a bad policy stops start-up with a message naming it.
-func (f RateLimitFlags) load(log *slog.Logger) (service.RateLimitConfig, handlers.RateLimitConfig, error) {
-	var policies []service.Policy
+func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.RateLimitConfig, handlers.RateLimitConfig, error) {
+	var policies []ratelimit.Policy
 	if f.PoliciesFile != "" {
-		ps, err := service.LoadPolicies(f.PoliciesFile)
+		ps, err := ratelimit.LoadPolicies(f.PoliciesFile)
 		if err != nil {
-			return service.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
+			return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
 		}
 		policies = ps
 	}
-	if f.DefaultLimit > 0 && !hasPolicy(policies, service.DefaultPolicyName) {
-		policies = append(policies, service.Policy{Name: service.DefaultPolicyName, Key: "ip",
-			Limit: service.Limit{Algorithm: service.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
+	if f.DefaultLimit > 0 && !hasPolicy(policies, ratelimit.DefaultPolicyName) {
+		policies = append(policies, ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Key: "ip",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
 	}
 	cacheSize := int(f.CacheSize)
 	if cacheSize == 0 {
 		cacheSize = -1
 	}
-	srl := service.RateLimitConfig{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
+	srl := ratelimit.RateLimitConfig{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
 		CacheSize: cacheSize, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
 		src := "the default policy (-ratelimit-default-*)"
 		if f.PoliciesFile != "" {
 			src = f.PoliciesFile + " or " + src
 		}
-		return service.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
+		return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
 	}
 	if f.SelfPolicy != "" && !hasPolicy(policies, f.SelfPolicy) {
-		return service.RateLimitConfig{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
+		return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
 			f.SelfPolicy + ": no such policy (known: " + policyNames(policies) + ")")
 	}
 	trusted, _ := handlers.ParseTrustedProxies(f.TrustedProxies) // checked by validate
@@ -109,7 +109,7 @@ func (f RateLimitFlags) load(log *slog.Logger) (service.RateLimitConfig, handler
 	return srl, hrl, nil
 }
 
-func hasPolicy(ps []service.Policy, name string) bool {
+func hasPolicy(ps []ratelimit.Policy, name string) bool {
 	for _, p := range ps {
 		if p.Name == name {
 			return true
@@ -118,7 +118,7 @@ func hasPolicy(ps []service.Policy, name string) bool {
 	return false
 }
 
-func policyNames(ps []service.Policy) string {
+func policyNames(ps []ratelimit.Policy) string {
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.Name
