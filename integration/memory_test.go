@@ -99,7 +99,7 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 	}
 	for _, p := range policies {
 		t.Run(fmt.Sprintf("%s %d per %s", p.Limit.Algorithm, p.Limit.Limit, p.Limit.Window), func(t *testing.T) {
-			svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}, RateLimit: ratelimit.RateLimitConfig{Policies: []ratelimit.Policy{p}}})
+			svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}, RateLimit: ratelimit.RateLimitConfig{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{p}}})
 			const n = 200
 			for i := range n {
 				// Clients as the gate keys them: IPv4 addresses and IPv6 /64 networks.

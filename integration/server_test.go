@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -58,7 +59,7 @@ func newTestEnvOn(t testing.TB, rdb *redis.Client, url string, opts ...envOption
 func startServer(t testing.TB, client store.Client, load bool, opts ...envOption) (*httptest.Server, *services, serviceConfig) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	scfg := serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), Registerer: reg}}
+	scfg := serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), Registerer: reg}, RateLimit: ratelimit.DefaultConfig()}
 	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
 	for _, o := range opts {
 		o(&scfg, &hcfg)

@@ -16,6 +16,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/latchkey/latchkey/api"
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -35,7 +36,7 @@ type waitEnvConfig struct {
 func newWaitEnv(t testing.TB, rdb *redis.Client, url string, c waitEnvConfig) *testEnv {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	scfg := serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), Registerer: reg}}
+	scfg := serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), Registerer: reg}, RateLimit: ratelimit.DefaultConfig()}
 	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
 	if c.svc != nil {
 		c.svc(&scfg)

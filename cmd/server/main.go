@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st, err := store.New(rdb, store.Config{
 		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout, Registerer: reg,
-		MinReplicas: int(cfg.MinReplicas), ReplicaTimeout: cfg.ReplicaTimeout,
+		MinReplicas: cfg.MinReplicas, ReplicaTimeout: cfg.ReplicaTimeout,
 	})
 	if err != nil {
 		return err
@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
 		MaxWait:        cfg.MaxWait,
 		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
-		RenewParallel: int(cfg.RenewParallel),
+		RenewParallel: cfg.RenewParallel,
 	})
 	if err != nil {
 		return err
@@ -146,20 +146,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return nil
 }
 
-// openStore connects to Redis, or starts the embedded store when no URL is
-// configured. It returns the client, the store's name for /readyz and a
-// function that closes both.
 // decisionBatching applies -redis-pipeline and -redis-max-queued to the
 // rate-limit decisions: without pipelining each decision is a script call of
 // its own.
 func (c Config) decisionBatching(rl ratelimit.RateLimitConfig) ratelimit.RateLimitConfig {
-	rl.MaxQueued = int(c.RedisMaxQueued)
+	rl.MaxQueued = c.RedisMaxQueued
 	if !c.RedisPipeline {
 		rl.Batch = 1
 	}
 	return rl
 }
 
+// openStore connects to Redis, or starts the embedded store when no URL is
+// configured. It returns the client, the store's name for /readyz and a
+// function that closes both.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Client, string, func(), error) {
 	name := "redis"
 	url := cfg.RedisURL

@@ -11,7 +11,7 @@ import (
 type Config struct {
 	// DefaultTTL is the lease TTL when a request gives none. Default 30s.
 	DefaultTTL time.Duration
-	// MinTTL and MaxTTL bound a requested TTL. Defaults 1ms and 24h.
+	// MinTTL and MaxTTL bound a requested TTL. Defaults 1ms and 1h.
 	MinTTL, MaxTTL time.Duration
 	// FenceTTL is how long a fence counter outlives its last grant. Default 30 days.
 	FenceTTL time.Duration
@@ -53,7 +53,7 @@ func (c Config) withDefaults() Config {
 		c.MinTTL = time.Millisecond
 	}
 	if c.MaxTTL <= 0 {
-		c.MaxTTL = 24 * time.Hour
+		c.MaxTTL = time.Hour
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = 60 * time.Second
@@ -67,6 +67,10 @@ func (c Config) withDefaults() Config {
 	c = c.keepaliveDefaults()
 	return c
 }
+
+// DefaultConfig returns the configuration a zero Config falls back to: the
+// server's flags take their defaults from it.
+func DefaultConfig() Config { return Config{}.withDefaults() }
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {

@@ -86,7 +86,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := locks.Config{
 		DefaultTTL: 30 * time.Second,
 		MinTTL:     time.Millisecond,
-		MaxTTL:     24 * time.Hour,
+		MaxTTL:     time.Hour,
 		FenceTTL:   30 * 24 * time.Hour,
 		MaxWait:    60 * time.Second,
 

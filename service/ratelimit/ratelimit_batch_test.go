@@ -118,7 +118,7 @@ func waitQueued(t *testing.T, svc *ratelimit.Service, alg ratelimit.Algorithm, n
 // so a stall of 2.5s: see decisionBatcher) that a held call keeps the
 // decisions behind it queued for as long as a test needs, adjusted by adjust.
 func heldConfig(adjust func(*ratelimit.RateLimitConfig), ps ...ratelimit.Policy) config {
-	cfg := rlConfig(-1, ps...)
+	cfg := rlConfig(0, ps...)
 	cfg.RateLimit.Timeout = 20 * time.Second
 	if adjust != nil {
 		adjust(&cfg.RateLimit)
@@ -281,7 +281,7 @@ func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
 func TestDecisionsAreNotHeldUpByAStalledCall(t *testing.T) {
 	c := newGatedClient(t)
 	c.deaf = true
-	svc := mustNew(t, c, rlConfig(-1, failClosed())) // 250ms: a stall of 31ms
+	svc := mustNew(t, c, rlConfig(0, failClosed())) // 250ms: a stall of 31ms
 	first := holdFirstCall(t, svc, c, "p")
 	queued := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "queued"})
 	if r := receive(t, queued); r.err != nil || !r.d.Allowed {
@@ -303,7 +303,7 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	c := newGatedClient(t)
 	c.deaf = true
 	reg := prometheus.NewRegistry()
-	cfg := rlConfig(-1, failClosed())
+	cfg := rlConfig(0, failClosed())
 	cfg.RateLimit.Timeout = 100 * time.Millisecond
 	cfg.Registerer = reg
 	svc := mustNew(t, c, cfg)
@@ -349,7 +349,7 @@ func TestDecisionQueueIsBounded(t *testing.T) {
 func TestConcurrentDecisionsCountExactly(t *testing.T) {
 	for _, batch := range []int{0, 1} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			cfg := rlConfig(-1, fixed("p", 60, time.Minute))
+			cfg := rlConfig(0, fixed("p", 60, time.Minute))
 			cfg.RateLimit.Batch = batch
 			svc, _ := newTestService(t, cfg)
 			const keys, perKey = 4, 80
@@ -412,7 +412,7 @@ func TestDecisionsWhileRedisIsSlow(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	p := fixed("p", 1000, time.Minute)
 	p.Fail = ratelimit.FailClosed
-	cfg := rlConfig(-1, p)
+	cfg := rlConfig(0, p)
 	cfg.RateLimit.Timeout = time.Second
 	svc := mustNew(t, &slowClient{Client: rdb, delay: 600 * time.Millisecond}, cfg)
 	var wg sync.WaitGroup

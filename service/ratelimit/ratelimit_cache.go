@@ -30,7 +30,7 @@ type denyEntry struct {
 	remaining int64
 }
 
-// newDenyCache returns a cache of at most max entries; max < 1 disables it.
+// newDenyCache returns a cache of at most max entries; 0 disables it.
 func newDenyCache(max int) *denyCache {
 	if max < 1 {
 		return nil

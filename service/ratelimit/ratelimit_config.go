@@ -30,7 +30,7 @@ type RateLimitConfig struct {
 	// most 10 years; its limit below 2^48.
 	MaxLimit int64
 	// CacheSize bounds the in-process cache of keys known to be over their
-	// limit; 0 means the default 10000, a negative value disables it.
+	// limit; 0 disables it. DefaultConfig's is 10000.
 	CacheSize int
 	// Batch is how many decisions of concurrent requests may go to Redis in
 	// one script call (see decisionBatcher); 1 sends each decision in a call
@@ -62,9 +62,6 @@ func (c RateLimitConfig) withDefaults() RateLimitConfig {
 	if c.MaxLimit <= 0 {
 		c.MaxLimit = 1_000_000_000
 	}
-	if c.CacheSize == 0 {
-		c.CacheSize = 10000
-	}
 	if c.Batch <= 0 {
 		c.Batch = 128
 	}
@@ -80,10 +77,24 @@ func (c RateLimitConfig) withDefaults() RateLimitConfig {
 	return c
 }
 
+// DefaultCacheSize is DefaultConfig's CacheSize.
+const DefaultCacheSize = 10000
+
+// DefaultConfig returns the configuration the server's flags take their
+// defaults from: a zero Config's, with the deny cache on.
+func DefaultConfig() RateLimitConfig {
+	c := RateLimitConfig{}.withDefaults()
+	c.CacheSize = DefaultCacheSize
+	return c
+}
+
 // Validate reports policies and bounds that cannot work, naming the policy
 // and field at fault.
 func (c RateLimitConfig) Validate() error {
 	c = c.withDefaults()
+	if c.CacheSize < 0 {
+		return fmt.Errorf("rate limit cache size %d must not be negative", c.CacheSize)
+	}
 	if c.MinWindow > c.MaxWindow {
 		return fmt.Errorf("rate limit min window %s is above max window %s", c.MinWindow, c.MaxWindow)
 	}

@@ -50,7 +50,7 @@ func mustCheck(t testing.TB, svc *ratelimit.Service, req ratelimit.RateLimitRequ
 }
 
 func TestCheckRateLimitFixedWindow(t *testing.T) {
-	svc, m := newTestService(t, rlConfig(-1, fixed("per-ip", 3, 10*time.Second)))
+	svc, m := newTestService(t, rlConfig(0, fixed("per-ip", 3, 10*time.Second)))
 	req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "192.0.2.1"}
 	for i := int64(1); i <= 3; i++ {
 		d := mustCheck(t, svc, req)
@@ -74,7 +74,7 @@ func TestCheckRateLimitFixedWindow(t *testing.T) {
 func TestCheckRateLimitDenialCache(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	cc := &countingClient{Client: rdb}
-	svc := mustNew(t, cc, rlConfig(0, fixed("per-ip", 1, 10*time.Second)))
+	svc := mustNew(t, cc, rlConfig(ratelimit.DefaultCacheSize, fixed("per-ip", 1, 10*time.Second)))
 	req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "k"}
 	mustCheck(t, svc, req)
 	first := mustCheck(t, svc, req)
@@ -99,7 +99,7 @@ func TestCheckRateLimitDenialCache(t *testing.T) {
 }
 
 func TestCheckRateLimitDenialCacheExpires(t *testing.T) {
-	svc, m := newTestService(t, rlConfig(0, fixed("per-ip", 1, time.Second)))
+	svc, m := newTestService(t, rlConfig(ratelimit.DefaultCacheSize, fixed("per-ip", 1, time.Second)))
 	req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "k"}
 	mustCheck(t, svc, req)
 	d := mustCheck(t, svc, req)
@@ -135,7 +135,7 @@ func TestCheckRateLimitFailModes(t *testing.T) {
 	closed := fixed("closed", 5, time.Minute)
 	closed.Fail = ratelimit.FailClosed
 	reg := prometheus.NewRegistry()
-	cfg := rlConfig(0, open, closed)
+	cfg := rlConfig(ratelimit.DefaultCacheSize, open, closed)
 	cfg.Registerer = reg
 	cfg.RateLimit.Timeout = 100 * time.Millisecond
 	m, rdb := newTestRedis(t)
@@ -158,7 +158,7 @@ func TestCheckRateLimitFailModes(t *testing.T) {
 }
 
 func TestCheckRateLimitInvalid(t *testing.T) {
-	svc, _ := newTestService(t, rlConfig(0, fixed("p", 3, time.Minute)))
+	svc, _ := newTestService(t, rlConfig(ratelimit.DefaultCacheSize, fixed("p", 3, time.Minute)))
 	noInline := ratelimit.RateLimitConfig{Policies: []ratelimit.Policy{fixed("p", 3, time.Minute)}}
 	strict, _ := newTestService(t, config{RateLimit: noInline})
 	tests := []struct {
@@ -207,7 +207,7 @@ func BenchmarkCheckRateLimit(b *testing.B) {
 			rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			b.Cleanup(func() { _ = rdb.Close() })
 			cc := &countingClient{Client: rdb}
-			svc, err := newService(cc, rlConfig(0, fixed("bench", bc.limit, time.Hour)))
+			svc, err := newService(cc, rlConfig(ratelimit.DefaultCacheSize, fixed("bench", bc.limit, time.Hour)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -319,7 +319,7 @@ func TestCheckRateLimitSlidingWindowReadsEveryForm(t *testing.T) {
 	for _, form := range swForms {
 		for _, tt := range tests {
 			t.Run(form.name+"/"+tt.name, func(t *testing.T) {
-				svc, m := newTestService(t, rlConfig(-1, sliding("slide", limit, window)))
+				svc, m := newTestService(t, rlConfig(0, sliding("slide", limit, window)))
 				m.SetTime(t0.Add(window / 4))
 				key := store.DefaultKeyPrefix + "rl:sw:slide:192.0.2.1"
 				form.write(m, key, tt.state)
@@ -369,7 +369,7 @@ func TestCheckRateLimitSlidingWindowStoredForm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := rlConfig(-1, sliding("slide", tt.limit, tt.window))
+			cfg := rlConfig(0, sliding("slide", tt.limit, tt.window))
 			cfg.RateLimit.MinWindow = time.Millisecond
 			svc, m := newTestService(t, cfg)
 			req := ratelimit.RateLimitRequest{Policy: "slide", Key: "192.0.2.1", Cost: tt.limit}
@@ -425,7 +425,7 @@ func TestCheckRateLimitTokenBucketCounts(t *testing.T) {
 			capacity = tt.limit
 		}
 		t.Run(fmt.Sprintf("%d per %s burst %d", tt.limit, tt.window, capacity), func(t *testing.T) {
-			svc, m := newTestService(t, rlConfig(-1, bucket("tb", tt.limit, tt.window, tt.burst)))
+			svc, m := newTestService(t, rlConfig(0, bucket("tb", tt.limit, tt.window, tt.burst)))
 			req := ratelimit.RateLimitRequest{Policy: "tb", Key: "k"}
 			for i := int64(1); i <= capacity; i++ {
 				d := mustCheck(t, svc, req)
@@ -453,7 +453,7 @@ func TestCheckRateLimitTokenBucketCounts(t *testing.T) {
 // bucket is allowed and takes exactly one token, and the key lives until the
 // bucket is full again.
 func TestCheckRateLimitTokenBucketHighRate(t *testing.T) {
-	svc, m := newTestService(t, rlConfig(-1, bucket("fast", 10_000_000, time.Second, 0)))
+	svc, m := newTestService(t, rlConfig(0, bucket("fast", 10_000_000, time.Second, 0)))
 	req := ratelimit.RateLimitRequest{Policy: "fast", Key: "k"}
 	for i := int64(1); i <= 3; i++ {
 		d := mustCheck(t, svc, req)
@@ -511,7 +511,7 @@ func TestCheckRateLimitTokenBucketStoredForm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := rlConfig(-1, bucket("tb", tt.limit, tt.window, tt.burst))
+			cfg := rlConfig(0, bucket("tb", tt.limit, tt.window, tt.burst))
 			cfg.RateLimit.MaxLimit = 1 << 40
 			svc, m := newTestService(t, cfg)
 			key := store.DefaultKeyPrefix + "rl:tb:tb:k"

@@ -31,9 +31,9 @@ type PipelinedClient struct {
 // Give rdb MaxRetries -1: a batch that fails on a network error would
 // otherwise be sent again whole, and Latchkey's scripts are not idempotent
 // (a reentrant acquire or a release must not run twice).
-func NewPipelinedClient(rdb *redis.Client, maxQueued int64) (*PipelinedClient, error) {
+func NewPipelinedClient(rdb *redis.Client, maxQueued int) (*PipelinedClient, error) {
 	opts := redis.DefaultAutoPipelineOptions()
-	opts.MaxQueuedCommands = int(maxQueued)
+	opts.MaxQueuedCommands = maxQueued
 	ap, err := rdb.AsyncAutoPipelineWithOptions(opts)
 	if err != nil {
 		return nil, fmt.Errorf("autopipeline: %w", err)

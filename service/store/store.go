@@ -53,6 +53,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultConfig returns the configuration a zero Config falls back to.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
 	c = c.withDefaults()
