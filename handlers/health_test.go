@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 func TestHealthz(t *testing.T) {
@@ -35,7 +35,7 @@ func TestReadyz(t *testing.T) {
 	}{
 		{"ready, default store", "", nil, http.StatusOK, map[string]any{"status": "ready", "store": "redis"}},
 		{"ready, embedded", "embedded", nil, http.StatusOK, map[string]any{"status": "ready", "store": "embedded"}},
-		{"store down", "redis", fmt.Errorf("ping: %w", service.ErrUnavailable), http.StatusServiceUnavailable,
+		{"store down", "redis", fmt.Errorf("ping: %w", store.ErrUnavailable), http.StatusServiceUnavailable,
 			map[string]any{"status": "unavailable", "store": "redis", "detail": "the store does not answer or cannot run scripts"}},
 	}
 	for _, tt := range tests {

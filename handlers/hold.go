@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // holdRequest is the body of POST /v1/locks/{name}/hold; every field is optional.
@@ -102,7 +102,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
 	ctx, cancel := a.untilStopping(r)
 	defer cancel()
-	h, err := a.svc.Hold(ctx, name, service.AcquireRequest{
+	h, err := a.svc.Hold(ctx, name, locks.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
 		Wait:  wait,
@@ -151,13 +151,13 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 			case !ok:
 				release()
 				return
-			case ev.Kind == service.HoldRenewed:
+			case ev.Kind == locks.HoldRenewed:
 				err = s.event("renewed", toLeaseResponse(ev.Lease, false))
-			case ev.Kind == service.HoldLost:
+			case ev.Kind == locks.HoldLost:
 				_, _ = h.Close(ctx)
 				_ = s.event("lost", lostEvent{Name: name, Fence: lease.Fence, Reason: ev.Reason})
 				return
-			case ev.Kind == service.HoldReleased:
+			case ev.Kind == locks.HoldReleased:
 				_, _ = h.Close(ctx)
 				_ = s.event("released", releasedEvent{Name: name, Fence: lease.Fence, Released: true})
 				return

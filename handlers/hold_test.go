@@ -9,17 +9,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // TestAcquirePassesWaitAndFair: wait and fair reach the service as they
 // were asked for; a fair/plain mix is a 409 lock-mode-mismatch that says
 // which mode the lock is in.
 func TestAcquirePassesWaitAndFair(t *testing.T) {
-	var got service.AcquireRequest
+	var got locks.AcquireRequest
 	fake := grantingService()
 	acquire := fake.AcquireFn
-	fake.AcquireFn = func(ctx context.Context, name string, req service.AcquireRequest) (service.Lease, error) {
+	fake.AcquireFn = func(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
 		got = req
 		return acquire(ctx, name, req)
 	}
@@ -27,13 +28,13 @@ func TestAcquirePassesWaitAndFair(t *testing.T) {
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("status = %d, want 201 (body %s)", rec.Code, rec.Body)
 	}
-	if diff := cmp.Diff(service.AcquireRequest{Wait: 1500 * time.Millisecond, Fair: true}, got); diff != "" {
+	if diff := cmp.Diff(locks.AcquireRequest{Wait: 1500 * time.Millisecond, Fair: true}, got); diff != "" {
 		t.Errorf("request reaching the service (-want +got):\n%s", diff)
 	}
 
 	for _, fair := range []bool{true, false} {
-		fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
-			return service.Lease{}, &service.ModeError{Name: "orders", Fair: fair}
+		fake := &fakeService{AcquireFn: func(context.Context, string, locks.AcquireRequest) (locks.Lease, error) {
+			return locks.Lease{}, &locks.ModeError{Name: "orders", Fair: fair}
 		}}
 		req := newRequest(http.MethodPost, "/v1/locks/orders", `{"wait":"1s"}`)
 		p := wantProblem(t, serve(t, newTestRouter(t, fake, handlers.Config{}), req), req, http.StatusConflict, "lock-mode-mismatch")
@@ -63,13 +64,13 @@ func TestHoldBeforeTheStream(t *testing.T) {
 		{"unknown field", newRequest(http.MethodPost, "/v1/locks/orders/hold", `{"keepalive":true}`), nil, 400, "invalid-request", nil},
 		{"bad wait", newRequest(http.MethodPost, "/v1/locks/orders/hold", `{"wait":"later"}`), nil, 400, "invalid-request", nil},
 		{"held past the wait", newRequest(http.MethodPost, "/v1/locks/orders/hold", `{"wait":"1s"}`),
-			&service.HeldError{Name: "orders", RetryAfter: 3 * time.Second}, 409, "lock-held", []string{"Hold"}},
+			&locks.HeldError{Name: "orders", RetryAfter: 3 * time.Second}, 409, "lock-held", []string{"Hold"}},
 		{"store down", newRequest(http.MethodPost, "/v1/locks/orders/hold", ""),
-			service.ErrUnavailable, 503, "store-unavailable", []string{"Hold"}},
+			store.ErrUnavailable, 503, "store-unavailable", []string{"Hold"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
-			fake := &fakeService{HoldFn: func(context.Context, string, service.AcquireRequest) (*service.Hold, error) {
+			fake := &fakeService{HoldFn: func(context.Context, string, locks.AcquireRequest) (*locks.Hold, error) {
 				return nil, tt.err
 			}}
 			rec := serve(t, newTestRouter(t, fake, handlers.Config{}), tt.req)
@@ -88,10 +89,10 @@ func TestInterruptedWait(t *testing.T) {
 	close(stopping)
 	untilDone := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 	fake := &fakeService{
-		AcquireFn: func(ctx context.Context, _ string, _ service.AcquireRequest) (service.Lease, error) {
-			return service.Lease{}, untilDone(ctx)
+		AcquireFn: func(ctx context.Context, _ string, _ locks.AcquireRequest) (locks.Lease, error) {
+			return locks.Lease{}, untilDone(ctx)
 		},
-		HoldFn: func(ctx context.Context, _ string, _ service.AcquireRequest) (*service.Hold, error) {
+		HoldFn: func(ctx context.Context, _ string, _ locks.AcquireRequest) (*locks.Hold, error) {
 			return nil, untilDone(ctx)
 		},
 	}

@@ -3,7 +3,7 @@ package handlers
 import (
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // keepaliveResponse describes the keep-alive of a lease the service renews.
@@ -13,7 +13,7 @@ type keepaliveResponse struct {
 	HeartbeatDue *time.Time `json:"heartbeat_due,omitempty"`
 }
 
-func toKeepaliveResponse(ka *service.Keepalive) *keepaliveResponse {
+func toKeepaliveResponse(ka *locks.Keepalive) *keepaliveResponse {
 	if ka == nil {
 		return nil
 	}

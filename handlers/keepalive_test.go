@@ -12,25 +12,27 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestAcquireKeepalivePassesBoundsAndAnswersThem(t *testing.T) {
 	until := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
-	var got service.AcquireRequest
+	var got locks.AcquireRequest
 	fake := grantingService()
-	fake.AcquireFn = func(_ context.Context, name string, req service.AcquireRequest) (service.Lease, error) {
+	fake.AcquireFn = func(_ context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
 		got = req
-		return service.Lease{Name: name, Token: tokenA, Fence: 1, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires,
-			Keepalive: &service.Keepalive{Until: until, Heartbeat: 10 * time.Second, HeartbeatDue: expires}}, nil
+		return locks.Lease{Name: name, Token: tokenA, Fence: 1, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires,
+			Keepalive: &locks.Keepalive{Until: until, Heartbeat: 10 * time.Second, HeartbeatDue: expires}}, nil
 	}
 	rec := serve(t, newTestRouter(t, fake, handlers.Config{}),
 		newRequest("POST", "/v1/locks/orders", `{"ttl":"30s","keepalive":true,"max_hold":"1h","heartbeat":"10s"}`, "Lock-Token", tokenA))
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("status = %d, want 201 (body %s)", rec.Code, rec.Body)
 	}
-	want := service.AcquireRequest{Token: tokenA, TTL: 30 * time.Second, Keepalive: true, MaxHold: time.Hour, Heartbeat: 10 * time.Second}
+	want := locks.AcquireRequest{Token: tokenA, TTL: 30 * time.Second, Keepalive: true, MaxHold: time.Hour, Heartbeat: 10 * time.Second}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("AcquireRequest (-want +got):\n%s", diff)
 	}
@@ -48,8 +50,8 @@ func TestAcquireKeepalivePassesBoundsAndAnswersThem(t *testing.T) {
 
 func TestGetLockReportsLostReason(t *testing.T) {
 	fake := grantingService()
-	fake.InspectFn = func(_ context.Context, name, _ string) (service.LockState, error) {
-		return service.LockState{Name: name, Fence: 3, LostReason: service.LostHeartbeatMissed}, nil
+	fake.InspectFn = func(_ context.Context, name, _ string) (locks.LockState, error) {
+		return locks.LockState{Name: name, Fence: 3, LostReason: locks.LostHeartbeatMissed}, nil
 	}
 	rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest("GET", "/v1/locks/orders", "", "Lock-Token", tokenA))
 	var got map[string]any
@@ -70,11 +72,19 @@ func TestKeepaliveSettingsThatCannotWork(t *testing.T) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	svc, err := service.New(rdb, service.Config{})
+	st, err := store.New(rdb, store.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newTestRouter(t, svc, handlers.Config{})
+	lk, err := locks.New(st, locks.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := ratelimit.New(st, ratelimit.RateLimitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handlers.NewRouter(lk, rl, handlers.Config{})
 	tests := []struct {
 		body, field, detail string
 	}{

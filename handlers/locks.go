@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // acquireRequest is the body of POST /v1/locks/{name}; every field is optional.
@@ -61,7 +61,7 @@ type releaseResponse struct {
 	HoldCount int64 `json:"hold_count"`
 }
 
-func toLeaseResponse(l service.Lease, withToken bool) leaseResponse {
+func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 	resp := leaseResponse{Name: l.Name, Fence: l.Fence, HoldCount: l.HoldCount,
 		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant,
 		Keepalive: toKeepaliveResponse(l.Keepalive)}
@@ -101,7 +101,7 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = a.untilStopping(r)
 		defer cancel()
 	}
-	lease, err := a.svc.Acquire(ctx, name, service.AcquireRequest{
+	lease, err := a.svc.Acquire(ctx, name, locks.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
 		Wait:  wait,
@@ -233,7 +233,7 @@ func lockName(r *http.Request) (string, error) {
 			name = decoded
 		}
 	}
-	return name, service.ValidateName(name)
+	return name, locks.ValidateName(name)
 }
 
 // optionalToken returns the Lock-Token header, checked when present.
@@ -242,7 +242,7 @@ func optionalToken(r *http.Request) (string, error) {
 	if token == "" {
 		return "", nil
 	}
-	return token, service.ValidateToken(token)
+	return token, locks.ValidateToken(token)
 }
 
 func requireToken(r *http.Request) (string, error) {
@@ -250,7 +250,7 @@ func requireToken(r *http.Request) (string, error) {
 	if token == "" {
 		return "", badRequest("Lock-Token", "required", "the Lock-Token header is required: send the token returned by acquire")
 	}
-	return token, service.ValidateToken(token)
+	return token, locks.ValidateToken(token)
 }
 
 // checkAdmin requires Authorization: Bearer <admin key>.

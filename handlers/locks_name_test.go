@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // nameRecorder answers every lock call as grantingService does and records
@@ -15,15 +16,15 @@ import (
 func nameRecorder(got *string) *fakeService {
 	f := grantingService()
 	acquire, renew, release, force, inspect := f.AcquireFn, f.RenewFn, f.ReleaseFn, f.ForceReleaseFn, f.InspectFn
-	f.AcquireFn = func(ctx context.Context, name string, req service.AcquireRequest) (service.Lease, error) {
+	f.AcquireFn = func(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
 		*got = name
 		return acquire(ctx, name, req)
 	}
-	f.RenewFn = func(ctx context.Context, name, token string, ttl time.Duration) (service.Lease, error) {
+	f.RenewFn = func(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error) {
 		*got = name
 		return renew(ctx, name, token, ttl)
 	}
-	f.ReleaseFn = func(ctx context.Context, name, token string) (service.Released, error) {
+	f.ReleaseFn = func(ctx context.Context, name, token string) (locks.Released, error) {
 		*got = name
 		return release(ctx, name, token)
 	}
@@ -31,13 +32,13 @@ func nameRecorder(got *string) *fakeService {
 		*got = name
 		return force(ctx, name)
 	}
-	f.InspectFn = func(ctx context.Context, name, token string) (service.LockState, error) {
+	f.InspectFn = func(ctx context.Context, name, token string) (locks.LockState, error) {
 		*got = name
 		return inspect(ctx, name, token)
 	}
-	f.HoldFn = func(_ context.Context, name string, _ service.AcquireRequest) (*service.Hold, error) {
+	f.HoldFn = func(_ context.Context, name string, _ locks.AcquireRequest) (*locks.Hold, error) {
 		*got = name
-		return nil, &service.HeldError{Name: name, RetryAfter: time.Second}
+		return nil, &locks.HeldError{Name: name, RetryAfter: time.Second}
 	}
 	return f
 }
@@ -130,8 +131,8 @@ func TestLockNamePercentEncoded(t *testing.T) {
 // client spelled the name.
 func TestLockNameLocationIsTheProblemInstance(t *testing.T) {
 	fake := grantingService()
-	fake.ReleaseFn = func(context.Context, string, string) (service.Released, error) {
-		return service.Released{}, service.ErrNotFound
+	fake.ReleaseFn = func(context.Context, string, string) (locks.Released, error) {
+		return locks.Released{}, store.ErrNotFound
 	}
 	router := newTestRouter(t, fake, handlers.Config{})
 	for _, target := range []string{"/v1/locks/job:42", "/v1/locks/job%3A42"} {

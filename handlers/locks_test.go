@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 const (
@@ -24,22 +24,22 @@ var expires = time.Date(2026, 11, 23, 5, 0, 30, 0, time.UTC)
 // grantingService answers every lock call with success, as a free lock would.
 func grantingService() *fakeService {
 	return &fakeService{
-		AcquireFn: func(_ context.Context, name string, req service.AcquireRequest) (service.Lease, error) {
+		AcquireFn: func(_ context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
 			tok := req.Token
 			if tok == "" {
 				tok = "server-token-0123456789"
 			}
-			return service.Lease{Name: name, Token: tok, Fence: 7, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires}, nil
+			return locks.Lease{Name: name, Token: tok, Fence: 7, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires}, nil
 		},
-		RenewFn: func(_ context.Context, name, token string, ttl time.Duration) (service.Lease, error) {
-			return service.Lease{Name: name, Token: token, Fence: 7, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires}, nil
+		RenewFn: func(_ context.Context, name, token string, ttl time.Duration) (locks.Lease, error) {
+			return locks.Lease{Name: name, Token: token, Fence: 7, HoldCount: 1, TTL: 30 * time.Second, ExpiresAt: expires}, nil
 		},
-		ReleaseFn: func(context.Context, string, string) (service.Released, error) {
-			return service.Released{Released: true}, nil
+		ReleaseFn: func(context.Context, string, string) (locks.Released, error) {
+			return locks.Released{Released: true}, nil
 		},
 		ForceReleaseFn: func(context.Context, string) (bool, error) { return true, nil },
-		InspectFn: func(_ context.Context, name, _ string) (service.LockState, error) {
-			return service.LockState{Name: name}, nil
+		InspectFn: func(_ context.Context, name, _ string) (locks.LockState, error) {
+			return locks.LockState{Name: name}, nil
 		},
 	}
 }
@@ -173,24 +173,24 @@ func TestAcquire(t *testing.T) {
 		token      string // Lock-Token sent
 		body       string
 		wantStatus int
-		wantReq    service.AcquireRequest
+		wantReq    locks.AcquireRequest
 	}{
-		{"new lease, server token, default ttl", false, "", "", http.StatusCreated, service.AcquireRequest{}},
-		{"new lease, client token, ttl", false, tokenA, `{"ttl":"1500ms"}`, http.StatusCreated, service.AcquireRequest{Token: tokenA, TTL: 1500 * time.Millisecond}},
-		{"reentrant", true, tokenA, `{"ttl":"2m"}`, http.StatusOK, service.AcquireRequest{Token: tokenA, TTL: 2 * time.Minute}},
+		{"new lease, server token, default ttl", false, "", "", http.StatusCreated, locks.AcquireRequest{}},
+		{"new lease, client token, ttl", false, tokenA, `{"ttl":"1500ms"}`, http.StatusCreated, locks.AcquireRequest{Token: tokenA, TTL: 1500 * time.Millisecond}},
+		{"reentrant", true, tokenA, `{"ttl":"2m"}`, http.StatusOK, locks.AcquireRequest{Token: tokenA, TTL: 2 * time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			var gotName string
-			var gotReq service.AcquireRequest
+			var gotReq locks.AcquireRequest
 			const serverToken = "server-token-0123456789"
-			fake := &fakeService{AcquireFn: func(_ context.Context, name string, req service.AcquireRequest) (service.Lease, error) {
+			fake := &fakeService{AcquireFn: func(_ context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
 				gotName, gotReq = name, req
 				tok := req.Token
 				if tok == "" {
 					tok = serverToken
 				}
-				return service.Lease{Name: name, Token: tok, Fence: 42, HoldCount: 1, TTL: 1500 * time.Millisecond,
+				return locks.Lease{Name: name, Token: tok, Fence: 42, HoldCount: 1, TTL: 1500 * time.Millisecond,
 					ExpiresAt: expires, Reentrant: tt.reentrant}, nil
 			}}
 			req := newRequest(http.MethodPost, "/v1/locks/jobs:nightly.v2", tt.body, "Lock-Token", tt.token)
@@ -227,9 +227,9 @@ func TestAcquire(t *testing.T) {
 func TestRenew(t *testing.T) {
 	var gotTTL time.Duration
 	var gotToken string
-	fake := &fakeService{RenewFn: func(_ context.Context, name, token string, ttl time.Duration) (service.Lease, error) {
+	fake := &fakeService{RenewFn: func(_ context.Context, name, token string, ttl time.Duration) (locks.Lease, error) {
 		gotToken, gotTTL = token, ttl
-		return service.Lease{Name: name, Token: token, Fence: 9, HoldCount: 2, TTL: ttl, ExpiresAt: expires}, nil
+		return locks.Lease{Name: name, Token: token, Fence: 9, HoldCount: 2, TTL: ttl, ExpiresAt: expires}, nil
 	}}
 	h := newTestRouter(t, fake, handlers.Config{})
 	for _, tt := range []struct {
@@ -256,15 +256,15 @@ func TestRenew(t *testing.T) {
 
 func TestRelease(t *testing.T) {
 	tests := []struct {
-		rel  service.Released
+		rel  locks.Released
 		want map[string]any
 	}{
-		{service.Released{Released: false, HoldCount: 1}, map[string]any{"released": false, "hold_count": 1.0}},
-		{service.Released{Released: true, HoldCount: 0}, map[string]any{"released": true, "hold_count": 0.0}},
+		{locks.Released{Released: false, HoldCount: 1}, map[string]any{"released": false, "hold_count": 1.0}},
+		{locks.Released{Released: true, HoldCount: 0}, map[string]any{"released": true, "hold_count": 0.0}},
 	}
 	for _, tt := range tests {
 		var gotToken string
-		fake := &fakeService{ReleaseFn: func(_ context.Context, _, token string) (service.Released, error) {
+		fake := &fakeService{ReleaseFn: func(_ context.Context, _, token string) (locks.Released, error) {
 			gotToken = token
 			return tt.rel, nil
 		}}
@@ -294,27 +294,27 @@ func TestForceReleaseAnswersNoContent(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	held := service.LockState{Name: "orders", Held: true, HoldCount: 2, TTL: 1500 * time.Millisecond,
+	held := locks.LockState{Name: "orders", Held: true, HoldCount: 2, TTL: 1500 * time.Millisecond,
 		ExpiresAt: expires, Fence: 42, Owned: true}
 	tests := []struct {
 		desc  string
-		state service.LockState
+		state locks.LockState
 		token string
 		want  map[string]any
 	}{
-		{"free", service.LockState{Name: "orders", Fence: 41}, "",
+		{"free", locks.LockState{Name: "orders", Fence: 41}, "",
 			map[string]any{"name": "orders", "held": false, "hold_count": 0.0, "ttl_ms": 0.0, "fence": 41.0, "waiters": 0.0, "fair": false}},
 		{"held, no token", held, "",
 			map[string]any{"name": "orders", "held": true, "hold_count": 2.0, "ttl_ms": 1500.0, "fence": 42.0, "expires_at": "2026-11-23T05:00:30Z", "waiters": 0.0, "fair": false}},
 		{"held, owner's token", held, tokenA,
 			map[string]any{"name": "orders", "held": true, "hold_count": 2.0, "ttl_ms": 1500.0, "fence": 42.0, "expires_at": "2026-11-23T05:00:30Z", "owned": true, "waiters": 0.0, "fair": false}},
-		{"free, a token", service.LockState{Name: "orders"}, tokenA,
+		{"free, a token", locks.LockState{Name: "orders"}, tokenA,
 			map[string]any{"name": "orders", "held": false, "hold_count": 0.0, "ttl_ms": 0.0, "fence": 0.0, "owned": false, "waiters": 0.0, "fair": false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			var gotToken string
-			fake := &fakeService{InspectFn: func(_ context.Context, _, token string) (service.LockState, error) {
+			fake := &fakeService{InspectFn: func(_ context.Context, _, token string) (locks.LockState, error) {
 				gotToken = token
 				return tt.state, nil
 			}}

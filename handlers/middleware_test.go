@@ -18,14 +18,16 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestPanicIsAProblemWithoutStack(t *testing.T) {
 	var logs syncBuffer
-	fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
+	fake := &fakeService{AcquireFn: func(context.Context, string, locks.AcquireRequest) (locks.Lease, error) {
 		panic("boom: secret state 0xdeadbeef")
 	}}
 	req := newRequest(http.MethodPost, "/v1/locks/orders", "")
@@ -71,11 +73,11 @@ func newJSONLogger(w io.Writer) *slog.Logger {
 func TestLogsHoldNoSecrets(t *testing.T) {
 	var logs syncBuffer
 	fake := grantingService()
-	fake.RenewFn = func(context.Context, string, string, time.Duration) (service.Lease, error) {
-		return service.Lease{}, errors.New("something broke")
+	fake.RenewFn = func(context.Context, string, string, time.Duration) (locks.Lease, error) {
+		return locks.Lease{}, errors.New("something broke")
 	}
-	fake.ReleaseFn = func(context.Context, string, string) (service.Released, error) {
-		return service.Released{}, service.ErrUnavailable
+	fake.ReleaseFn = func(context.Context, string, string) (locks.Released, error) {
+		return locks.Released{}, store.ErrUnavailable
 	}
 	h := newTestRouter(t, fake, handlers.Config{Logger: newJSONLogger(&logs), AdminKey: adminKey})
 	reqs := []*http.Request{
@@ -123,11 +125,19 @@ func TestMetrics(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	reg := prometheus.NewRegistry()
-	svc, err := service.New(rdb, service.Config{Registerer: reg})
+	st, err := store.New(rdb, store.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newTestRouter(t, svc, handlers.Config{Registry: reg})
+	lk, err := locks.New(st, locks.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := ratelimit.New(st, ratelimit.RateLimitConfig{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handlers.NewRouter(lk, rl, handlers.Config{Registry: reg})
 	if rec := serve(t, h, newRequest(http.MethodPost, "/v1/locks/orders", "")); rec.Code != http.StatusCreated {
 		t.Fatalf("acquire: %d %s", rec.Code, rec.Body)
 	}
@@ -161,7 +171,7 @@ func TestMetrics(t *testing.T) {
 // the 500 it answered.
 func TestPanicIsCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
+	fake := &fakeService{AcquireFn: func(context.Context, string, locks.AcquireRequest) (locks.Lease, error) {
 		panic("boom")
 	}}
 	h := newTestRouter(t, fake, handlers.Config{Registry: reg})
@@ -206,7 +216,7 @@ func TestProbeRequestsLogAtDebug(t *testing.T) {
 // only as their route's pattern.
 func TestMetricLabelsAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	h := newTestRouter(t, decisionFake(perIP(429), service.Decision{Allowed: true, Policy: "per-ip", Limit: 3}),
+	h := newTestRouter(t, decisionFake(perIP(429), ratelimit.Decision{Allowed: true, Policy: "per-ip", Limit: 3}),
 		handlers.Config{Registry: reg})
 	send := func(method string, i int) {
 		for _, path := range []string{
@@ -325,7 +335,7 @@ func TestRequestID(t *testing.T) {
 // itself and by handlers, probes and the gate all carry X-Request-Id, and
 // generated IDs differ from request to request.
 func TestEveryAnswerHasARequestID(t *testing.T) {
-	fake := decisionFake(perIP(429), service.Decision{Allowed: true, Policy: "per-ip", Limit: 3})
+	fake := decisionFake(perIP(429), ratelimit.Decision{Allowed: true, Policy: "per-ip", Limit: 3})
 	fake.AcquireFn = grantingService().AcquireFn
 	fake.ReadyFn = func(context.Context) error { return nil }
 	h := newTestRouter(t, fake, handlers.Config{})

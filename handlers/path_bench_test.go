@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,9 +49,17 @@ func (r *instantRedis) ScriptLoad(ctx context.Context, _ string) *redis.StringCm
 func BenchmarkHotPath(b *testing.B) {
 	rdb := &instantRedis{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}
 	b.Cleanup(func() { _ = rdb.Client.Close() })
-	svc, err := service.New(rdb, service.Config{RateLimit: service.RateLimitConfig{Policies: []service.Policy{{
-		Name: "bench", Key: "ip", Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 1000, Window: time.Minute},
-	}}}})
+	st, err := store.New(rdb, store.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lk, err := locks.New(st, locks.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rl, err := ratelimit.New(st, ratelimit.RateLimitConfig{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{{
+		Name: "bench", Key: "ip", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 1000, Window: time.Minute},
+	}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +67,7 @@ func BenchmarkHotPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	router := handlers.NewRouter(svc, handlers.Config{
+	router := handlers.NewRouter(lk, rl, handlers.Config{
 		RateLimit: handlers.RateLimitConfig{ClientIP: handlers.ClientIPConfig{TrustedProxies: trusted}},
 	})
 	cases := []struct {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // Problem is an RFC 9457 problem details body. Type is one of the stable
@@ -67,16 +69,16 @@ func as[T error]() func(error) bool {
 // problemTable is the one mapping from errors to HTTP statuses. The first
 // matching rule wins, so specific errors come before the sentinels they wrap.
 var problemTable = []problemRule{
-	{as[*service.PolicyNotFoundError](), http.StatusNotFound, "policy-not-found"},
-	{as[*service.HeldError](), http.StatusConflict, "lock-held"},
-	{as[*service.ModeError](), http.StatusConflict, "lock-mode-mismatch"},
-	{is(service.ErrNotOwner), http.StatusConflict, "not-owner"},
-	{is(service.ErrInvalid), http.StatusBadRequest, "invalid-request"},
+	{as[*ratelimit.PolicyNotFoundError](), http.StatusNotFound, "policy-not-found"},
+	{as[*locks.HeldError](), http.StatusConflict, "lock-held"},
+	{as[*locks.ModeError](), http.StatusConflict, "lock-mode-mismatch"},
+	{is(locks.ErrNotOwner), http.StatusConflict, "not-owner"},
+	{is(store.ErrInvalid), http.StatusBadRequest, "invalid-request"},
 	{as[validator.ValidationErrors](), http.StatusBadRequest, "invalid-request"},
-	{is(service.ErrNotFound), http.StatusNotFound, "lease-not-found"},
-	{is(service.ErrConflict), http.StatusConflict, "conflict"},
+	{is(store.ErrNotFound), http.StatusNotFound, "lease-not-found"},
+	{is(store.ErrConflict), http.StatusConflict, "conflict"},
 	{as[*http.MaxBytesError](), http.StatusRequestEntityTooLarge, "payload-too-large"},
-	{is(service.ErrUnavailable), http.StatusServiceUnavailable, "store-unavailable"},
+	{is(store.ErrUnavailable), http.StatusServiceUnavailable, "store-unavailable"},
 	{is(context.DeadlineExceeded), http.StatusServiceUnavailable, "store-unavailable"},
 }
 
@@ -119,7 +121,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		}
 	}
 	p.Errors = append(p.Errors, fieldErrors(err)...)
-	var held *service.HeldError
+	var held *locks.HeldError
 	switch {
 	case errors.As(err, &held):
 		w.Header().Set("Retry-After", retryAfterSeconds(held.RetryAfter))
@@ -147,7 +149,7 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 func publicDetail(rule problemRule, err error) string {
 	switch rule.typ {
 	case "store-unavailable":
-		var re *service.ReplicationError
+		var re *store.ReplicationError
 		if errors.As(err, &re) {
 			return re.Error() + "; inspect the lock before relying on the change"
 		}
@@ -162,11 +164,11 @@ func publicDetail(rule problemRule, err error) string {
 	case "lock-held":
 		return "the lock is held by another owner"
 	case "policy-not-found":
-		var pe *service.PolicyNotFoundError
+		var pe *ratelimit.PolicyNotFoundError
 		errors.As(err, &pe)
 		return "no rate-limit policy is named " + strconv.Quote(pe.Name)
 	case "lock-mode-mismatch":
-		var me *service.ModeError
+		var me *locks.ModeError
 		if errors.As(err, &me) && me.Fair {
 			return "the lock is fair while anyone holds or waits for it: acquire it with \"fair\": true, or when nobody holds or waits for it"
 		}
@@ -176,7 +178,7 @@ func publicDetail(rule problemRule, err error) string {
 		errors.As(err, &mb)
 		return "request body is larger than " + strconv.FormatInt(mb.Limit, 10) + " bytes"
 	}
-	var ve *service.ValidationError
+	var ve *store.ValidationError
 	if errors.As(err, &ve) {
 		return ve.Detail
 	}
@@ -188,7 +190,7 @@ func publicDetail(rule problemRule, err error) string {
 }
 
 func fieldErrors(err error) []FieldError {
-	var ve *service.ValidationError
+	var ve *store.ValidationError
 	if errors.As(err, &ve) {
 		return []FieldError{{Field: ve.Field, Rule: ve.Rule, Detail: ve.Detail}}
 	}

@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // TestErrorTable drives each service error through an acquire and checks
@@ -31,24 +32,24 @@ func TestErrorTable(t *testing.T) {
 		wantRetryAfter string // "" means no Retry-After header
 		field          string // "" means no errors[] entry is required
 	}{
-		{"held, 1001ms rounds up", &service.HeldError{Name: "orders", RetryAfter: 1001 * time.Millisecond}, http.StatusConflict, "lock-held", "2", ""},
-		{"held, exactly 1s", &service.HeldError{Name: "orders", RetryAfter: time.Second}, http.StatusConflict, "lock-held", "1", ""},
-		{"held, 1ms left", &service.HeldError{Name: "orders", RetryAfter: time.Millisecond}, http.StatusConflict, "lock-held", "1", ""},
-		{"held, no ttl", &service.HeldError{Name: "orders"}, http.StatusConflict, "lock-held", "1", ""},
-		{"held, 29.5s", &service.HeldError{Name: "orders", RetryAfter: 29500 * time.Millisecond}, http.StatusConflict, "lock-held", "30", ""},
-		{"not owner", service.ErrNotOwner, http.StatusConflict, "not-owner", "", ""},
-		{"not owner, wrapped", fmt.Errorf("acquire: %w", service.ErrNotOwner), http.StatusConflict, "not-owner", "", ""},
-		{"other conflict", service.ErrConflict, http.StatusConflict, "conflict", "", ""},
-		{"not found", service.ErrNotFound, http.StatusNotFound, "lease-not-found", "", ""},
-		{"validation", &service.ValidationError{Field: "ttl", Rule: "max", Detail: "ttl must be at most 1h0m0s"}, http.StatusBadRequest, "invalid-request", "", "ttl"},
-		{"unavailable", fmt.Errorf("acquire: %w: %w", service.ErrUnavailable, io.EOF), http.StatusServiceUnavailable, "store-unavailable", "1", ""},
+		{"held, 1001ms rounds up", &locks.HeldError{Name: "orders", RetryAfter: 1001 * time.Millisecond}, http.StatusConflict, "lock-held", "2", ""},
+		{"held, exactly 1s", &locks.HeldError{Name: "orders", RetryAfter: time.Second}, http.StatusConflict, "lock-held", "1", ""},
+		{"held, 1ms left", &locks.HeldError{Name: "orders", RetryAfter: time.Millisecond}, http.StatusConflict, "lock-held", "1", ""},
+		{"held, no ttl", &locks.HeldError{Name: "orders"}, http.StatusConflict, "lock-held", "1", ""},
+		{"held, 29.5s", &locks.HeldError{Name: "orders", RetryAfter: 29500 * time.Millisecond}, http.StatusConflict, "lock-held", "30", ""},
+		{"not owner", locks.ErrNotOwner, http.StatusConflict, "not-owner", "", ""},
+		{"not owner, wrapped", fmt.Errorf("acquire: %w", locks.ErrNotOwner), http.StatusConflict, "not-owner", "", ""},
+		{"other conflict", store.ErrConflict, http.StatusConflict, "conflict", "", ""},
+		{"not found", store.ErrNotFound, http.StatusNotFound, "lease-not-found", "", ""},
+		{"validation", &store.ValidationError{Field: "ttl", Rule: "max", Detail: "ttl must be at most 1h0m0s"}, http.StatusBadRequest, "invalid-request", "", "ttl"},
+		{"unavailable", fmt.Errorf("acquire: %w: %w", store.ErrUnavailable, io.EOF), http.StatusServiceUnavailable, "store-unavailable", "1", ""},
 		{"deadline", fmt.Errorf("acquire: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "store-unavailable", "1", ""},
 		{"unknown", errors.New("ERR user_script:7: secret internals at 10.1.2.3"), http.StatusInternalServerError, "internal", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
-			fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
-				return service.Lease{}, tt.err
+			fake := &fakeService{AcquireFn: func(context.Context, string, locks.AcquireRequest) (locks.Lease, error) {
+				return locks.Lease{}, tt.err
 			}}
 			req := newRequest(http.MethodPost, "/v1/locks/orders", "")
 			// Unchecked against the spec: acquire never really gets some of
@@ -78,16 +79,16 @@ func TestErrorTable(t *testing.T) {
 // TestErrorTableOnEveryRoute checks that each lock route maps service
 // errors through the same table.
 func TestErrorTableOnEveryRoute(t *testing.T) {
-	notOwner := service.ErrNotOwner
+	notOwner := locks.ErrNotOwner
 	fake := &fakeService{
-		RenewFn: func(context.Context, string, string, time.Duration) (service.Lease, error) {
-			return service.Lease{}, notOwner
+		RenewFn: func(context.Context, string, string, time.Duration) (locks.Lease, error) {
+			return locks.Lease{}, notOwner
 		},
-		ReleaseFn: func(context.Context, string, string) (service.Released, error) {
-			return service.Released{}, service.ErrNotFound
+		ReleaseFn: func(context.Context, string, string) (locks.Released, error) {
+			return locks.Released{}, store.ErrNotFound
 		},
-		InspectFn: func(context.Context, string, string) (service.LockState, error) {
-			return service.LockState{}, service.ErrUnavailable
+		InspectFn: func(context.Context, string, string) (locks.LockState, error) {
+			return locks.LockState{}, store.ErrUnavailable
 		},
 		ForceReleaseFn: func(context.Context, string) (bool, error) { return false, context.DeadlineExceeded },
 	}
@@ -110,9 +111,9 @@ func TestErrorTableOnEveryRoute(t *testing.T) {
 }
 
 func TestCancelledRequestGetsNothing(t *testing.T) {
-	fake := &fakeService{AcquireFn: func(ctx context.Context, _ string, _ service.AcquireRequest) (service.Lease, error) {
+	fake := &fakeService{AcquireFn: func(ctx context.Context, _ string, _ locks.AcquireRequest) (locks.Lease, error) {
 		<-ctx.Done()
-		return service.Lease{}, ctx.Err()
+		return locks.Lease{}, ctx.Err()
 	}}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -128,8 +129,8 @@ func TestCancelledRequestGetsNothing(t *testing.T) {
 // not come from the request's own context is a server fault, not a client
 // that went away.
 func TestCanceledErrorOfALiveRequestIsNotSilent(t *testing.T) {
-	fake := &fakeService{AcquireFn: func(context.Context, string, service.AcquireRequest) (service.Lease, error) {
-		return service.Lease{}, context.Canceled
+	fake := &fakeService{AcquireFn: func(context.Context, string, locks.AcquireRequest) (locks.Lease, error) {
+		return locks.Lease{}, context.Canceled
 	}}
 	req := newRequest(http.MethodPost, "/v1/locks/orders", "")
 	rec := serveUnchecked(newTestRouter(t, fake, handlers.Config{}), req) // 500 is not in the spec

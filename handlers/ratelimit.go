@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // RateLimitConfig tunes the rate-limit routes.
@@ -53,8 +53,8 @@ type decisionResponse struct {
 // toServiceRequest turns a check body into a service request. An inline
 // limit is any of limit, window, algorithm or burst; limit and window are
 // then required.
-func (req checkRequest) toServiceRequest() (service.RateLimitRequest, error) {
-	out := service.RateLimitRequest{Policy: req.Policy, Key: req.Key}
+func (req checkRequest) toServiceRequest() (ratelimit.RateLimitRequest, error) {
+	out := ratelimit.RateLimitRequest{Policy: req.Policy, Key: req.Key}
 	if req.Cost != nil {
 		if *req.Cost < 1 {
 			return out, badRequest("cost", "min", "cost must be at least 1, got "+strconv.FormatInt(*req.Cost, 10))
@@ -73,7 +73,7 @@ func (req checkRequest) toServiceRequest() (service.RateLimitRequest, error) {
 	if req.Window == "" {
 		return out, badRequest("window", "required", "window is required for an inline limit (a duration such as 10s)")
 	}
-	l := service.Limit{Algorithm: service.Algorithm(req.Algorithm), Limit: *req.Limit, Window: parseDuration(req.Window)}
+	l := ratelimit.Limit{Algorithm: ratelimit.Algorithm(req.Algorithm), Limit: *req.Limit, Window: parseDuration(req.Window)}
 	if req.Burst != nil {
 		if *req.Burst < 1 {
 			return out, badRequest("burst", "min", "burst must be at least 1, got "+strconv.FormatInt(*req.Burst, 10))
@@ -128,12 +128,12 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	a.decide(w, r, service.RateLimitRequest{Policy: pol.Name, Key: key}, pol.DenyStatus)
+	a.decide(w, r, ratelimit.RateLimitRequest{Policy: pol.Name, Key: key}, pol.DenyStatus)
 }
 
 // decide makes one decision and answers it: 200 when allowed, denyStatus
 // when denied, a problem when no decision could be made.
-func (a *api) decide(w http.ResponseWriter, r *http.Request, req service.RateLimitRequest, denyStatus int) {
+func (a *api) decide(w http.ResponseWriter, r *http.Request, req ratelimit.RateLimitRequest, denyStatus int) {
 	d, err := a.svc.CheckRateLimit(r.Context(), req)
 	if err != nil {
 		writeError(w, r, a.log, err)
@@ -148,13 +148,13 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request, req service.RateLim
 
 // identity is the key a policy takes from a request: the client's address
 // (see ClientIPConfig) or a header's value.
-func (a *api) identity(r *http.Request, pol service.Policy) (string, error) {
+func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
 	if h := pol.KeyHeader(); h != "" {
 		v := r.Header.Get(h)
 		if v == "" {
 			return "", badRequest(h, "required", "policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
 		}
-		if err := service.ValidateRateLimitKey(h, v); err != nil {
+		if err := ratelimit.ValidateRateLimitKey(h, v); err != nil {
 			return "", err
 		}
 		return v, nil
@@ -167,7 +167,7 @@ func (a *api) identity(r *http.Request, pol service.Policy) (string, error) {
 }
 
 // writeDecision answers a decision with its headers and JSON body.
-func (a *api) writeDecision(w http.ResponseWriter, status int, d service.Decision) {
+func (a *api) writeDecision(w http.ResponseWriter, status int, d ratelimit.Decision) {
 	setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)
 	writeDecisionJSON(w, status, decisionResponse{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
@@ -183,7 +183,7 @@ func (a *api) writeDecision(w http.ResponseWriter, status int, d service.Decisio
 // X-RateLimit-* headers when asked to. Every gateway request answers the
 // first two, so they are built in one buffer and go in under their
 // canonical names.
-func setRateLimitHeaders(h http.Header, d service.Decision, legacy bool) {
+func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 	reset := ceilSeconds(d.ResetAfter)
 	var buf [160]byte
 	b := strconv.AppendQuote(buf[:0], d.Policy)
@@ -248,7 +248,7 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 			writeError(w, r, a.log, badRequest("client", "address", err.Error()))
 			return
 		}
-		d, err := a.svc.CheckRateLimit(r.Context(), service.RateLimitRequest{Policy: policy, Key: "api:" + key})
+		d, err := a.svc.CheckRateLimit(r.Context(), ratelimit.RateLimitRequest{Policy: policy, Key: "api:" + key})
 		if err != nil {
 			writeError(w, r, a.log, err)
 			return

@@ -3,21 +3,21 @@ package handlers_test
 import (
 	"context"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-func (f *fakeService) RateLimitPolicy(name string) (service.Policy, error) {
+func (f *fakeService) RateLimitPolicy(name string) (ratelimit.Policy, error) {
 	f.record("RateLimitPolicy")
 	if f.RateLimitPolicyFn == nil {
-		return service.Policy{}, errUnexpectedCall
+		return ratelimit.Policy{}, errUnexpectedCall
 	}
 	return f.RateLimitPolicyFn(name)
 }
 
-func (f *fakeService) CheckRateLimit(ctx context.Context, req service.RateLimitRequest) (service.Decision, error) {
+func (f *fakeService) CheckRateLimit(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error) {
 	f.record("CheckRateLimit")
 	if f.CheckRateLimitFn == nil {
-		return service.Decision{}, errUnexpectedCall
+		return ratelimit.Decision{}, errUnexpectedCall
 	}
 	return f.CheckRateLimitFn(ctx, req)
 }

@@ -9,24 +9,25 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-func perIP(deny int) service.Policy {
-	return service.Policy{Name: "per-ip", Key: "ip", DenyStatus: deny, Fail: service.FailOpen,
-		Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 3, Window: 10 * time.Second}}
+func perIP(deny int) ratelimit.Policy {
+	return ratelimit.Policy{Name: "per-ip", Key: "ip", DenyStatus: deny, Fail: ratelimit.FailOpen,
+		Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: 10 * time.Second}}
 }
 
 // decisionFake answers every check with d (for the key it was asked about).
-func decisionFake(pol service.Policy, d service.Decision) *fakeService {
+func decisionFake(pol ratelimit.Policy, d ratelimit.Decision) *fakeService {
 	return &fakeService{
-		RateLimitPolicyFn: func(name string) (service.Policy, error) {
+		RateLimitPolicyFn: func(name string) (ratelimit.Policy, error) {
 			if name != pol.Name {
-				return service.Policy{}, &service.PolicyNotFoundError{Name: name}
+				return ratelimit.Policy{}, &ratelimit.PolicyNotFoundError{Name: name}
 			}
 			return pol, nil
 		},
-		CheckRateLimitFn: func(_ context.Context, req service.RateLimitRequest) (service.Decision, error) {
+		CheckRateLimitFn: func(_ context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error) {
 			d.Key = req.Key
 			return d, nil
 		},
@@ -34,7 +35,7 @@ func decisionFake(pol service.Policy, d service.Decision) *fakeService {
 }
 
 func TestRateLimitHeaders(t *testing.T) {
-	base := service.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second}
+	base := ratelimit.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second}
 	allowed := base
 	allowed.Allowed, allowed.Remaining, allowed.ResetAfter = true, 2, 9001*time.Millisecond
 	denied := base
@@ -45,7 +46,7 @@ func TestRateLimitHeaders(t *testing.T) {
 	subSecond.ResetAfter, subSecond.RetryAfter = 1*time.Millisecond, 2*time.Millisecond
 	tests := []struct {
 		name   string
-		d      service.Decision
+		d      ratelimit.Decision
 		legacy bool
 		status int
 		want   map[string]string // "" = header absent
@@ -79,12 +80,12 @@ func TestRateLimitHeaders(t *testing.T) {
 }
 
 func TestCheckRateLimitDecisionBody(t *testing.T) {
-	d := service.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second,
+	d := ratelimit.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second,
 		ResetAfter: 4500 * time.Millisecond, RetryAfter: 4501 * time.Millisecond}
 	fake := decisionFake(perIP(403), d)
-	var got service.RateLimitRequest
+	var got ratelimit.RateLimitRequest
 	check := fake.CheckRateLimitFn
-	fake.CheckRateLimitFn = func(ctx context.Context, req service.RateLimitRequest) (service.Decision, error) {
+	fake.CheckRateLimitFn = func(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error) {
 		got = req
 		return check(ctx, req)
 	}
@@ -105,28 +106,28 @@ func TestCheckRateLimitDecisionBody(t *testing.T) {
 	if diff := cmp.Diff(want, body); diff != "" {
 		t.Errorf("body (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(service.RateLimitRequest{Policy: "per-ip", Key: "user:1", Cost: 2}, got); diff != "" {
+	if diff := cmp.Diff(ratelimit.RateLimitRequest{Policy: "per-ip", Key: "user:1", Cost: 2}, got); diff != "" {
 		t.Errorf("service request (-want +got):\n%s", diff)
 	}
 }
 
 func TestGateRateLimit(t *testing.T) {
-	denied := service.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second, RetryAfter: time.Second}
+	denied := ratelimit.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second, RetryAfter: time.Second}
 	tests := []struct {
 		name    string
-		pol     service.Policy
-		d       service.Decision
+		pol     ratelimit.Policy
+		d       ratelimit.Decision
 		path    string
 		method  string
 		status  int
 		typ     string
 		wantKey string
 	}{
-		{"allowed", perIP(429), service.Decision{Allowed: true, Policy: "per-ip"}, "/v1/ratelimit/gate/per-ip", "GET", 200, "", "192.0.2.1"},
+		{"allowed", perIP(429), ratelimit.Decision{Allowed: true, Policy: "per-ip"}, "/v1/ratelimit/gate/per-ip", "GET", 200, "", "192.0.2.1"},
 		{"denied 429", perIP(429), denied, "/v1/ratelimit/gate/per-ip", "POST", 429, "", "192.0.2.1"},
 		{"denied with the policy's 403", perIP(403), denied, "/v1/ratelimit/gate/per-ip", "OPTIONS", 403, "", "192.0.2.1"},
 		{"unknown policy", perIP(429), denied, "/v1/ratelimit/gate/other", "GET", 404, "policy-not-found", ""},
-		{"a WebDAV method", perIP(429), service.Decision{Allowed: true, Policy: "per-ip"}, "/v1/ratelimit/gate/per-ip", "PROPFIND", 200, "", "192.0.2.1"},
+		{"a WebDAV method", perIP(429), ratelimit.Decision{Allowed: true, Policy: "per-ip"}, "/v1/ratelimit/gate/per-ip", "PROPFIND", 200, "", "192.0.2.1"},
 		{"TRACE, denied", perIP(429), denied, "/v1/ratelimit/gate/per-ip/app/path", "TRACE", 429, "", "192.0.2.1"},
 		{"a WebDAV method, unknown policy", perIP(429), denied, "/v1/ratelimit/gate/other/x", "MKCOL", 404, "policy-not-found", ""},
 		{"no policy named", perIP(429), denied, "/v1/ratelimit/gate/", "PROPFIND", 405, "method-not-allowed", ""},
@@ -151,10 +152,10 @@ func TestGateRateLimit(t *testing.T) {
 }
 
 func TestSelfProtection(t *testing.T) {
-	denied := service.Decision{Policy: "api", Limit: 1, Window: time.Minute, RetryAfter: 30 * time.Second}
-	pol := service.Policy{Name: "api", Key: "ip", DenyStatus: 429}
+	denied := ratelimit.Decision{Policy: "api", Limit: 1, Window: time.Minute, RetryAfter: 30 * time.Second}
+	pol := ratelimit.Policy{Name: "api", Key: "ip", DenyStatus: 429}
 	fake := decisionFake(pol, denied)
-	fake.InspectFn = func(context.Context, string, string) (service.LockState, error) { return service.LockState{}, nil }
+	fake.InspectFn = func(context.Context, string, string) (locks.LockState, error) { return locks.LockState{}, nil }
 	h := newTestRouter(t, fake, handlers.Config{RateLimit: handlers.RateLimitConfig{SelfPolicy: "api"}})
 	rec := serve(t, h, newRequest("GET", "/v1/locks/x", ""))
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "30" {

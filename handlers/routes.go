@@ -44,7 +44,7 @@ type Config struct {
 
 // api holds what every handler needs.
 type api struct {
-	svc      Service
+	svc      services
 	cfg      Config
 	log      *slog.Logger
 	validate *validator.Validate
@@ -52,7 +52,7 @@ type api struct {
 
 // NewRouter returns the whole HTTP surface of Latchkey: the v1 routes, the
 // OpenAPI document and Swagger UI, health, readiness and metrics.
-func NewRouter(svc Service, cfg Config) http.Handler {
+func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -71,7 +71,7 @@ func NewRouter(svc Service, cfg Config) http.Handler {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = 10 * time.Second
 	}
-	a := &api{svc: svc, cfg: cfg, log: cfg.Logger, validate: newValidator()}
+	a := &api{svc: services{lk, rl}, cfg: cfg, log: cfg.Logger, validate: newValidator()}
 
 	r := chi.NewRouter()
 	r.Use(requestID)

@@ -59,10 +59,10 @@ func specProblemTypes(t *testing.T) map[string]bool {
 	return out
 }
 
-// newTestRouter returns the router on svc with cfg.
-func newTestRouter(t *testing.T, svc handlers.Service, cfg handlers.Config) http.Handler {
+// newTestRouter returns the router on svc, for both domains, with cfg.
+func newTestRouter(t *testing.T, svc *fakeService, cfg handlers.Config) http.Handler {
 	t.Helper()
-	return handlers.NewRouter(svc, cfg)
+	return handlers.NewRouter(svc, svc, cfg)
 }
 
 // newRequest builds a request. A non-empty body is sent as application/json

@@ -4,21 +4,33 @@ import (
 	"context"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-// Service is what the HTTP layer needs from the domain. *service.Service
+// Locks is what the HTTP layer needs from the lock domain. *locks.Service
 // satisfies it; tests use a fake.
-type Service interface {
-	Acquire(ctx context.Context, name string, req service.AcquireRequest) (service.Lease, error)
-	Renew(ctx context.Context, name, token string, ttl time.Duration) (service.Lease, error)
-	Release(ctx context.Context, name, token string) (service.Released, error)
+type Locks interface {
+	Acquire(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error)
+	Renew(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error)
+	Release(ctx context.Context, name, token string) (locks.Released, error)
 	ForceRelease(ctx context.Context, name string) (bool, error)
-	Inspect(ctx context.Context, name, token string) (service.LockState, error)
-	Ready(ctx context.Context) error
-
-	RateLimitPolicy(name string) (service.Policy, error)
-	CheckRateLimit(ctx context.Context, req service.RateLimitRequest) (service.Decision, error)
+	Inspect(ctx context.Context, name, token string) (locks.LockState, error)
 	// Hold acquires a lease that the service renews until Close.
-	Hold(ctx context.Context, name string, req service.AcquireRequest) (*service.Hold, error)
+	Hold(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
+	// Ready checks that the store answers and runs scripts.
+	Ready(ctx context.Context) error
+}
+
+// RateLimits is what the HTTP layer needs from the rate-limit domain.
+// *ratelimit.Service satisfies it; tests use a fake.
+type RateLimits interface {
+	RateLimitPolicy(name string) (ratelimit.Policy, error)
+	CheckRateLimit(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error)
+}
+
+// services are the domains the handlers call.
+type services struct {
+	Locks
+	RateLimits
 }

@@ -7,36 +7,43 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-// The real service is what the router is built on in production.
-var _ handlers.Service = (*service.Service)(nil)
+// The real services are what the router is built on in production.
+var (
+	_ handlers.Locks      = (*locks.Service)(nil)
+	_ handlers.RateLimits = (*ratelimit.Service)(nil)
+)
 
 // errUnexpectedCall is what fakeService answers for a method a test did not
 // expect to be called.
 var errUnexpectedCall = errors.New("fake service: unexpected call")
 
-// fakeService implements handlers.Service with one function field per
+// fakeService implements handlers.Locks and handlers.RateLimits with one function field per
 // method, like wtf's mock package. It records every call; a method whose
 // field is nil answers errUnexpectedCall.
 type fakeService struct {
-	AcquireFn      func(ctx context.Context, name string, req service.AcquireRequest) (service.Lease, error)
-	RenewFn        func(ctx context.Context, name, token string, ttl time.Duration) (service.Lease, error)
-	ReleaseFn      func(ctx context.Context, name, token string) (service.Released, error)
+	AcquireFn      func(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error)
+	RenewFn        func(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error)
+	ReleaseFn      func(ctx context.Context, name, token string) (locks.Released, error)
 	ForceReleaseFn func(ctx context.Context, name string) (bool, error)
-	InspectFn      func(ctx context.Context, name, token string) (service.LockState, error)
+	InspectFn      func(ctx context.Context, name, token string) (locks.LockState, error)
 	ReadyFn        func(ctx context.Context) error
-	HoldFn         func(ctx context.Context, name string, req service.AcquireRequest) (*service.Hold, error)
+	HoldFn         func(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
 
-	RateLimitPolicyFn func(name string) (service.Policy, error)
-	CheckRateLimitFn  func(ctx context.Context, req service.RateLimitRequest) (service.Decision, error)
+	RateLimitPolicyFn func(name string) (ratelimit.Policy, error)
+	CheckRateLimitFn  func(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error)
 
 	mu    sync.Mutex
 	calls []string
 }
 
-var _ handlers.Service = (*fakeService)(nil)
+var (
+	_ handlers.Locks      = (*fakeService)(nil)
+	_ handlers.RateLimits = (*fakeService)(nil)
+)
 
 func (f *fakeService) record(method string) {
 	f.mu.Lock()
@@ -51,26 +58,26 @@ func (f *fakeService) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeService) Acquire(ctx context.Context, name string, req service.AcquireRequest) (service.Lease, error) {
+func (f *fakeService) Acquire(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
 	f.record("Acquire")
 	if f.AcquireFn == nil {
-		return service.Lease{}, errUnexpectedCall
+		return locks.Lease{}, errUnexpectedCall
 	}
 	return f.AcquireFn(ctx, name, req)
 }
 
-func (f *fakeService) Renew(ctx context.Context, name, token string, ttl time.Duration) (service.Lease, error) {
+func (f *fakeService) Renew(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error) {
 	f.record("Renew")
 	if f.RenewFn == nil {
-		return service.Lease{}, errUnexpectedCall
+		return locks.Lease{}, errUnexpectedCall
 	}
 	return f.RenewFn(ctx, name, token, ttl)
 }
 
-func (f *fakeService) Release(ctx context.Context, name, token string) (service.Released, error) {
+func (f *fakeService) Release(ctx context.Context, name, token string) (locks.Released, error) {
 	f.record("Release")
 	if f.ReleaseFn == nil {
-		return service.Released{}, errUnexpectedCall
+		return locks.Released{}, errUnexpectedCall
 	}
 	return f.ReleaseFn(ctx, name, token)
 }
@@ -83,10 +90,10 @@ func (f *fakeService) ForceRelease(ctx context.Context, name string) (bool, erro
 	return f.ForceReleaseFn(ctx, name)
 }
 
-func (f *fakeService) Inspect(ctx context.Context, name, token string) (service.LockState, error) {
+func (f *fakeService) Inspect(ctx context.Context, name, token string) (locks.LockState, error) {
 	f.record("Inspect")
 	if f.InspectFn == nil {
-		return service.LockState{}, errUnexpectedCall
+		return locks.LockState{}, errUnexpectedCall
 	}
 	return f.InspectFn(ctx, name, token)
 }
@@ -99,7 +106,7 @@ func (f *fakeService) Ready(ctx context.Context) error {
 	return f.ReadyFn(ctx)
 }
 
-func (f *fakeService) Hold(ctx context.Context, name string, req service.AcquireRequest) (*service.Hold, error) {
+func (f *fakeService) Hold(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error) {
 	f.record("Hold")
 	if f.HoldFn == nil {
 		return nil, errUnexpectedCall

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
 )
 
 // badInputMaxTTL and badInputMaxBody are the bounds of the bad-input server.
@@ -19,7 +18,7 @@ const (
 )
 
 func withLimits(maxTTL time.Duration, maxBody int64) envOption {
-	return func(s *service.Config, h *handlers.Config) {
+	return func(s *serviceConfig, h *handlers.Config) {
 		s.MaxTTL = maxTTL
 		s.DefaultTTL = maxTTL / 2
 		h.MaxBodyBytes = maxBody

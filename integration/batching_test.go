@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // newScriptService returns a service on the Redis at url with the server's
 // client settings (no resend of a failed command), its scripts riding
 // go-redis's autopipeliner when pipelined, as cmd/server runs it by default.
-func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.Duration) *service.Service {
+func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.Duration) *services {
 	tb.Helper()
 	opts, err := redis.ParseURL(url)
 	if err != nil {
@@ -24,16 +25,13 @@ func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.
 	opts.MaxRetries = -1
 	rdb := redis.NewClient(opts)
 	tb.Cleanup(func() { _ = rdb.Close() })
-	var client service.RedisClient = rdb
+	var client store.Client = rdb
 	if pipelined {
-		if client, err = service.NewPipelinedClient(rdb, 0); err != nil {
+		if client, err = store.NewPipelinedClient(rdb, 0); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	svc, err := service.New(client, service.Config{KeyPrefix: uniquePrefix(), OpTimeout: opTimeout})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	svc := newServices(tb, client, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), OpTimeout: opTimeout}})
 	if err := svc.LoadScripts(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
@@ -54,11 +52,11 @@ func TestPipelinedRepliesReachTheirCallers(t *testing.T) {
 			defer wg.Done()
 			for i := range rounds {
 				name := fmt.Sprintf("pipe-%d-%d", w, i)
-				token := service.NewToken()
+				token := locks.NewToken()
 				// A TTL unique to this call: the script echoes it, so a reply
 				// delivered to the wrong caller would show.
 				ttl := time.Duration(10_000+w*rounds+i) * time.Millisecond
-				lease, err := svc.Acquire(t.Context(), name, service.AcquireRequest{Token: token, TTL: ttl})
+				lease, err := svc.Acquire(t.Context(), name, locks.AcquireRequest{Token: token, TTL: ttl})
 				if err != nil {
 					errc <- fmt.Errorf("acquire %s: %w", name, err)
 					return
@@ -93,7 +91,7 @@ func TestPipelinedRepliesReachTheirCallers(t *testing.T) {
 func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 	rdb, url := newRedis(t)
 	svc := newScriptService(t, url, true, 2*time.Second)
-	prefix := svc.Config().KeyPrefix
+	prefix := svc.Store.Config().KeyPrefix
 	const n = 200
 	for i := 0; i < n; i += 4 {
 		// Every fourth lock key is a plain string: the acquire script hits WRONGTYPE.
@@ -107,7 +105,7 @@ func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, results[i] = svc.Acquire(t.Context(), fmt.Sprintf("mixed-%d", i), service.AcquireRequest{TTL: 5 * time.Second})
+			_, results[i] = svc.Acquire(t.Context(), fmt.Sprintf("mixed-%d", i), locks.AcquireRequest{TTL: 5 * time.Second})
 		}()
 	}
 	wg.Wait()
@@ -116,7 +114,7 @@ func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 		switch {
 		case broken && err == nil:
 			t.Errorf("mixed-%d: acquire on a wrong-type key succeeded", i)
-		case broken && errors.Is(err, service.ErrUnavailable):
+		case broken && errors.Is(err, store.ErrUnavailable):
 			t.Errorf("mixed-%d: script error reported as unavailable: %v", i, err)
 		case !broken && err != nil:
 			t.Errorf("mixed-%d: %v (another request's error leaked here?)", i, err)
@@ -132,7 +130,7 @@ func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 	svc := newScriptService(t, url, true, 150*time.Millisecond)
 	admin := newClient(t, url)
 
-	if _, err := svc.Acquire(t.Context(), "before-pause", service.AcquireRequest{}); err != nil {
+	if _, err := svc.Acquire(t.Context(), "before-pause", locks.AcquireRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := admin.Do(t.Context(), "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
@@ -144,7 +142,7 @@ func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, timeouts[i] = svc.Acquire(t.Context(), fmt.Sprintf("paused-%d", i), service.AcquireRequest{})
+			_, timeouts[i] = svc.Acquire(t.Context(), fmt.Sprintf("paused-%d", i), locks.AcquireRequest{})
 		}()
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -165,7 +163,7 @@ func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range timeouts {
-		if !errors.Is(err, service.ErrUnavailable) {
+		if !errors.Is(err, store.ErrUnavailable) {
 			t.Errorf("paused-%d: err = %v, want ErrUnavailable", i, err)
 		}
 	}
@@ -187,7 +185,7 @@ func TestPipelinedDeadlinesAndCancellation(t *testing.T) {
 	for i := range 50 {
 		name := fmt.Sprintf("after-%d", i)
 		ttl := time.Duration(2_000+i) * time.Millisecond // echoed by the script: a late reply of a paused call would carry 30s
-		lease, err := svc.Acquire(t.Context(), name, service.AcquireRequest{TTL: ttl})
+		lease, err := svc.Acquire(t.Context(), name, locks.AcquireRequest{TTL: ttl})
 		if err != nil || lease.Name != name || lease.TTL != ttl || lease.HoldCount != 1 {
 			t.Errorf("acquire %s after the pause = %+v, %v", name, lease, err)
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/latchkey/latchkey/client"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // doneGuard bounds the wait for a lease's Done that is due: it fails only a
@@ -315,7 +315,7 @@ func TestClientServerKilled(t *testing.T) {
 // TestClientRedisPausedPastLease: while Redis does not answer for longer
 // than the TTL, a keep-alive lease and a hold are both reported lost.
 func TestClientRedisPausedPastLease(t *testing.T) {
-	e := newClientEnv(t, func(sc *service.Config, _ *handlers.Config) { sc.OpTimeout = 200 * time.Millisecond })
+	e := newClientEnv(t, func(sc *serviceConfig, _ *handlers.Config) { sc.OpTimeout = 200 * time.Millisecond })
 	ctx := t.Context()
 	ka, err := e.c.Lock(ctx, "paused-ka", client.LockOptions{TTL: time.Second, KeepAlive: true,
 		Heartbeat: 600 * time.Millisecond, MaxHold: time.Minute})
@@ -482,7 +482,7 @@ func TestClientConcurrentUse(t *testing.T) {
 // sleeps until allowed, and gives up at once when that would pass the
 // context's deadline.
 func TestClientLimiter(t *testing.T) {
-	e := newClientEnv(t, withPolicies(policy("one-per-second", service.FixedWindow, 1, time.Second)))
+	e := newClientEnv(t, withPolicies(policy("one-per-second", ratelimit.FixedWindow, 1, time.Second)))
 	ctx := t.Context()
 	lim := e.c.Limiter()
 	d, err := lim.Check(ctx, "one-per-second", "user-1", 1)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -180,13 +180,10 @@ func TestFairChildInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(opts)
-	svc, err := service.New(rdb, service.Config{KeyPrefix: parts[1]})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: parts[1]}})
 	// Long enough for the parent to queue its own waiter behind this one and
 	// kill this process, however slowly the machine runs.
-	_, err = svc.Acquire(t.Context(), parts[2], service.AcquireRequest{Wait: 10 * time.Second, Fair: true})
+	_, err = svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 10 * time.Second, Fair: true})
 	t.Fatalf("the child instance was not killed while it waited: %v", err)
 }
 

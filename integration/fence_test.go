@@ -52,7 +52,7 @@ func TestFencesAfterPartialLoss(t *testing.T) {
 		}
 	}
 	// The counter keeps its long TTL, refreshed on grant, as a compact integer.
-	fenceTTL := e.Svc.Config().FenceTTL
+	fenceTTL := e.Svc.lockService.Config().FenceTTL
 	if ttl, err := e.RDB.PTTL(t.Context(), e.fenceKey(name)).Result(); err != nil || ttl < fenceTTL-time.Minute {
 		t.Errorf("fence counter TTL = %s (%v), want about %s", ttl, err, fenceTTL)
 	}

@@ -14,13 +14,13 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // holdEnv is a server whose HTTP read and write timeouts are far shorter
 // than the streams it serves, and whose hold streams ping every 100ms.
-func holdEnv(t *testing.T, client func(*redis.Client) service.RedisClient) *testEnv {
+func holdEnv(t *testing.T, client func(*redis.Client) store.Client) *testEnv {
 	t.Helper()
 	rdb, url := newRedis(t)
 	return newWaitEnv(t, rdb, url, waitEnvConfig{
@@ -168,7 +168,7 @@ func (o outageClient) EvalSha(ctx context.Context, sha string, keys []string, ar
 // every ttl/3.
 func TestHoldLostInOutage(t *testing.T) {
 	var down atomic.Bool
-	e := holdEnv(t, func(c *redis.Client) service.RedisClient { return outageClient{Client: c, down: &down} })
+	e := holdEnv(t, func(c *redis.Client) store.Client { return outageClient{Client: c, down: &down} })
 	const ttl = 3 * time.Second
 	h := e.openHold(t, "outage", `{"ttl":"`+ttl.String()+`"}`)
 	ev := h.next(t, eventGuard, false)
@@ -214,7 +214,7 @@ func eventExpiry(t testing.TB, ev sseEvent) time.Time {
 func TestHoldForceReleaseUnheard(t *testing.T) {
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
-	e := holdEnv(t, func(c *redis.Client) service.RedisClient { return deafSubscriber{Client: c, deaf: deaf} })
+	e := holdEnv(t, func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} })
 	h := e.openHold(t, "unheard", `{"ttl":"600ms"}`)
 	if ev := h.next(t, eventGuard, false); ev.Name != "acquired" {
 		t.Fatalf("first event %+v, want acquired", ev)

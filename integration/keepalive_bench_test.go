@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,17 +85,14 @@ func BenchmarkKeepalive10kLeases(b *testing.B) {
 	_, url := startRedisContainer(b)
 	rdb := newClient(b, url)
 	rec := &lagRecorder{Client: rdb}
-	svc, err := service.New(rec, service.Config{KeyPrefix: uniquePrefix()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	svc := newServices(b, rec, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix()}})
 	if err := svc.LoadScripts(b.Context()); err != nil {
 		b.Fatal(err)
 	}
 	stop := startRenewer(b, svc)
 	defer stop()
 	for i := range leases {
-		if _, err := svc.Acquire(b.Context(), fmt.Sprintf("bench-%d", i), service.AcquireRequest{TTL: ttl, Keepalive: true}); err != nil {
+		if _, err := svc.Acquire(b.Context(), fmt.Sprintf("bench-%d", i), locks.AcquireRequest{TTL: ttl, Keepalive: true}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -114,7 +111,7 @@ func BenchmarkKeepalive10kLeases(b *testing.B) {
 	info1, cmd1 := redisInfo(b, rdb, "cpu"), redisInfo(b, rdb, "stats")
 	lags, batches := rec.take()
 
-	n, err := rdb.ZCard(context.Background(), svc.Config().KeyPrefix+"keepalive").Result()
+	n, err := rdb.ZCard(context.Background(), svc.Store.Config().KeyPrefix+"keepalive").Result()
 	if err != nil || n != leases {
 		b.Fatalf("registry holds %d leases (%v), want %d: leases were lost", n, err, leases)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,8 +28,8 @@ type instance struct {
 }
 
 // instanceConfig tunes the service of a keep-alive test instance.
-func keepaliveConfig(prefix string) func(*service.Config, *handlers.Config) {
-	return func(sc *service.Config, _ *handlers.Config) {
+func keepaliveConfig(prefix string) func(*serviceConfig, *handlers.Config) {
+	return func(sc *serviceConfig, _ *handlers.Config) {
 		sc.KeyPrefix = prefix
 		sc.RenewPoll = 20 * time.Millisecond
 	}
@@ -38,7 +38,7 @@ func keepaliveConfig(prefix string) func(*service.Config, *handlers.Config) {
 // newInstance starts a Latchkey instance for t on client (the raw client rdb
 // wrapped, or rdb itself) with the given key prefix, and runs its renewer
 // until t ends or kill is called.
-func newInstance(t testing.TB, rdb *redis.Client, client service.RedisClient, prefix string, opts ...envOption) *instance {
+func newInstance(t testing.TB, rdb *redis.Client, client store.Client, prefix string, opts ...envOption) *instance {
 	t.Helper()
 	srv, svc, _ := startServer(t, client, true, append([]envOption{keepaliveConfig(prefix)}, opts...)...)
 	in := &instance{srv: srv, testEnv: &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, Prefix: prefix, Svc: svc}}
@@ -56,7 +56,7 @@ func (in *instance) kill() {
 
 // startRenewer runs svc's renewer until t ends or the returned function is
 // called; either way it waits for the renewer to return.
-func startRenewer(t testing.TB, svc *service.Service) func() {
+func startRenewer(t testing.TB, svc interface{ RunRenewer(context.Context) }) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

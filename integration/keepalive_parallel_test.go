@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -131,7 +131,7 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 			close(gate.open)
 		}
 	})
-	cfg := func(sc *service.Config, _ *handlers.Config) {
+	cfg := func(sc *serviceConfig, _ *handlers.Config) {
 		sc.RenewBatch, sc.RenewParallel = batch, parallel
 		sc.RenewPoll = 2 * time.Millisecond
 		sc.OpTimeout = 10 * time.Second // calls wait at the gate
@@ -142,7 +142,7 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 	b := newInstance(t, rdb, recB, prefix, cfg)
 	for i := range leases {
 		if _, err := a.Svc.Acquire(t.Context(), fmt.Sprintf("ka-par-%03d", i),
-			service.AcquireRequest{TTL: time.Minute, Keepalive: true}); err != nil {
+			locks.AcquireRequest{TTL: time.Minute, Keepalive: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

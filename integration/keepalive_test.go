@@ -11,12 +11,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestKeepaliveValidation(t *testing.T) {
-	e := newTestEnv(t, func(sc *service.Config, _ *handlers.Config) { sc.MaxHoldCap = time.Hour })
+	e := newTestEnv(t, func(sc *serviceConfig, _ *handlers.Config) { sc.MaxHoldCap = time.Hour })
 	tests := []struct {
 		body, field, rule, detail string
 	}{
@@ -120,7 +120,7 @@ func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
 func TestKeepaliveMaxHold(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
-	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
+	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
 	a := newInstance(t, rdb, rdb, prefix, fast)
 	newInstance(t, rdb, rdb, prefix, fast)
 	start := time.Now()
@@ -197,7 +197,7 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
 	gc := &gatedClient{Client: rdb, entered: make(chan []any, 1), gate: make(chan struct{})}
-	slow := newInstance(t, rdb, gc, prefix, func(sc *service.Config, _ *handlers.Config) { sc.OpTimeout = 10 * time.Second })
+	slow := newInstance(t, rdb, gc, prefix, func(sc *serviceConfig, _ *handlers.Config) { sc.OpTimeout = 10 * time.Second })
 	t.Cleanup(func() {
 		select {
 		case <-gc.gate:
@@ -247,7 +247,7 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
-	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
+	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
 	a := newInstance(t, rdb, rdb, prefix, fast)
 	b := newInstance(t, rdb, rdb, prefix, fast)
 	var wg sync.WaitGroup
@@ -256,10 +256,10 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ctx := t.Context()
-			svc := []*service.Service{a.Svc, b.Svc}[g%2]
+			svc := []*services{a.Svc, b.Svc}[g%2]
 			for i := range 25 {
 				name := fmt.Sprintf("ka-hammer-%d", (g+i)%4)
-				l, err := svc.Acquire(ctx, name, service.AcquireRequest{TTL: 300 * time.Millisecond, Keepalive: true})
+				l, err := svc.Acquire(ctx, name, locks.AcquireRequest{TTL: 300 * time.Millisecond, Keepalive: true})
 				if err != nil {
 					continue // held by another goroutine
 				}
@@ -332,13 +332,13 @@ func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
 func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
-	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond; sc.RenewBatch = 50 }
+	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond; sc.RenewBatch = 50 }
 	a := newInstance(t, rdb, rdb, prefix, fast)
 	b := newInstance(t, rdb, rdb, prefix, fast)
 	tokens := map[string]string{}
 	for i := range 300 {
 		name := fmt.Sprintf("ka-storm-%d", i)
-		l, err := a.Svc.Acquire(t.Context(), name, service.AcquireRequest{TTL: 600 * time.Millisecond, Keepalive: true})
+		l, err := a.Svc.Acquire(t.Context(), name, locks.AcquireRequest{TTL: 600 * time.Millisecond, Keepalive: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +392,7 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
-	fast := func(sc *service.Config, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
+	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
 	a := newInstance(t, rdb, rdb, prefix, fast)
 	b := newInstance(t, rdb, rdb, prefix, fast)
 	start := time.Now()
@@ -441,7 +441,7 @@ func TestKeepaliveSurvivesShortRedisOutage(t *testing.T) {
 	opts.ContextTimeoutEnabled = true // as the server sets it: deadlines reach the socket
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
-	a := newInstance(t, rdb, rdb, uniquePrefix(), func(sc *service.Config, _ *handlers.Config) {
+	a := newInstance(t, rdb, rdb, uniquePrefix(), func(sc *serviceConfig, _ *handlers.Config) {
 		sc.OpTimeout = 300 * time.Millisecond
 	})
 	tok := a.acquireKeepalive(t, "ka-outage", `{"ttl":"4s","keepalive":true}`)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/client"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // Exit statuses documented by cmd/latchkey.
@@ -216,7 +216,7 @@ func TestLatchkeyCommand(t *testing.T) {
 
 	// The documented statuses, and the other commands.
 	t.Run("statuses", func(t *testing.T) {
-		e := server(t, withPolicies(policy("once", service.FixedWindow, 1, time.Hour)))
+		e := server(t, withPolicies(policy("once", ratelimit.FixedWindow, 1, time.Hour)))
 		l, err := e.c.Lock(t.Context(), "busy", client.LockOptions{TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // BenchmarkLeasePath measures acquire + release on a real Redis from many
@@ -29,7 +29,7 @@ func BenchmarkLeasePath(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					lockName := fmt.Sprintf("bench-%d", n.Add(1))
-					lease, err := svc.Acquire(ctx, lockName, service.AcquireRequest{TTL: 10 * time.Second})
+					lease, err := svc.Acquire(ctx, lockName, locks.AcquireRequest{TTL: 10 * time.Second})
 					if err != nil {
 						b.Error(err)
 						return

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // leaseJSON is the Lease schema of api/openapi.yaml.
@@ -147,7 +147,7 @@ func (e *testEnv) lockHash(t testing.TB, name string) map[string]string {
 
 // withAdminKey sets the router's admin key ("" disables admin actions).
 func withAdminKey(key string) envOption {
-	return func(_ *service.Config, h *handlers.Config) { h.AdminKey = key }
+	return func(_ *serviceConfig, h *handlers.Config) { h.AdminKey = key }
 }
 
 func TestLockLifecycle(t *testing.T) {
@@ -221,7 +221,7 @@ func TestLockLifecycle(t *testing.T) {
 	if st := e.inspect(t, name, "Lock-Token", tok); st.Owned == nil || !*st.Owned {
 		t.Errorf("inspect with the owner's token: owned = %v, want true", st.Owned)
 	}
-	other := service.NewToken()
+	other := locks.NewToken()
 	if st := e.inspect(t, name, "Lock-Token", other); st.Owned == nil || *st.Owned {
 		t.Errorf("inspect with another token: owned = %v, want false", st.Owned)
 	}
@@ -295,7 +295,7 @@ func TestAcquireWithClientToken(t *testing.T) {
 	}
 	// The same token re-enters; a second client with its own token is refused.
 	wantStatus(t, e.do(t, "POST", "/v1/locks/jobs.42", "", "Lock-Token", tok), http.StatusOK)
-	wantProblem(t, e.do(t, "POST", "/v1/locks/jobs.42", "", "Lock-Token", service.NewToken()), http.StatusConflict, "lock-held")
+	wantProblem(t, e.do(t, "POST", "/v1/locks/jobs.42", "", "Lock-Token", locks.NewToken()), http.StatusConflict, "lock-held")
 	r = e.do(t, "DELETE", "/v1/locks/jobs.42", "", "Lock-Token", tok)
 	if got := decodeAs[releaseJSON](t, r); got.HoldCount != 1 {
 		t.Errorf("release = %+v, want hold_count 1", got)

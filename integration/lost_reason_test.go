@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // loseToMaxHold gives token a keep-alive lease on name whose max_hold is its
@@ -22,7 +22,7 @@ func (e *testEnv) loseToMaxHold(t *testing.T, name, token string) {
 	})
 	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s"}`, "Lock-Token", token), http.StatusOK)
 	waitFor(t, 5*time.Second, token+" lost to max_hold", func() bool {
-		return e.lockState(t, name, token)["lost_reason"] == service.LostMaxHold
+		return e.lockState(t, name, token)["lost_reason"] == locks.LostMaxHold
 	})
 }
 
@@ -33,7 +33,7 @@ func TestNewGrantClearsLostReason(t *testing.T) {
 	for _, body := range []string{`{"ttl":"100ms"}`, `{"ttl":"100ms","fair":true}`, `{"ttl":"100ms","wait":"1s"}`} {
 		t.Run(body, func(t *testing.T) {
 			e := newTestEnv(t)
-			other, reused := service.NewToken(), service.NewToken()
+			other, reused := locks.NewToken(), locks.NewToken()
 			e.loseToMaxHold(t, "reused", other)
 			e.loseToMaxHold(t, "reused", reused)
 
@@ -42,7 +42,7 @@ func TestNewGrantClearsLostReason(t *testing.T) {
 			if st := e.lockState(t, "reused", reused); st["lost_reason"] != nil {
 				t.Errorf("after a new lease that expired: %v, want no lost_reason (the max_hold loss was an earlier lease's)", st)
 			}
-			if st := e.lockState(t, "reused", other); st["lost_reason"] != service.LostMaxHold {
+			if st := e.lockState(t, "reused", other); st["lost_reason"] != locks.LostMaxHold {
 				t.Errorf("another token's state: %v, want lost_reason max_hold kept", st)
 			}
 		})

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,20 +45,17 @@ func memoryOf(t *testing.T, rdb *redis.Client, pattern string) (total int64, key
 func TestMemoryPerHeldLock(t *testing.T) {
 	_, url := startRedisContainer(t)
 	rdb := newClient(t, url)
-	svc, err := service.New(rdb, service.Config{KeyPrefix: service.DefaultKeyPrefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}})
 	cases := []struct {
 		name   string
-		req    service.AcquireRequest
+		req    locks.AcquireRequest
 		budget int // bytes per lock, its share of shared keys included
 	}{
-		{"plain", service.AcquireRequest{TTL: 30 * time.Second}, maxBytesPerHeldLock},
-		{"fair", service.AcquireRequest{TTL: 30 * time.Second, Fair: true}, maxBytesPerHeldLock},
+		{"plain", locks.AcquireRequest{TTL: 30 * time.Second}, maxBytesPerHeldLock},
+		{"fair", locks.AcquireRequest{TTL: 30 * time.Second, Fair: true}, maxBytesPerHeldLock},
 		// A keep-alive lease also carries its bounds and an entry in the
 		// shared renewal registry.
-		{"keepalive", service.AcquireRequest{TTL: 30 * time.Second, Keepalive: true, MaxHold: time.Hour, Heartbeat: time.Minute},
+		{"keepalive", locks.AcquireRequest{TTL: 30 * time.Second, Keepalive: true, MaxHold: time.Hour, Heartbeat: time.Minute},
 			maxBytesPerKeepaliveLease},
 	}
 	for _, tc := range cases {
@@ -88,23 +87,19 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 	// the sliding window's two counters and window index packed together.
 	// The token bucket is measured with a whole and a fractional number of
 	// µs a token: its TAT is an integer either way.
-	policies := []service.Policy{
+	policies := []ratelimit.Policy{
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
-			Limit: service.Limit{Algorithm: service.FixedWindow, Limit: 100, Window: time.Minute}},
+			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 100, Window: time.Minute}},
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
-			Limit: service.Limit{Algorithm: service.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}},
+			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20}},
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
-			Limit: service.Limit{Algorithm: service.TokenBucket, Limit: 3, Window: 10 * time.Second, Burst: 3}},
+			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 3, Window: 10 * time.Second, Burst: 3}},
 		{Name: "per-ip", Key: "ip", DenyStatus: 429,
-			Limit: service.Limit{Algorithm: service.SlidingWindow, Limit: 100, Window: time.Minute}},
+			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindow, Limit: 100, Window: time.Minute}},
 	}
 	for _, p := range policies {
 		t.Run(fmt.Sprintf("%s %d per %s", p.Limit.Algorithm, p.Limit.Limit, p.Limit.Window), func(t *testing.T) {
-			svc, err := service.New(rdb, service.Config{KeyPrefix: service.DefaultKeyPrefix,
-				RateLimit: service.RateLimitConfig{Policies: []service.Policy{p}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}, RateLimit: ratelimit.RateLimitConfig{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{p}}})
 			const n = 200
 			for i := range n {
 				// Clients as the gate keys them: IPv4 addresses and IPv6 /64 networks.
@@ -112,7 +107,7 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 				if i%2 == 1 {
 					key = fmt.Sprintf("2001:db8:%x:%x::/64", i*7919%65536, i)
 				}
-				if _, err := svc.CheckRateLimit(t.Context(), service.RateLimitRequest{Policy: "per-ip", Key: key}); err != nil {
+				if _, err := svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "per-ip", Key: key}); err != nil {
 					t.Fatal(err)
 				}
 			}

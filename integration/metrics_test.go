@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -114,7 +114,7 @@ func TestMetrics(t *testing.T) {
 // /metrics once one of each kind has been seen, and the made-up values
 // appear in no label.
 func TestMetricSeriesBoundedOverHTTP(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("open", service.FixedWindow, 1_000_000, time.Hour)))
+	e := newTestEnv(t, withPolicies(policy("open", ratelimit.FixedWindow, 1_000_000, time.Hour)))
 	raw := *e
 	raw.Client = &http.Client{} // made-up methods are not in api/openapi.yaml
 	send := func(i int) {

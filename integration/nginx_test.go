@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // TestNginxGateway runs the documented deploy/nginx/nginx.conf in a real
@@ -37,7 +37,7 @@ func TestNginxGateway(t *testing.T) {
 		}
 		nginx = "/usr/sbin/nginx"
 	}
-	pol, err := service.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}
@@ -137,7 +137,7 @@ func TestNginxGateway(t *testing.T) {
 // checkNginxFailModes checks that each auth location of deploy/nginx/nginx.conf
 // sends Latchkey's unreachability to the handler of its policy's fail setting
 // in deploy/nginx/policies.yaml, and that every policy has one.
-func checkNginxFailModes(t *testing.T, pols []service.Policy) {
+func checkNginxFailModes(t *testing.T, pols []ratelimit.Policy) {
 	t.Helper()
 	conf, err := os.ReadFile(filepath.Join("..", "deploy", "nginx", "nginx.conf"))
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,9 +58,9 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 // a loaded machine can neither pass a degraded answer (allowed uncounted)
 // for an admission nor fail a decision for being slow.
 func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
-	burst := policy("burst", service.FixedWindow, 60, time.Minute)
-	burst.Fail = service.FailClosed
-	e := newTestEnv(t, withPolicies(burst), func(s *service.Config, _ *handlers.Config) {
+	burst := policy("burst", ratelimit.FixedWindow, 60, time.Minute)
+	burst.Fail = ratelimit.FailClosed
+	e := newTestEnv(t, withPolicies(burst), func(s *serviceConfig, _ *handlers.Config) {
 		s.RateLimit.Timeout, s.OpTimeout = time.Minute, time.Minute
 	})
 	const keys, perKey = 4, 90
@@ -104,12 +104,12 @@ func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
 // still have run when the pause ended, as any timed-out command may).
 func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
 	_, url := startRedisContainer(t)
-	open := policy("open", service.FixedWindow, 1000, time.Minute)
-	closed := policy("closed", service.FixedWindow, 1000, time.Minute)
-	closed.Fail = service.FailClosed
+	open := policy("open", ratelimit.FixedWindow, 1000, time.Minute)
+	closed := policy("closed", ratelimit.FixedWindow, 1000, time.Minute)
+	closed.Fail = ratelimit.FailClosed
 	const decisionTimeout = 200 * time.Millisecond
 	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout, withPolicies(open, closed),
-		func(s *service.Config, _ *handlers.Config) { s.RateLimit.Timeout = decisionTimeout })
+		func(s *serviceConfig, _ *handlers.Config) { s.RateLimit.Timeout = decisionTimeout })
 	if r := e.do(t, "GET", "/v1/ratelimit/gate/closed", ""); r.Status != http.StatusOK {
 		t.Fatalf("before the pause: %d %s", r.Status, r.Body)
 	}
@@ -191,11 +191,11 @@ func TestRateLimitChecksBehindStalledCallsCountExactly(t *testing.T) {
 	_, url := startRedisContainer(t)
 	for _, sc := range serverClients {
 		t.Run(sc.name, func(t *testing.T) {
-			p := policy("stall", service.FixedWindow, 60, time.Minute)
-			p.Fail = service.FailClosed
+			p := policy("stall", ratelimit.FixedWindow, 60, time.Minute)
+			p.Fail = ratelimit.FailClosed
 			const decisionTimeout = 16 * time.Second
 			e := newServerOnURL(t, url, sc.wrap, decisionTimeout, withPolicies(p),
-				func(s *service.Config, _ *handlers.Config) {
+				func(s *serviceConfig, _ *handlers.Config) {
 					s.RateLimit.Timeout, s.RateLimit.Batch = decisionTimeout, 16
 				})
 			if err := e.RDB.Do(t.Context(), "CLIENT", "PAUSE", time.Minute.Milliseconds(), "WRITE").Err(); err != nil {

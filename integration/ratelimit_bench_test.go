@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // BenchmarkRateLimitDecision measures the decision path on a real Redis: a
@@ -17,11 +17,11 @@ import (
 // both per-decision times and their ratio, so the result reads the same on
 // any machine.
 func BenchmarkRateLimitDecision(b *testing.B) {
-	e := newTestEnv(b, withPolicies(policy("open", service.FixedWindow, 1_000_000_000, time.Hour),
-		policy("shut", service.FixedWindow, 1, time.Hour)))
+	e := newTestEnv(b, withPolicies(policy("open", ratelimit.FixedWindow, 1_000_000_000, time.Hour),
+		policy("shut", ratelimit.FixedWindow, 1, time.Hour)))
 	ctx := context.Background()
-	allowed := service.RateLimitRequest{Policy: "open", Key: "bench"}
-	denied := service.RateLimitRequest{Policy: "shut", Key: "bench"}
+	allowed := ratelimit.RateLimitRequest{Policy: "open", Key: "bench"}
+	denied := ratelimit.RateLimitRequest{Policy: "shut", Key: "bench"}
 	for range 2 {
 		if _, err := e.Svc.CheckRateLimit(ctx, denied); err != nil {
 			b.Fatal(err)
@@ -61,8 +61,8 @@ func BenchmarkRateLimitDecisionsConcurrent(b *testing.B) {
 		name := map[int]string{1: "one-call-each", 0: "batched"}[batch]
 		b.Run(name, func(b *testing.B) {
 			e := newServerOnURL(b, url, serverClients[1].wrap, 2*time.Second,
-				withPolicies(policy("open", service.FixedWindow, 1_000_000_000, time.Hour)),
-				func(s *service.Config, _ *handlers.Config) { s.RateLimit.Batch = batch })
+				withPolicies(policy("open", ratelimit.FixedWindow, 1_000_000_000, time.Hour)),
+				func(s *serviceConfig, _ *handlers.Config) { s.RateLimit.Batch = batch })
 			ctx := context.Background()
 			var n atomic.Int64
 			calls0 := commandCalls(b, e.RDB)["evalsha"]
@@ -71,7 +71,7 @@ func BenchmarkRateLimitDecisionsConcurrent(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					key := fmt.Sprintf("client-%d", n.Add(1)%10_000)
-					d, err := e.Svc.CheckRateLimit(ctx, service.RateLimitRequest{Policy: "open", Key: key})
+					d, err := e.Svc.CheckRateLimit(ctx, ratelimit.RateLimitRequest{Policy: "open", Key: key})
 					if err != nil || !d.Allowed {
 						b.Errorf("decision: %+v, %v", d, err)
 						return

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,12 +43,12 @@ func TestRateLimitRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := serverClient(t, opts.Addr, outageTimeout)
-	open := policy("open", service.FixedWindow, 100, time.Minute)
-	closed := policy("closed", service.FixedWindow, 100, time.Minute)
-	closed.Fail = service.FailClosed
+	open := policy("open", ratelimit.FixedWindow, 100, time.Minute)
+	closed := policy("closed", ratelimit.FixedWindow, 100, time.Minute)
+	closed.Fail = ratelimit.FailClosed
 	logs := &syncBuffer{}
 	const decisionTimeout = 200 * time.Millisecond
-	e := newTestEnvOn(t, rdb, url, withPolicies(open, closed), func(s *service.Config, _ *handlers.Config) {
+	e := newTestEnvOn(t, rdb, url, withPolicies(open, closed), func(s *serviceConfig, _ *handlers.Config) {
 		s.RateLimit.Timeout = decisionTimeout
 		s.RateLimit.LogInterval = time.Hour
 		s.RateLimit.Logger = slog.New(slog.NewJSONHandler(logs, nil))
@@ -102,8 +102,8 @@ func TestRateLimitRedisDown(t *testing.T) {
 // TestRateLimitSelfProtection limits a client's calls to Latchkey's own API
 // when a self policy is configured; the gate stays unaffected.
 func TestRateLimitSelfProtection(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("api", service.FixedWindow, 2, time.Minute), policy("gw", service.FixedWindow, 10, time.Minute)),
-		func(_ *service.Config, h *handlers.Config) { h.RateLimit.SelfPolicy = "api" })
+	e := newTestEnv(t, withPolicies(policy("api", ratelimit.FixedWindow, 2, time.Minute), policy("gw", ratelimit.FixedWindow, 10, time.Minute)),
+		func(_ *serviceConfig, h *handlers.Config) { h.RateLimit.SelfPolicy = "api" })
 	for i := 0; i < 2; i++ {
 		if r := e.do(t, "GET", "/v1/locks/self", ""); r.Status != 200 {
 			t.Fatalf("call %d: status = %d, want 200", i+1, r.Status)
@@ -135,7 +135,7 @@ func TestRateLimitSelfProtection(t *testing.T) {
 // TestRateLimitSelfProtectionOffByDefault checks that without a self policy
 // nothing limits the API.
 func TestRateLimitSelfProtectionOffByDefault(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("api", service.FixedWindow, 1, time.Minute)))
+	e := newTestEnv(t, withPolicies(policy("api", ratelimit.FixedWindow, 1, time.Minute)))
 	for i := 0; i < 5; i++ {
 		if r := e.do(t, "GET", "/v1/locks/free", ""); r.Status != 200 {
 			t.Fatalf("call %d: status = %d, want 200", i+1, r.Status)

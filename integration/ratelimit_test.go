@@ -11,12 +11,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // withPolicies configures named rate-limit policies.
-func withPolicies(ps ...service.Policy) envOption {
-	return func(s *service.Config, _ *handlers.Config) {
+func withPolicies(ps ...ratelimit.Policy) envOption {
+	return func(s *serviceConfig, _ *handlers.Config) {
 		s.RateLimit.Policies = append(s.RateLimit.Policies, ps...)
 		s.RateLimit.AllowInline = true
 	}
@@ -24,15 +24,15 @@ func withPolicies(ps ...service.Policy) envOption {
 
 // withTrustedProxies makes the given CIDRs trusted forwarders.
 func withTrustedProxies(cidrs ...string) envOption {
-	return func(_ *service.Config, h *handlers.Config) {
+	return func(_ *serviceConfig, h *handlers.Config) {
 		for _, c := range cidrs {
 			h.RateLimit.ClientIP.TrustedProxies = append(h.RateLimit.ClientIP.TrustedProxies, netip.MustParsePrefix(c))
 		}
 	}
 }
 
-func policy(name string, alg service.Algorithm, limit int64, window time.Duration) service.Policy {
-	return service.Policy{Name: name, Limit: service.Limit{Algorithm: alg, Limit: limit, Window: window}}
+func policy(name string, alg ratelimit.Algorithm, limit int64, window time.Duration) ratelimit.Policy {
+	return ratelimit.Policy{Name: name, Limit: ratelimit.Limit{Algorithm: alg, Limit: limit, Window: window}}
 }
 
 // decision is the JSON body of a rate-limit decision.
@@ -82,7 +82,7 @@ func retryAfter(t testing.TB, r response) int {
 // TestRateLimitThreePerTenSeconds is the reference case: a fixed window of 3
 // requests per 10 s per IP, asked through the gate.
 func TestRateLimitThreePerTenSeconds(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("per-ip", service.FixedWindow, 3, 10*time.Second)))
+	e := newTestEnv(t, withPolicies(policy("per-ip", ratelimit.FixedWindow, 3, 10*time.Second)))
 	for i := 1; i <= 3; i++ {
 		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "")
 		if r.Status != http.StatusOK {
@@ -137,7 +137,7 @@ func TestRateLimitThreePerTenSeconds(t *testing.T) {
 // seconds is too, and that denials are not counted.
 func TestRateLimitRetryAfterIsHonest(t *testing.T) {
 	e := newTestEnv(t, withPolicies())
-	for _, alg := range service.Algorithms {
+	for _, alg := range ratelimit.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
 			body := `{"key":"honest-` + string(alg) + `","limit":2,"window":"1s","algorithm":"` + string(alg) + `"}`
@@ -190,7 +190,7 @@ func TestRateLimitRetryAfterIsHonest(t *testing.T) {
 // TestRateLimitFixedWindowShortWindow checks the window edge: the counter
 // lives exactly one window from the first hit.
 func TestRateLimitFixedWindowShortWindow(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("short", service.FixedWindow, 2, time.Second)))
+	e := newTestEnv(t, withPolicies(policy("short", ratelimit.FixedWindow, 2, time.Second)))
 	body := `{"policy":"short","key":"edge"}`
 	_, d := e.check(t, body)
 	firstDone := time.Now() // the counter was created before this
@@ -219,7 +219,7 @@ func TestRateLimitFixedWindowShortWindow(t *testing.T) {
 // estimate: a quarter into the next window, 75% of the previous count still
 // counts, so only one of four requests fits where a fixed window allows four.
 func TestRateLimitSlidingWindowWeighsPreviousWindow(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("slide", service.SlidingWindow, 4, 2*time.Second)))
+	e := newTestEnv(t, withPolicies(policy("slide", ratelimit.SlidingWindow, 4, 2*time.Second)))
 	body := `{"policy":"slide","key":"weigh"}`
 	waitForNextWindow(t, e, 2*time.Second, 100*time.Millisecond)
 	for i := 0; i < 4; i++ {
@@ -252,8 +252,8 @@ func TestRateLimitSlidingWindowWeighsPreviousWindow(t *testing.T) {
 // denial and replaced by the next allowed request.
 func TestRateLimitSlidingWindowStorage(t *testing.T) {
 	const window = time.Hour
-	e := newTestEnv(t, withPolicies(policy("slide", service.SlidingWindow, 10, window),
-		policy("big", service.SlidingWindow, 1_000_000_000, window)))
+	e := newTestEnv(t, withPolicies(policy("slide", ratelimit.SlidingWindow, 10, window),
+		policy("big", ratelimit.SlidingWindow, 1_000_000_000, window)))
 	cur := currentWindow(t, e, window)
 	w := strconv.FormatInt(cur, 10)
 	tests := []struct {
@@ -347,7 +347,7 @@ func waitForNextWindow(t testing.TB, e *testEnv, w, offset time.Duration) {
 // TestRateLimitTokenBucketBurst checks GCRA: a full bucket of burst tokens,
 // then one token per emission interval.
 func TestRateLimitTokenBucketBurst(t *testing.T) {
-	p := policy("bucket", service.TokenBucket, 10, 10*time.Second) // a token a second
+	p := policy("bucket", ratelimit.TokenBucket, 10, 10*time.Second) // a token a second
 	p.Burst = 5
 	e := newTestEnv(t, withPolicies(p))
 	body := `{"policy":"bucket","key":"burst"}`
@@ -383,7 +383,7 @@ func TestRateLimitTokenBucketBurst(t *testing.T) {
 // million tokens a second (0.1 µs a token) through HTTP: a decision, not an
 // error, and the first request takes exactly one token.
 func TestRateLimitTokenBucketHighRate(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("fast", service.TokenBucket, 10_000_000, time.Second)))
+	e := newTestEnv(t, withPolicies(policy("fast", ratelimit.TokenBucket, 10_000_000, time.Second)))
 	r, d := e.check(t, `{"policy":"fast","key":"k"}`)
 	if !d.Allowed || d.Remaining != 9_999_999 || d.ResetMS != 1 {
 		t.Fatalf("decision %+v, want allowed with 9999999 remaining, reset_ms 1", d)
@@ -395,7 +395,7 @@ func TestRateLimitTokenBucketHighRate(t *testing.T) {
 
 // TestRateLimitCost checks requests that spend more than one unit.
 func TestRateLimitCost(t *testing.T) {
-	for _, alg := range service.Algorithms {
+	for _, alg := range ratelimit.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
 			e := newTestEnv(t, withPolicies(policy("costly", alg, 10, time.Minute)))
@@ -424,7 +424,7 @@ func TestRateLimitCost(t *testing.T) {
 // TestRateLimitBadInput checks that bad requests get a problem naming the
 // field and rule, and change nothing in Redis.
 func TestRateLimitBadInput(t *testing.T) {
-	e := newTestEnv(t, withPolicies(policy("per-ip", service.FixedWindow, 3, 10*time.Second)))
+	e := newTestEnv(t, withPolicies(policy("per-ip", ratelimit.FixedWindow, 3, 10*time.Second)))
 	cases := []struct {
 		name, method, path, body string
 		status                   int
@@ -483,7 +483,7 @@ func TestRateLimitBadInput(t *testing.T) {
 // TestRateLimitClientIdentity checks the gate's key: forwarded headers count
 // only from a trusted proxy, walked right to left past trusted hops.
 func TestRateLimitClientIdentity(t *testing.T) {
-	limited := policy("per-ip", service.FixedWindow, 1, time.Minute)
+	limited := policy("per-ip", ratelimit.FixedWindow, 1, time.Minute)
 	t.Run("untrusted peer", func(t *testing.T) {
 		e := newTestEnv(t, withPolicies(limited))
 		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "X-Forwarded-For", "198.51.100.1")
@@ -530,9 +530,9 @@ func TestRateLimitClientIdentity(t *testing.T) {
 // else the caller's address for an ip policy or the header a header policy
 // names.
 func TestRateLimitCheckKeys(t *testing.T) {
-	byKey := policy("by-api-key", service.FixedWindow, 1, time.Minute)
+	byKey := policy("by-api-key", ratelimit.FixedWindow, 1, time.Minute)
 	byKey.Key = "header:X-Api-Key"
-	e := newTestEnv(t, withPolicies(policy("per-ip", service.FixedWindow, 1, time.Minute), byKey))
+	e := newTestEnv(t, withPolicies(policy("per-ip", ratelimit.FixedWindow, 1, time.Minute), byKey))
 	r := e.do(t, "POST", "/v1/ratelimit/check", `{"policy":"per-ip"}`)
 	if d := r.decision(t); r.Status != 200 || d.Key != "127.0.0.1" {
 		t.Errorf("ip policy without key: %d key %q, want 200 for 127.0.0.1", r.Status, d.Key)
@@ -558,9 +558,9 @@ func TestRateLimitCheckKeys(t *testing.T) {
 // TestRateLimitGateMethodsAndDenyStatus checks that the gate answers any
 // method and uses the policy's deny status.
 func TestRateLimitGateMethodsAndDenyStatus(t *testing.T) {
-	nginx := policy("nginx", service.FixedWindow, 2, time.Minute)
+	nginx := policy("nginx", ratelimit.FixedWindow, 2, time.Minute)
 	nginx.DenyStatus = 403
-	e := newTestEnv(t, withPolicies(nginx), func(_ *service.Config, h *handlers.Config) { h.RateLimit.LegacyHeaders = true })
+	e := newTestEnv(t, withPolicies(nginx), func(_ *serviceConfig, h *handlers.Config) { h.RateLimit.LegacyHeaders = true })
 	// Any method, and with the original path appended (Envoy's path_prefix).
 	for _, c := range []struct{ method, path string }{{"POST", "/v1/ratelimit/gate/nginx"}, {"DELETE", "/v1/ratelimit/gate/nginx/orders"}} {
 		if r := e.do(t, c.method, c.path, ""); r.Status != 200 {

@@ -8,14 +8,13 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
 	"github.com/redis/go-redis/v9"
 )
 
 // withRetention makes every key of a lock name short-lived: leases of up to
 // the retention, and a fence retention r (lost-lease reasons follow it).
 func withRetention(r time.Duration) envOption {
-	return func(sc *service.Config, _ *handlers.Config) {
+	return func(sc *serviceConfig, _ *handlers.Config) {
 		sc.FenceTTL, sc.MaxTTL, sc.MaxHoldCap, sc.DefaultMaxHold = r, r, r, r
 		sc.DefaultTTL = time.Second
 		sc.RenewPoll = 20 * time.Millisecond

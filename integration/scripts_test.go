@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -196,17 +197,14 @@ func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.String
 
 func TestBrokenScriptStopsStartup(t *testing.T) {
 	rdb, url := newRedis(t)
-	svc, err := service.New(brokenScripts{Client: rdb, target: lua.Renew}, service.Config{KeyPrefix: uniquePrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newServices(t, brokenScripts{Client: rdb, target: lua.Renew}, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix()}})
 	// cmd/server stops with "start-up: <err>" on any LoadScripts error that
 	// is not ErrUnavailable.
-	err = svc.LoadScripts(t.Context())
+	err := svc.LoadScripts(t.Context())
 	if err == nil {
 		t.Fatalf("LoadScripts with a broken renew script on %s succeeded", url)
 	}
-	if errors.Is(err, service.ErrUnavailable) {
+	if errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("LoadScripts error %q wraps ErrUnavailable: the server would start and serve 503 instead of stopping", err)
 	}
 	for _, want := range []string{"load script renew", "Error compiling script"} {
@@ -215,7 +213,7 @@ func TestBrokenScriptStopsStartup(t *testing.T) {
 		}
 	}
 	// Readiness fails the same way.
-	if err := svc.Ready(t.Context()); err == nil || errors.Is(err, service.ErrUnavailable) {
+	if err := svc.lockService.Ready(t.Context()); err == nil || errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Ready with a broken script = %v, want the compile error", err)
 	}
 }
@@ -362,8 +360,8 @@ func TestTokenBucketScriptFreshKeys(t *testing.T) {
 	for c := 0; c < 300; c++ {
 		limit, windowMS := logUniform(1e9), 1000+logUniform(86_399_000)
 		burst := logUniform(1e9)
-		l := service.Limit{Algorithm: service.TokenBucket, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Burst: burst}
-		if (service.RateLimitConfig{Policies: []service.Policy{{Name: "p", Limit: l}}}).Validate() != nil {
+		l := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Burst: burst}
+		if (ratelimit.RateLimitConfig{Policies: []ratelimit.Policy{{Name: "p", Limit: l}}}).Validate() != nil {
 			continue // a refill beyond 10 years
 		}
 		cost := 1 + rng.Int64N(burst)

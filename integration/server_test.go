@@ -13,7 +13,8 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -29,11 +30,11 @@ type testEnv struct {
 	RDB      *redis.Client
 	RedisURL string
 	Prefix   string
-	Svc      *service.Service
+	Svc      *services
 }
 
 // envOption adjusts the service or router config of a test server.
-type envOption func(*service.Config, *handlers.Config)
+type envOption func(*serviceConfig, *handlers.Config)
 
 // newTestEnv starts a server for t on a real Redis (see newRedis). Its
 // service and router configs can be adjusted with opts.
@@ -55,24 +56,21 @@ func newTestEnvOn(t testing.TB, rdb *redis.Client, url string, opts ...envOption
 // key) adjusted by opts. With load, the scripts are loaded first, as at a
 // normal start-up; without, the server starts as cmd/server does when Redis
 // cannot be reached. It returns the server, the service and its config.
-func startServer(t testing.TB, client service.RedisClient, load bool, opts ...envOption) (*httptest.Server, *service.Service, service.Config) {
+func startServer(t testing.TB, client store.Client, load bool, opts ...envOption) (*httptest.Server, *services, serviceConfig) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	scfg := service.Config{KeyPrefix: uniquePrefix(), Registerer: reg}
+	scfg := serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), Registerer: reg}, RateLimit: ratelimit.DefaultConfig()}
 	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
 	for _, o := range opts {
 		o(&scfg, &hcfg)
 	}
-	svc, err := service.New(client, scfg)
-	if err != nil {
-		t.Fatalf("service.New: %v", err)
-	}
+	svc := newServices(t, client, scfg)
 	if load {
 		if err := svc.LoadScripts(t.Context()); err != nil {
 			t.Fatalf("load scripts: %v", err)
 		}
 	}
-	srv := httptest.NewServer(handlers.NewRouter(svc, hcfg))
+	srv := httptest.NewServer(handlers.NewRouter(svc.lockService, svc.limitService, hcfg))
 	t.Cleanup(srv.Close)
 	return srv, svc, scfg
 }

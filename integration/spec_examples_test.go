@@ -12,7 +12,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/latchkey/latchkey/api"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // TestSpecRequestExamplesAreValidRequests sends every request example of
@@ -26,7 +26,7 @@ func TestSpecRequestExamplesAreValidRequests(t *testing.T) {
 		t.Fatalf("api/openapi.yaml: %v", err)
 	}
 	// The policies the examples name, from the documented example file.
-	pol, err := service.LoadPolicies(filepath.Join("..", "deploy", "policies.example.yaml"))
+	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "policies.example.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/policies.example.yaml: %v", err)
 	}

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,9 +43,9 @@ func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Clien
 }
 
 // pipelined wraps rdb as cmd/server does by default (-redis-pipeline).
-func pipelined(t testing.TB, rdb *redis.Client) *service.PipelinedClient {
+func pipelined(t testing.TB, rdb *redis.Client) *store.PipelinedClient {
 	t.Helper()
-	pc, err := service.NewPipelinedClient(rdb, 0)
+	pc, err := store.NewPipelinedClient(rdb, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func pipelined(t testing.TB, rdb *redis.Client) *service.PipelinedClient {
 // newServerOnURL starts a server on the Redis at url through wrap's client,
 // configured as cmd/server configures its own, and loads the scripts. The
 // env's RDB is a separate plain client for inspecting Redis.
-func newServerOnURL(t testing.TB, url string, wrap func(testing.TB, *redis.Client) service.RedisClient,
+func newServerOnURL(t testing.TB, url string, wrap func(testing.TB, *redis.Client) store.Client,
 	timeout time.Duration, opts ...envOption) *testEnv {
 	t.Helper()
 	ropts, err := redis.ParseURL(url)
@@ -73,23 +74,23 @@ func newServerOnURL(t testing.TB, url string, wrap func(testing.TB, *redis.Clien
 // call, or script calls pipelined (its default).
 var serverClients = []struct {
 	name string
-	wrap func(testing.TB, *redis.Client) service.RedisClient
+	wrap func(testing.TB, *redis.Client) store.Client
 }{
-	{"plain", func(_ testing.TB, rdb *redis.Client) service.RedisClient { return rdb }},
-	{"pipelined", func(t testing.TB, rdb *redis.Client) service.RedisClient { return pipelined(t, rdb) }},
+	{"plain", func(_ testing.TB, rdb *redis.Client) store.Client { return rdb }},
+	{"pipelined", func(t testing.TB, rdb *redis.Client) store.Client { return pipelined(t, rdb) }},
 }
 
 // newServerOn starts a server on rdb without loading the scripts first, as
 // cmd/server does when Redis cannot be reached at start-up (it logs and
 // serves 503 until Redis answers). The env's RDB is nil.
-func newServerOn(t testing.TB, rdb service.RedisClient, opts ...envOption) *testEnv {
+func newServerOn(t testing.TB, rdb store.Client, opts ...envOption) *testEnv {
 	t.Helper()
 	srv, svc, scfg := startServer(t, rdb, false, opts...)
 	return &testEnv{URL: srv.URL, Client: newSpecClient(t), Prefix: scfg.KeyPrefix, Svc: svc}
 }
 
 func withOpTimeout(d time.Duration) envOption {
-	return func(s *service.Config, _ *handlers.Config) { s.OpTimeout = d }
+	return func(s *serviceConfig, _ *handlers.Config) { s.OpTimeout = d }
 }
 
 // closedPort returns a loopback address where nothing listens.
@@ -166,7 +167,7 @@ func wantUnavailable(t *testing.T, e *testEnv, method, path, body string, header
 // checkOutage runs every lock operation and readiness against a server
 // whose Redis is out.
 func checkOutage(t *testing.T, e *testEnv) {
-	tok := service.NewToken()
+	tok := locks.NewToken()
 	wantUnavailable(t, e, "POST", "/v1/locks/outage", `{"ttl":"5s"}`)
 	wantUnavailable(t, e, "POST", "/v1/locks/outage", "", "Lock-Token", tok)
 	wantUnavailable(t, e, "GET", "/v1/locks/outage", "")

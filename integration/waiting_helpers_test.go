@@ -16,16 +16,17 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/latchkey/latchkey/api"
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
 // waitEnvConfig adjusts a server built by newWaitEnv.
 type waitEnvConfig struct {
-	client func(*redis.Client) service.RedisClient // wraps the client the service uses
-	server func(*http.Server)                      // sets HTTP server timeouts
-	svc    func(*service.Config)
+	client func(*redis.Client) store.Client // wraps the client the service uses
+	server func(*http.Server)               // sets HTTP server timeouts
+	svc    func(*serviceConfig)
 	router func(*handlers.Config)
 }
 
@@ -35,7 +36,7 @@ type waitEnvConfig struct {
 func newWaitEnv(t testing.TB, rdb *redis.Client, url string, c waitEnvConfig) *testEnv {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	scfg := service.Config{KeyPrefix: uniquePrefix(), Registerer: reg}
+	scfg := serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), Registerer: reg}, RateLimit: ratelimit.DefaultConfig()}
 	hcfg := handlers.Config{Logger: slog.New(slog.DiscardHandler), Registry: reg, AdminKey: testAdminKey, Store: "redis"}
 	if c.svc != nil {
 		c.svc(&scfg)
@@ -43,19 +44,16 @@ func newWaitEnv(t testing.TB, rdb *redis.Client, url string, c waitEnvConfig) *t
 	if c.router != nil {
 		c.router(&hcfg)
 	}
-	var rc service.RedisClient = rdb
+	var rc store.Client = rdb
 	if c.client != nil {
 		rc = c.client(rdb)
 	}
-	svc, err := service.New(rc, scfg)
-	if err != nil {
-		t.Fatalf("service.New: %v", err)
-	}
+	svc := newServices(t, rc, scfg)
 	t.Cleanup(func() { _ = svc.Close() })
 	if err := svc.LoadScripts(t.Context()); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(handlers.NewRouter(svc, hcfg))
+	srv := httptest.NewUnstartedServer(handlers.NewRouter(svc.lockService, svc.limitService, hcfg))
 	if c.server != nil {
 		c.server(srv.Config)
 	}

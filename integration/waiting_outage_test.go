@@ -14,7 +14,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // pauseContainer freezes every process of c (docker pause: SIGSTOP for the
@@ -208,8 +208,8 @@ func TestLostReasonAfterRedisPause(t *testing.T) {
 	unpause()
 
 	st := in.lockState(t, "ka-frozen", tok)
-	if st["owned"] != false || st["held"] != false || st["lost_reason"] != service.LostExpired {
-		t.Errorf("after the freeze, before any renewal: %v; want held and owned false, lost_reason %q", st, service.LostExpired)
+	if st["owned"] != false || st["held"] != false || st["lost_reason"] != locks.LostExpired {
+		t.Errorf("after the freeze, before any renewal: %v; want held and owned false, lost_reason %q", st, locks.LostExpired)
 	}
 	if n := in.registrySize(t); n != 1 {
 		t.Fatalf("registry = %d entries, want the lease still there (no renewer visited it)", n)
@@ -217,11 +217,11 @@ func TestLostReasonAfterRedisPause(t *testing.T) {
 
 	startRenewer(t, in.Svc)
 	waitFor(t, 30*time.Second, "a renewer visited the lease", func() bool { return in.registrySize(t) == 0 })
-	if st := in.lockState(t, "ka-frozen", tok); st["lost_reason"] != service.LostExpired {
-		t.Errorf("after a renewer visited it: %v, want lost_reason %q", st, service.LostExpired)
+	if st := in.lockState(t, "ka-frozen", tok); st["lost_reason"] != locks.LostExpired {
+		t.Errorf("after a renewer visited it: %v, want lost_reason %q", st, locks.LostExpired)
 	}
 	// Another token learns nothing about it.
-	if st := in.lockState(t, "ka-frozen", service.NewToken()); st["lost_reason"] != nil {
+	if st := in.lockState(t, "ka-frozen", locks.NewToken()); st["lost_reason"] != nil {
 		t.Errorf("another token: %v, want no lost_reason", st)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -120,7 +120,7 @@ func TestWaitEndsWithLockHeld(t *testing.T) {
 // is a 400 naming the field and rule, and registers nothing.
 func TestWaitValidation(t *testing.T) {
 	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{svc: func(c *service.Config) { c.MaxWait = 5 * time.Second }})
+	e := newWaitEnv(t, rdb, url, waitEnvConfig{svc: func(c *serviceConfig) { c.MaxWait = 5 * time.Second }})
 	tests := []struct {
 		body, rule string
 	}{
@@ -176,7 +176,7 @@ func TestMissedMessageStillAcquires(t *testing.T) {
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
 	e := newWaitEnv(t, rdb, url, waitEnvConfig{
-		client: func(c *redis.Client) service.RedisClient { return deafSubscriber{Client: c, deaf: deaf} },
+		client: func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} },
 	})
 	token, _ := e.mustAcquire(t, "deaf", `{"ttl":"1s"}`)
 	got := make(chan waitResult, 1)

@@ -10,6 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // Config is the server's whole configuration, from flags whose defaults come
@@ -28,14 +32,14 @@ type Config struct {
 	MaxBodyBytes    int64
 	RedisPipeline   bool
 	PprofAddr       string
-	RedisMaxQueued  int64
+	RedisMaxQueued  int
 	MaxWait         time.Duration
 	HoldPing        time.Duration
 	MaxHold         time.Duration // default max_hold of a keep-alive lease
 	MaxHoldCap      time.Duration // largest max_hold a request may ask for
 	FenceRetention  time.Duration // how long a lock name's fence counter outlives its last grant
-	RenewParallel   int64         // keep-alive renewal script calls in flight per instance
-	MinReplicas     int64         // replicas that must have a lock change before it is reported
+	RenewParallel   int           // keep-alive renewal script calls in flight per instance
+	MinReplicas     int           // replicas that must have a lock change before it is reported
 	ReplicaTimeout  time.Duration // how long a lock change waits for them
 
 	ReadHeaderTimeout time.Duration
@@ -107,6 +111,18 @@ func (e *envFlags) int64(p *int64, name, env string, def int64, usage string) {
 	e.fs.Int64Var(p, name, def, usage+" ("+env+")")
 }
 
+func (e *envFlags) integer(p *int, name, env string, def int, usage string) {
+	if v := e.getenv(env); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s=%q is not a whole number", env, v))
+		} else {
+			def = n
+		}
+	}
+	e.fs.IntVar(p, name, def, usage+" ("+env+")")
+}
+
 // parseConfig reads flags from args with environment defaults and validates
 // the result. With -h it writes the usage to out and returns flag.ErrHelp;
 // errors are only returned, never written, so that the caller prints them
@@ -117,27 +133,28 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs := flag.NewFlagSet("latchkey", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	e := &envFlags{fs: fs, getenv: getenv}
+	sd, ld := store.DefaultConfig(), locks.DefaultConfig()
 	e.str(&c.Addr, "addr", "LATCHKEY_ADDR", "127.0.0.1:8080", "listen address")
 	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://; with ?master_name=NAME the address is a Sentinel's); empty runs on the embedded in-memory store")
-	e.dur(&c.RedisTimeout, "redis-timeout", "LATCHKEY_REDIS_TIMEOUT", 2*time.Second, "bound on every Redis call; past it a request gets 503")
-	e.int64(&c.MinReplicas, "redis-min-replicas", "LATCHKEY_REDIS_MIN_REPLICAS", 0, "replicas that must have a grant, release or renewal (Redis WAIT) before it is reported; fewer in time is a 503; 0: off")
-	e.dur(&c.ReplicaTimeout, "redis-replica-timeout", "LATCHKEY_REDIS_REPLICA_TIMEOUT", 100*time.Millisecond, "how long a lock change waits for -redis-min-replicas; below -redis-timeout")
+	e.dur(&c.RedisTimeout, "redis-timeout", "LATCHKEY_REDIS_TIMEOUT", sd.OpTimeout, "bound on every Redis call; past it a request gets 503")
+	e.integer(&c.MinReplicas, "redis-min-replicas", "LATCHKEY_REDIS_MIN_REPLICAS", 0, "replicas that must have a grant, release or renewal (Redis WAIT) before it is reported; fewer in time is a 503; 0: off")
+	e.dur(&c.ReplicaTimeout, "redis-replica-timeout", "LATCHKEY_REDIS_REPLICA_TIMEOUT", sd.ReplicaTimeout, "how long a lock change waits for -redis-min-replicas; below -redis-timeout")
 	e.dur(&c.ShutdownTimeout, "shutdown-timeout", "LATCHKEY_SHUTDOWN_TIMEOUT", 15*time.Second, "how long shutdown waits for in-flight requests")
 	e.str(&logLevel, "log-level", "LATCHKEY_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.AdminKey, "admin-key", "LATCHKEY_ADMIN_KEY", "", "bearer credential for admin actions (force-release); empty disables them")
 	e.boolean(&c.Dev, "dev", "LATCHKEY_DEV", false, "allow the embedded store on a non-loopback address")
-	e.str(&c.KeyPrefix, "key-prefix", "LATCHKEY_KEY_PREFIX", "latchkey:", "prefix of every Redis key")
-	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
-	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", time.Hour, "largest lease TTL a request may ask for")
+	e.str(&c.KeyPrefix, "key-prefix", "LATCHKEY_KEY_PREFIX", sd.KeyPrefix, "prefix of every Redis key")
+	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", ld.DefaultTTL, "lease TTL when a request gives none")
+	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", ld.MaxTTL, "largest lease TTL a request may ask for")
 	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together: lock scripts as pipelines, rate-limit decisions as one script call per batch")
-	e.int64(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", 10000, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
-	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", time.Hour, "max_hold of a keep-alive lease that names none")
-	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", 24*time.Hour, "largest max_hold a keep-alive lease may ask for (400 above)")
-	e.dur(&c.FenceRetention, "fence-retention", "LATCHKEY_FENCE_RETENTION", 24*time.Hour, "how long a lock name's fence counter and other keys are kept after its last grant, renewal or force-release; at least -max-ttl and -max-hold-cap")
-	e.int64(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", 8, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
+	e.integer(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", ratelimit.DefaultConfig().MaxQueued, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
+	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", ld.DefaultMaxHold, "max_hold of a keep-alive lease that names none")
+	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", ld.MaxHoldCap, "largest max_hold a keep-alive lease may ask for (400 above)")
+	e.dur(&c.FenceRetention, "fence-retention", "LATCHKEY_FENCE_RETENTION", ld.FenceTTL, "how long a lock name's fence counter and other keys are kept after its last grant, renewal or force-release; at least -max-ttl and -max-hold-cap")
+	e.integer(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", ld.RenewParallel, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
 	e.str(&c.PprofAddr, "pprof-addr", "LATCHKEY_PPROF_ADDR", "", "serve Go profiling endpoints (/debug/pprof/) on this loopback address; empty: off")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
-	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", 60*time.Second, "longest wait an acquire or hold may ask for; must be below -write-timeout")
+	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", ld.MaxWait, "longest wait an acquire or hold may ask for; must be below -write-timeout")
 	e.dur(&c.HoldPing, "hold-ping", "LATCHKEY_HOLD_PING", 15*time.Second, "interval of keep-alive comments on an idle hold stream")
 	e.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LATCHKEY_READ_HEADER_TIMEOUT", 5*time.Second, "HTTP read-header timeout")
 	e.dur(&c.ReadTimeout, "read-timeout", "LATCHKEY_READ_TIMEOUT", 30*time.Second, "HTTP read timeout")
@@ -186,15 +203,16 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("-redis-url: %w", err))
 		}
 	}
-	positive := map[string]time.Duration{
-		"-redis-timeout": c.RedisTimeout, "-shutdown-timeout": c.ShutdownTimeout,
-		"-default-ttl": c.DefaultTTL, "-max-ttl": c.MaxTTL,
-		"-read-header-timeout": c.ReadHeaderTimeout, "-read-timeout": c.ReadTimeout,
-		"-write-timeout": c.WriteTimeout, "-idle-timeout": c.IdleTimeout,
-	}
-	for _, name := range []string{"-redis-timeout", "-shutdown-timeout", "-default-ttl", "-max-ttl",
-		"-read-header-timeout", "-read-timeout", "-write-timeout", "-idle-timeout"} {
-		check(positive[name] <= 0, "%s must be positive, got %s", name, positive[name])
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"-redis-timeout", c.RedisTimeout}, {"-shutdown-timeout", c.ShutdownTimeout},
+		{"-default-ttl", c.DefaultTTL}, {"-max-ttl", c.MaxTTL},
+		{"-read-header-timeout", c.ReadHeaderTimeout}, {"-read-timeout", c.ReadTimeout},
+		{"-write-timeout", c.WriteTimeout}, {"-idle-timeout", c.IdleTimeout},
+	} {
+		check(d.v <= 0, "%s must be positive, got %s", d.flag, d.v)
 	}
 	check(c.DefaultTTL > c.MaxTTL, "-default-ttl %s is above -max-ttl %s", c.DefaultTTL, c.MaxTTL)
 	check(c.PprofAddr != "" && !isLoopback(c.PprofAddr), "-pprof-addr %q must be a loopback address such as 127.0.0.1:6060", c.PprofAddr)

@@ -55,7 +55,7 @@ func TestRenewParallelSetting(t *testing.T) {
 	tests := []struct {
 		desc      string
 		env, args []string
-		want      int64
+		want      int
 		wantErr   string // "": valid
 	}{
 		{desc: "default", want: 8},

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // env returns a getenv that reads only the given pairs, never the real
@@ -227,10 +229,31 @@ func TestDecisionBatchingFollowsThePipelineFlags(t *testing.T) {
 		pipeline  bool
 		wantBatch int
 	}{{true, 0}, {false, 1}} {
-		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(service.RateLimitConfig{})
+		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(ratelimit.RateLimitConfig{})
 		if rl.Batch != tc.wantBatch || rl.MaxQueued != 42 {
 			t.Errorf("pipeline %v: batch %d, max queued %d; want %d (0: the service default) and 42",
 				tc.pipeline, rl.Batch, rl.MaxQueued, tc.wantBatch)
 		}
+	}
+}
+
+// The server's defaults are the libraries' own: one source for each.
+func TestFlagDefaultsAreTheLibraryDefaults(t *testing.T) {
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, ld, rd := store.DefaultConfig(), locks.DefaultConfig(), ratelimit.DefaultConfig()
+	got := []any{c.RedisTimeout, c.ReplicaTimeout, c.KeyPrefix, c.DefaultTTL, c.MaxTTL, c.MaxWait,
+		c.MaxHold, c.MaxHoldCap, c.RenewParallel, c.RateLimit.Timeout, c.RateLimit.CacheSize, c.RateLimit.LogInterval}
+	want := []any{sd.OpTimeout, sd.ReplicaTimeout, sd.KeyPrefix, ld.DefaultTTL, ld.MaxTTL, ld.MaxWait,
+		ld.DefaultMaxHold, ld.MaxHoldCap, ld.RenewParallel, rd.Timeout, rd.CacheSize, rd.LogInterval}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("default %d = %v, want the library's %v", i, got[i], want[i])
+		}
+	}
+	if ld.MaxTTL != time.Hour {
+		t.Errorf("locks.DefaultConfig().MaxTTL = %s, want 1h", ld.MaxTTL)
 	}
 }

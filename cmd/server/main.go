@@ -16,7 +16,9 @@ import (
 	"syscall"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -50,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	rdb, store, closeStore, err := openStore(ctx, cfg, log)
+	rdb, storeName, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -63,22 +65,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	serviceRL = cfg.decisionBatching(serviceRL)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := service.New(rdb, service.Config{
-		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout,
+	st, err := store.New(rdb, store.Config{
+		KeyPrefix: cfg.KeyPrefix, OpTimeout: cfg.RedisTimeout, Registerer: reg,
+		MinReplicas: cfg.MinReplicas, ReplicaTimeout: cfg.ReplicaTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	svc, err := locks.New(st, locks.Config{
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
-		RateLimit:      serviceRL,
 		MaxWait:        cfg.MaxWait,
 		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
 		FenceTTL:      cfg.FenceRetention,
-		RenewParallel: int(cfg.RenewParallel),
-		MinReplicas:   int(cfg.MinReplicas), ReplicaTimeout: cfg.ReplicaTimeout,
+		RenewParallel: cfg.RenewParallel,
 	})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = svc.Close() }()
-	if err := svc.LoadScripts(ctx); err != nil {
-		if !errors.Is(err, service.ErrUnavailable) {
+	serviceRL.Registerer = reg
+	limits, err := ratelimit.New(st, serviceRL)
+	if err != nil {
+		return err
+	}
+	if err := st.LoadScripts(ctx); err != nil {
+		if !errors.Is(err, store.ErrUnavailable) {
 			return fmt.Errorf("start-up: %w", err)
 		}
 		msg := "redis is not reachable yet; serving 503 until it is"
@@ -91,8 +102,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// stopping closes when shutdown begins: hold streams and waiting
 	// acquires end then, instead of holding the shutdown up.
 	stopping := make(chan struct{})
-	router := handlers.NewRouter(svc, handlers.Config{
-		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: store,
+	router := handlers.NewRouter(svc, limits, handlers.Config{
+		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: storeName,
 		RateLimit: handlersRL,
 		HoldPing:  cfg.HoldPing,
 		Stopping:  stopping,
@@ -113,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "store", store)
+	log.Info("listening", "addr", ln.Addr().String(), "store", storeName)
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {
@@ -148,22 +159,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return nil
 }
 
-// openStore connects to Redis, or starts the embedded store when no URL is
-// configured. It returns the client, the store's name for /readyz and a
-// function that closes both.
 // decisionBatching applies -redis-pipeline and -redis-max-queued to the
 // rate-limit decisions: without pipelining each decision is a script call of
 // its own.
-func (c Config) decisionBatching(rl service.RateLimitConfig) service.RateLimitConfig {
-	rl.MaxQueued = int(c.RedisMaxQueued)
+func (c Config) decisionBatching(rl ratelimit.RateLimitConfig) ratelimit.RateLimitConfig {
+	rl.MaxQueued = c.RedisMaxQueued
 	if !c.RedisPipeline {
 		rl.Batch = 1
 	}
 	return rl
 }
 
-func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.RedisClient, string, func(), error) {
-	store := "redis"
+// openStore connects to Redis, or starts the embedded store when no URL is
+// configured. It returns the client, the store's name for /readyz and a
+// function that closes both.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Client, string, func(), error) {
+	name := "redis"
 	url := cfg.RedisURL
 	stopEmbedded := func() {}
 	if url == "" {
@@ -171,7 +182,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.Redis
 		if err != nil {
 			return nil, "", nil, err
 		}
-		url, store, stopEmbedded = "redis://"+addr, "embedded", stop
+		url, name, stopEmbedded = "redis://"+addr, "embedded", stop
 		log.Warn("no LATCHKEY_REDIS_URL: running on the embedded in-memory store; " +
 			"state is lost on exit and not shared with other instances: use it to try Latchkey out, not in production")
 	}
@@ -182,12 +193,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (service.Redis
 	}
 	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
 	if !cfg.RedisPipeline {
-		return rdb, store, closeAll, nil
+		return rdb, name, closeAll, nil
 	}
-	pc, err := service.NewPipelinedClient(rdb, cfg.RedisMaxQueued)
+	pc, err := store.NewPipelinedClient(rdb, cfg.RedisMaxQueued)
 	if err != nil {
 		closeAll()
 		return nil, "", nil, err
 	}
-	return pc, store, closeAll, nil
+	return pc, name, closeAll, nil
 }

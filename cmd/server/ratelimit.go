@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // RateLimitFlags are the rate-limit settings.
@@ -19,29 +19,30 @@ type RateLimitFlags struct {
 	DefaultAlgorithm string
 	AllowInline      bool
 	Timeout          time.Duration
-	CacheSize        int64
+	CacheSize        int
 	LogInterval      time.Duration
 	LegacyHeaders    bool
 	SelfPolicy       string
 	TrustedProxies   string
 	RealIP           bool
-	IPv6Prefix       int64
+	IPv6Prefix       int
 }
 
 func (f *RateLimitFlags) register(e *envFlags) {
+	d := ratelimit.DefaultConfig()
 	e.str(&f.PoliciesFile, "ratelimit-policies", "LATCHKEY_RATELIMIT_POLICIES", "", "YAML or JSON file of named rate-limit policies")
 	e.int64(&f.DefaultLimit, "ratelimit-default-limit", "LATCHKEY_RATELIMIT_DEFAULT_LIMIT", 60, "limit of the per-IP policy named \"default\"; 0 leaves it out")
 	e.dur(&f.DefaultWindow, "ratelimit-default-window", "LATCHKEY_RATELIMIT_DEFAULT_WINDOW", time.Minute, "window of the \"default\" policy")
 	e.str(&f.DefaultAlgorithm, "ratelimit-default-algorithm", "LATCHKEY_RATELIMIT_DEFAULT_ALGORITHM", "fixed_window", "algorithm of the \"default\" policy: fixed_window, sliding_window or token_bucket")
 	e.boolean(&f.AllowInline, "ratelimit-inline", "LATCHKEY_RATELIMIT_INLINE", true, "allow check requests to carry their own limit instead of a policy name")
-	e.dur(&f.Timeout, "ratelimit-timeout", "LATCHKEY_RATELIMIT_TIMEOUT", 250*time.Millisecond, "bound on one decision's wait for Redis, its wait for a batch included; past it policies fail open or closed")
-	e.int64(&f.CacheSize, "ratelimit-cache-size", "LATCHKEY_RATELIMIT_CACHE_SIZE", 10000, "entries in the in-process cache of keys over their limit; 0 disables it")
-	e.dur(&f.LogInterval, "ratelimit-log-interval", "LATCHKEY_RATELIMIT_LOG_INTERVAL", 10*time.Second, "at most one fail-open warning per interval")
+	e.dur(&f.Timeout, "ratelimit-timeout", "LATCHKEY_RATELIMIT_TIMEOUT", d.Timeout, "bound on one decision's wait for Redis, its wait for a batch included; past it policies fail open or closed")
+	e.integer(&f.CacheSize, "ratelimit-cache-size", "LATCHKEY_RATELIMIT_CACHE_SIZE", d.CacheSize, "entries in the in-process cache of keys over their limit; 0 disables it")
+	e.dur(&f.LogInterval, "ratelimit-log-interval", "LATCHKEY_RATELIMIT_LOG_INTERVAL", d.LogInterval, "at most one fail-open warning per interval")
 	e.boolean(&f.LegacyHeaders, "ratelimit-legacy-headers", "LATCHKEY_RATELIMIT_LEGACY_HEADERS", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
 	e.str(&f.SelfPolicy, "ratelimit-self-policy", "LATCHKEY_RATELIMIT_SELF_POLICY", "", "policy applied per client IP to Latchkey's own /v1 API; empty disables it")
 	e.str(&f.TrustedProxies, "trusted-proxies", "LATCHKEY_TRUSTED_PROXIES", "", "comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed")
 	e.boolean(&f.RealIP, "real-ip", "LATCHKEY_REAL_IP", false, "take the client address from X-Real-IP sent by a trusted proxy")
-	e.int64(&f.IPv6Prefix, "ipv6-prefix", "LATCHKEY_IPV6_PREFIX", 64, "IPv6 clients share a limit per network of this many bits (128: per address)")
+	e.integer(&f.IPv6Prefix, "ipv6-prefix", "LATCHKEY_IPV6_PREFIX", 64, "IPv6 clients share a limit per network of this many bits (128: per address)")
 }
 
 func (f RateLimitFlags) validate() []error {
@@ -69,39 +70,35 @@ func (f RateLimitFlags) validate() []error {
 
 // load reads the policy file, adds the default per-IP policy and checks
 // the whole set, so a bad policy stops start-up with a message naming it.
-func (f RateLimitFlags) load(log *slog.Logger) (service.RateLimitConfig, handlers.RateLimitConfig, error) {
-	var policies []service.Policy
+func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.RateLimitConfig, handlers.RateLimitConfig, error) {
+	var policies []ratelimit.Policy
 	if f.PoliciesFile != "" {
-		ps, err := service.LoadPolicies(f.PoliciesFile)
+		ps, err := ratelimit.LoadPolicies(f.PoliciesFile)
 		if err != nil {
-			return service.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
+			return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
 		}
 		policies = ps
 	}
-	if f.DefaultLimit > 0 && !hasPolicy(policies, service.DefaultPolicyName) {
-		policies = append(policies, service.Policy{Name: service.DefaultPolicyName, Key: "ip",
-			Limit: service.Limit{Algorithm: service.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
+	if f.DefaultLimit > 0 && !hasPolicy(policies, ratelimit.DefaultPolicyName) {
+		policies = append(policies, ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Key: "ip",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
 	}
-	cacheSize := int(f.CacheSize)
-	if cacheSize == 0 {
-		cacheSize = -1
-	}
-	srl := service.RateLimitConfig{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
-		CacheSize: cacheSize, LogInterval: f.LogInterval, Logger: log}
+	srl := ratelimit.RateLimitConfig{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
+		CacheSize: f.CacheSize, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
 		src := "the default policy (-ratelimit-default-*)"
 		if f.PoliciesFile != "" {
 			src = f.PoliciesFile + " or " + src
 		}
-		return service.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
+		return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
 	}
 	if f.SelfPolicy != "" && !hasPolicy(policies, f.SelfPolicy) {
-		return service.RateLimitConfig{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
+		return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
 			f.SelfPolicy + ": no such policy (known: " + policyNames(policies) + ")")
 	}
 	trusted, _ := handlers.ParseTrustedProxies(f.TrustedProxies) // checked by validate
 	hrl := handlers.RateLimitConfig{
-		ClientIP:      handlers.ClientIPConfig{TrustedProxies: trusted, UseRealIP: f.RealIP, IPv6Prefix: int(f.IPv6Prefix)},
+		ClientIP:      handlers.ClientIPConfig{TrustedProxies: trusted, UseRealIP: f.RealIP, IPv6Prefix: f.IPv6Prefix},
 		LegacyHeaders: f.LegacyHeaders, SelfPolicy: f.SelfPolicy,
 	}
 	log.Info("rate-limit policies", "policies", policyNames(policies), "self_policy", f.SelfPolicy,
@@ -109,7 +106,7 @@ func (f RateLimitFlags) load(log *slog.Logger) (service.RateLimitConfig, handler
 	return srl, hrl, nil
 }
 
-func hasPolicy(ps []service.Policy, name string) bool {
+func hasPolicy(ps []ratelimit.Policy, name string) bool {
 	for _, p := range ps {
 		if p.Name == name {
 			return true
@@ -118,7 +115,7 @@ func hasPolicy(ps []service.Policy, name string) bool {
 	return false
 }
 
-func policyNames(ps []service.Policy) string {
+func policyNames(ps []ratelimit.Policy) string {
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.Name

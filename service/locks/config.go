@@ -1,0 +1,143 @@
+package locks
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config tunes a lock Service. Zero values fall back to the defaults below.
+type Config struct {
+	// DefaultTTL is the lease TTL when a request gives none. Default 30s.
+	DefaultTTL time.Duration
+	// MinTTL and MaxTTL bound a requested TTL. Defaults 1ms and 1h.
+	MinTTL, MaxTTL time.Duration
+	// FenceTTL is the fence retention: how long a lock name's fence counter
+	// is kept after the name's last grant, renewal or force-release. It must
+	// be at least MaxTTL and MaxHoldCap, so the counter outlives every lease;
+	// past it a name used once leaves no key in Redis, and its next grant's
+	// fence comes from Redis's clock (see acquire.lua). Default 24h, or
+	// MaxTTL or MaxHoldCap when one of them is longer.
+	FenceTTL time.Duration
+	// MaxWait bounds how long an acquire may wait for a lock. Default 60s.
+	MaxWait time.Duration
+	// SubscriberPing is how often the shared pub/sub connection is checked
+	// with PING when no message arrives. Default 10s.
+	SubscriberPing time.Duration
+	// Registerer receives the service's metrics. Nil keeps them unregistered.
+	Registerer prometheus.Registerer
+
+	// Keep-alive leases (see keepalive.go and renewer.go).
+
+	// DefaultMaxHold bounds a keep-alive lease that names no max_hold. Default 1h.
+	DefaultMaxHold time.Duration
+	// MaxHoldCap is the largest max_hold a request may ask for. Default 24h.
+	MaxHoldCap time.Duration
+	// LostTTL is how long the reason a keep-alive lease was lost stays
+	// readable by its owner. Default 1h.
+	LostTTL time.Duration
+	// RenewBatch is how many keep-alive leases one renewal script call
+	// handles. Default 100.
+	RenewBatch int
+	// RenewParallel is how many renewal script calls (of up to RenewBatch
+	// leases each) the renewer keeps in flight at once: each look at the
+	// registry lists up to RenewBatch × RenewParallel due leases. Default 8.
+	RenewParallel int
+	// RenewPoll is the longest the renewer sleeps between looks at the
+	// registry; it bounds how late a lease acquired on another instance is
+	// first renewed. Default 100ms.
+	RenewPoll time.Duration
+	// MinKeepaliveTTL is the shortest TTL a keep-alive lease may have. The
+	// renewer renews a lease ttl/3 after its grant and finds it due within
+	// one RenewPoll, so a renewal has 2/3 of the TTL, less a poll, to run
+	// before the lease expires: 10 polls (the default, 1s at the default
+	// poll) leave it more than 5 polls. At least 3 polls. A MaxTTL below it
+	// leaves the server without keep-alive leases, not refused: it may
+	// serve plain leases only.
+	MinKeepaliveTTL time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.DefaultTTL <= 0 {
+		c.DefaultTTL = 30 * time.Second
+	}
+	if c.MinTTL <= 0 {
+		c.MinTTL = time.Millisecond
+	}
+	if c.MaxTTL <= 0 {
+		c.MaxTTL = time.Hour
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 60 * time.Second
+	}
+	if c.SubscriberPing <= 0 {
+		c.SubscriberPing = 10 * time.Second
+	}
+	lostUnset := c.LostTTL <= 0
+	c = c.keepaliveDefaults()
+	if c.FenceTTL <= 0 {
+		c.FenceTTL = max(24*time.Hour, c.MaxTTL, c.MaxHoldCap)
+	}
+	if lostUnset && c.LostTTL > c.FenceTTL {
+		// every key of a name is gone within the retention
+		c.LostTTL = c.FenceTTL
+	}
+	if c.MinKeepaliveTTL <= 0 {
+		c.MinKeepaliveTTL = 10 * c.RenewPoll
+	}
+	return c
+}
+
+// DefaultConfig returns the configuration a zero Config falls back to: the
+// server's flags take their defaults from it.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.MinTTL > c.MaxTTL {
+		return fmt.Errorf("min ttl %s is above max ttl %s", c.MinTTL, c.MaxTTL)
+	}
+	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
+		return fmt.Errorf("default ttl %s is outside [%s, %s]", c.DefaultTTL, c.MinTTL, c.MaxTTL)
+	}
+	if c.FenceTTL < c.MaxTTL {
+		return fmt.Errorf("fence retention %s must be at least the max ttl %s: the fence counter must outlive every lease",
+			c.FenceTTL, c.MaxTTL)
+	}
+	if c.FenceTTL < c.MaxHoldCap {
+		return fmt.Errorf("fence retention %s must be at least the max hold cap %s: the fence counter must outlive every lease",
+			c.FenceTTL, c.MaxHoldCap)
+	}
+	if c.LostTTL > c.FenceTTL {
+		return fmt.Errorf("lost ttl %s must be at most the fence retention %s: a lock name's keys are all gone within it",
+			c.LostTTL, c.FenceTTL)
+	}
+	if c.DefaultMaxHold > c.MaxHoldCap {
+		return fmt.Errorf("default max hold %s is above the max hold cap %s", c.DefaultMaxHold, c.MaxHoldCap)
+	}
+	if c.MinKeepaliveTTL < 3*c.RenewPoll {
+		return fmt.Errorf("min keep-alive ttl %s must be at least 3 renewer polls (%s): a lease could expire between two looks at it",
+			c.MinKeepaliveTTL, 3*c.RenewPoll)
+	}
+	return nil
+}
+
+// checkKeepaliveBounds refuses keep-alive settings the service cannot
+// honour: a TTL the renewer cannot renew in time, or a max hold shorter
+// than the TTL (the lease would end before its TTL says). maxHoldDefault
+// says maxHold is the server's default, not the request's.
+func (c Config) checkKeepaliveBounds(ttl, maxHold time.Duration, maxHoldDefault bool) error {
+	switch {
+	case ttl < c.MinKeepaliveTTL:
+		return invalid("ttl", "min", "ttl of a keep-alive lease must be at least %s, so the service can renew it (every ttl/3) before it expires; got %s",
+			c.MinKeepaliveTTL, ttl)
+	case maxHold < ttl && maxHoldDefault:
+		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s): the server's default max_hold is %s, send a longer max_hold or a shorter ttl",
+			ttl, maxHold)
+	case maxHold < ttl:
+		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s), got %s: the lease would end before its ttl", ttl, maxHold)
+	}
+	return nil
+}

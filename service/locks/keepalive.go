@@ -1,0 +1,163 @@
+package locks
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Keep-alive leases are renewed by the service every ttl/3 until they are
+// released, lost, reach their max-hold deadline or — with a heartbeat —
+// their holder stops calling renew. Their state lives in Redis only:
+//
+//   - the lock hash holds the bounds: ka_until (max-hold deadline, ms),
+//     ka_hb (heartbeat interval, ms, 0 for none) and ka_hb_at (last
+//     heartbeat, ms);
+//   - the registry, one sorted set per key prefix, maps "<token>:<name>" to
+//     the time the next renewal is due; any instance's renewer renews the due
+//     entries (see renewer.go);
+//   - the lost hash of a lock maps a token to why it lost its lease, for
+//     Config.LostTTL.
+//
+// The registry is one key for every lock, so the scripts that touch it
+// (acquire, release, force_release, renew_batch) address keys in more than
+// one hash slot: keep-alive needs a single Redis node (or Sentinel), not
+// Redis Cluster.
+
+// Reasons a keep-alive lease was lost, as reported by Inspect, besides
+// LostExpired (the TTL ran out before a renewal, e.g. while no instance was
+// running) and LostForceReleased (see hold.go).
+const (
+	LostMaxHold         = "max_hold"         // the lease reached its max-hold deadline
+	LostHeartbeatMissed = "heartbeat_missed" // the holder stopped calling renew within its heartbeat
+)
+
+// Keepalive describes the keep-alive of a lease.
+type Keepalive struct {
+	// Until is the max-hold deadline: the lease ends then at the latest.
+	Until time.Time
+	// Heartbeat is the interval within which the holder must call renew for
+	// the service to keep renewing; zero means no heartbeat is required.
+	Heartbeat time.Duration
+	// HeartbeatDue is when the next heartbeat is due (zero without heartbeat).
+	HeartbeatDue time.Time
+}
+
+func (c Config) keepaliveDefaults() Config {
+	if c.DefaultMaxHold <= 0 {
+		c.DefaultMaxHold = time.Hour
+	}
+	if c.MaxHoldCap <= 0 {
+		c.MaxHoldCap = 24 * time.Hour
+		if c.DefaultMaxHold > c.MaxHoldCap {
+			c.MaxHoldCap = c.DefaultMaxHold
+		}
+	}
+	if c.LostTTL <= 0 {
+		c.LostTTL = time.Hour
+	}
+	if c.RenewBatch <= 0 {
+		c.RenewBatch = 100
+	}
+	if c.RenewParallel <= 0 {
+		c.RenewParallel = 8
+	}
+	if c.RenewPoll <= 0 {
+		c.RenewPoll = 100 * time.Millisecond
+	}
+	return c
+}
+
+// checkKeepalive validates the keep-alive fields of req and fills in the
+// default max hold. Returns a *ValidationError naming the field and bound.
+func (s *Service) checkKeepalive(req *AcquireRequest) error {
+	if !req.Keepalive {
+		switch {
+		case req.MaxHold != 0:
+			return invalid("max_hold", "keepalive", "max_hold bounds a keep-alive lease: send it with keepalive: true")
+		case req.Heartbeat != 0:
+			return invalid("heartbeat", "keepalive", "heartbeat applies to a keep-alive lease: send it with keepalive: true")
+		}
+		return nil
+	}
+	maxHoldDefault := req.MaxHold == 0
+	if maxHoldDefault {
+		req.MaxHold = s.cfg.DefaultMaxHold
+	}
+	switch {
+	case req.MaxHold < s.cfg.MinTTL:
+		return invalid("max_hold", "min", "max_hold must be at least %s", s.cfg.MinTTL)
+	case req.MaxHold > s.cfg.MaxHoldCap:
+		return invalid("max_hold", "max", "max_hold must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
+	case req.Heartbeat < 0 || (req.Heartbeat > 0 && req.Heartbeat < s.cfg.MinTTL):
+		return invalid("heartbeat", "min", "heartbeat must be at least %s", s.cfg.MinTTL)
+	case req.Heartbeat > s.cfg.MaxHoldCap:
+		return invalid("heartbeat", "max", "heartbeat must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
+	}
+	return s.cfg.checkKeepaliveBounds(req.TTL, req.MaxHold, maxHoldDefault)
+}
+
+// registryKey is the sorted set of keep-alive leases.
+func (s *Service) registryKey() string { return s.regKey }
+
+// registryMember names a keep-alive lease in the registry. Tokens never hold
+// ':', so the first ':' separates the token from the lock name.
+func registryMember(token, name string) string { return token + ":" + name }
+
+func memberName(m string) (string, bool) {
+	_, name, ok := strings.Cut(m, ":")
+	return name, ok && ValidateName(name) == nil
+}
+
+// keepaliveOf decodes the keep-alive fields of a script reply (ms values;
+// until 0 means the lease is not kept alive).
+func keepaliveOf(untilMS, heartbeatMS, heartbeatAtMS int64) *Keepalive {
+	if untilMS <= 0 {
+		return nil
+	}
+	ka := &Keepalive{Until: time.UnixMilli(untilMS).UTC(), Heartbeat: time.Duration(heartbeatMS) * time.Millisecond}
+	if heartbeatMS > 0 && heartbeatAtMS > 0 {
+		ka.HeartbeatDue = time.UnixMilli(heartbeatAtMS + heartbeatMS).UTC()
+	}
+	return ka
+}
+
+// keepaliveMetrics are the renewer's Prometheus collectors.
+type keepaliveMetrics struct {
+	renewals prometheus.Counter
+	failures *prometheus.CounterVec // reason: expired, force_released, max_hold, heartbeat_missed, store
+	tracked  prometheus.Gauge
+	lag      prometheus.Histogram
+	batches  prometheus.Counter
+}
+
+func newKeepaliveMetrics(reg prometheus.Registerer) *keepaliveMetrics {
+	m := &keepaliveMetrics{
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "latchkey_keepalive_renewals_total", Help: "Keep-alive leases renewed by this instance.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_keepalive_renewal_failures_total",
+			Help: "Keep-alive renewals that did not renew, by reason (expired, force_released, max_hold, heartbeat_missed, store).",
+		}, []string{"reason"}),
+		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "latchkey_keepalive_leases", Help: "Keep-alive leases in the registry (shared by every instance), as last seen.",
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "latchkey_keepalive_renewal_lag_seconds",
+			Help:    "How late a keep-alive renewal ran after it fell due.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "latchkey_keepalive_batches_total", Help: "Renewal script calls made by this instance.",
+		}),
+	}
+	for _, r := range []string{LostExpired, LostForceReleased, LostMaxHold, LostHeartbeatMissed, "store"} {
+		m.failures.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.renewals, m.failures, m.tracked, m.lag, m.batches)
+	}
+	return m
+}

@@ -1,0 +1,71 @@
+package locks
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"strings"
+
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// Character classes of names and tokens (see store.Matches).
+func isNameByte(c byte) bool  { return store.IsAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-' }
+func isTokenByte(c byte) bool { return store.IsAlnum(c) || c == '_' || c == '-' }
+
+// ValidateName checks a lock name: 1–128 characters of [A-Za-z0-9._:-],
+// starting with a letter or digit. Returns a *ValidationError otherwise.
+func ValidateName(name string) error {
+	if !store.Matches(name, 1, 128, store.IsAlnum, isNameByte) {
+		return invalid("name", "format",
+			"lock name must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit")
+	}
+	return nil
+}
+
+// ValidateToken checks a client-supplied lease token: 22–128 base64url
+// characters. Returns a *ValidationError otherwise.
+func ValidateToken(token string) error {
+	if !store.Matches(token, 22, 128, isTokenByte, isTokenByte) {
+		return invalid("Lock-Token", "format", "Lock-Token must be 22-128 base64url characters (A-Z a-z 0-9 - _)")
+	}
+	return nil
+}
+
+// NewToken returns 128 random bits, base64url encoded (22 characters).
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// lockKeys names the keys of one lock. All share the hash tag {name}, so a
+// script touching them stays on one Redis Cluster slot.
+type lockKeys struct {
+	lock    string // hash: token, count, fence, ttl
+	fence   string // fence counter
+	channel string // pub/sub channel for wake-ups
+	waiters string // zset: waiter token -> deadline (ms, Redis clock)
+	queue   string // list: fair waiters in arrival order
+	lost    string // hash: token -> why that token lost its keep-alive lease
+	name    string // the lock's name (keep-alive registry members carry it)
+}
+
+// keys names the keys of the lock called name. They are cut from one
+// string, one allocation for all six: every lock request needs them.
+func (s *Service) keys(name string) lockKeys {
+	kinds := [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:"}
+	var sb strings.Builder
+	sb.Grow(len(kinds) * (len(s.prefix) + len("waiters:{}") + len(name)))
+	var ends [len(kinds) + 1]int
+	for i, k := range kinds {
+		sb.WriteString(s.prefix)
+		sb.WriteString(k)
+		sb.WriteByte('{')
+		sb.WriteString(name)
+		sb.WriteByte('}')
+		ends[i+1] = sb.Len()
+	}
+	all := sb.String()
+	key := func(i int) string { return all[ends[i]:ends[i+1]] }
+	return lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name}
+}

@@ -1,0 +1,398 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// AcquireRequest is what a client asks for when taking a lease.
+type AcquireRequest struct {
+	// Token owns the lease. Empty means the service generates one; a token
+	// that already owns the lock makes the acquire reentrant.
+	Token string
+	// TTL is the lease time. Zero means Config.DefaultTTL.
+	TTL time.Duration
+	// Wait is how long to wait for the lock when another token holds it;
+	// zero tries once. At most Config.MaxWait.
+	Wait time.Duration
+	// Fair asks for FIFO order among the lock's waiters. A lock is fair or
+	// not for as long as anyone holds or waits for it.
+	Fair bool
+
+	// Keepalive has the service renew the lease every TTL/3 (see keepalive.go).
+	Keepalive bool
+	// MaxHold bounds a keep-alive lease's life. Zero means Config.DefaultMaxHold.
+	MaxHold time.Duration
+	// Heartbeat, when non-zero, stops renewals once the holder has not called
+	// Renew within this interval.
+	Heartbeat time.Duration
+}
+
+// Lease is a granted lock lease.
+type Lease struct {
+	Name      string
+	Token     string
+	Fence     int64 // strictly increasing per name across new grants
+	HoldCount int64
+	TTL       time.Duration
+	ExpiresAt time.Time  // computed from the Redis clock
+	Reentrant bool       // true when an existing lease was re-entered
+	Keepalive *Keepalive // set when the service keeps the lease alive
+}
+
+// Released is the outcome of a release.
+type Released struct {
+	Released  bool  // true when the lock is now free
+	HoldCount int64 // holds that remain
+}
+
+// LockState is what inspection reveals about a lock. It never includes the
+// owner's token.
+type LockState struct {
+	Name      string
+	Held      bool
+	HoldCount int64
+	TTL       time.Duration
+	ExpiresAt time.Time
+	Fence     int64      // the holder's fence, or the last fence issued when free
+	Owned     bool       // the token given to Inspect owns the lease
+	Waiters   int64      // waiters whose wait has not ended, in every process
+	Fair      bool       // held by a fair lease, or fair waiters are queued
+	Keepalive *Keepalive // set when the lease is kept alive by the service
+	// LostReason says why the token given to Inspect lost its lease (one of
+	// the Lost* constants), when it does not own it and that is known.
+	LostReason string
+}
+
+func (s *Service) checkTTL(field string, d time.Duration) error {
+	switch {
+	case d < s.cfg.MinTTL:
+		return invalid(field, "min", "%s must be at least %s", field, s.cfg.MinTTL)
+	case d > s.cfg.MaxTTL:
+		return invalid(field, "max", "%s must be at most %s", field, s.cfg.MaxTTL)
+	}
+	return nil
+}
+
+// Acquire takes the lock name for req.Token, or re-enters it when req.Token
+// already owns it (incrementing the hold count and refreshing the TTL). With
+// req.Wait it waits up to that long for the lock (see acquireWaiting).
+// Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL or wait,
+// a *HeldError (ErrConflict) when another token holds the lock (after the
+// wait), a *ModeError (ErrConflict) when req.Fair differs from the lock's
+// mode, ctx's error when ctx ends first, or an error wrapping
+// ErrUnavailable when Redis cannot be reached or does not answer in time.
+// On ctx's error or ErrUnavailable the caller holds nothing it was told of:
+// a lease the script granted anyway is given back, best effort, when the
+// service generated the token; under a token the caller chose, it is the
+// caller's to release (see giveBack).
+func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return Lease{}, err
+	}
+	ownToken := req.Token == ""
+	if ownToken {
+		req.Token = NewToken()
+	} else if err := ValidateToken(req.Token); err != nil {
+		return Lease{}, err
+	}
+	keepTTL := "0"
+	if req.TTL == 0 {
+		req.TTL = s.cfg.DefaultTTL
+		keepTTL = "1" // a re-entry without a ttl keeps the lease's own
+	}
+	if err := s.checkTTL("ttl", req.TTL); err != nil {
+		return Lease{}, err
+	}
+	switch {
+	case req.Wait < 0:
+		return Lease{}, invalid("wait", "min", "wait must not be negative")
+	case req.Wait > s.cfg.MaxWait:
+		return Lease{}, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
+	}
+	if err := s.checkKeepalive(&req); err != nil {
+		return Lease{}, err
+	}
+	k := s.keys(name)
+	if req.Wait > 0 {
+		return s.acquireWaiting(ctx, name, k, req, keepTTL, ownToken)
+	}
+	r, err := s.attempt(ctx, k, req, 0, keepTTL)
+	if err != nil {
+		s.giveBack(ctx, k, req.Token, ownToken, err)
+		return Lease{}, err
+	}
+	if r.status > 0 {
+		return s.handOut(ctx, name, req.Token, r)
+	}
+	return s.outcome(name, req.Token, r)
+}
+
+// attempt is one run of the acquire script. waiterTimeout > 0 registers the
+// caller as a waiter for that long when the lock is not granted. keepTTL "1"
+// makes a re-entry keep the lease's own TTL (the request gave none).
+func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL string) (attemptResult, error) {
+	mode := "0"
+	if req.Fair {
+		mode = "1"
+	}
+	ka := "0"
+	if req.Keepalive {
+		ka = "1"
+	}
+	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
+		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds(), mode, waiterTimeout.Milliseconds(),
+		ka, req.MaxHold.Milliseconds(), req.Heartbeat.Milliseconds(), registryMember(req.Token, k.name),
+		s.cfg.LostTTL.Milliseconds(), keepTTL)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	v, err := store.Int64s("acquire", res, 9)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
+		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
+		recheck: time.Duration(v[5]) * time.Millisecond, fair: v[6] == 1,
+		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
+}
+
+// attemptResult is the decoded reply of the acquire script.
+type attemptResult struct {
+	status    int64 // 1 new grant, 2 reentrant grant, 0 not granted, -3 mode mismatch
+	holdCount int64
+	fence     int64
+	ttl       time.Duration // the lease's TTL, or the holder's remaining TTL
+	nowMS     int64
+	recheck   time.Duration // when not granted: retry by then without a wake-up
+	fair      bool          // the lock's mode
+	keepalive *Keepalive    // a granted keep-alive lease's bounds
+}
+
+const (
+	statusNotGranted   = 0
+	statusModeMismatch = -3
+)
+
+// outcome turns an attempt into a lease or the error that says why not.
+func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
+	switch r.status {
+	case statusNotGranted:
+		s.metrics.conflicts.Inc()
+		retry := r.ttl
+		if retry <= 0 {
+			retry = r.recheck
+		}
+		return Lease{}, &HeldError{Name: name, RetryAfter: retry}
+	case statusModeMismatch:
+		s.metrics.conflicts.Inc()
+		return Lease{}, &ModeError{Name: name, Fair: r.fair}
+	}
+	lease := Lease{
+		Name: name, Token: token, Fence: r.fence, HoldCount: r.holdCount,
+		TTL:       r.ttl,
+		ExpiresAt: time.UnixMilli(r.nowMS + r.ttl.Milliseconds()).UTC(),
+		Reentrant: r.status == 2,
+		Keepalive: r.keepalive,
+	}
+	if lease.Reentrant {
+		s.metrics.grants.WithLabelValues("reentrant").Inc()
+	} else {
+		s.metrics.grants.WithLabelValues("new").Inc()
+	}
+	return lease, nil
+}
+
+// handOut returns the lease of an attempt that granted it, unless ctx ended
+// meanwhile (the client went away): then nobody will learn of the hold, so
+// it is released (exactly the hold the attempt added: a re-entry keeps the
+// holds from before) and ctx's error is returned.
+func (s *Service) handOut(ctx context.Context, name, token string, r attemptResult) (Lease, error) {
+	lease, err := s.outcome(name, token, r)
+	if cerr := ctx.Err(); cerr != nil {
+		if _, rerr := s.Release(context.WithoutCancel(ctx), name, token); rerr != nil {
+			return Lease{}, errors.Join(cerr, rerr)
+		}
+		return Lease{}, cerr
+	}
+	return lease, err
+}
+
+// giveBack releases, best effort, the lease that a failed attempt may have
+// been granted. When the attempt's reply is lost (a timeout, a dropped
+// connection, a caller that went away mid-script) the script may have run,
+// and a lease nobody was told about would live until its TTL, or max_hold
+// when kept alive. The release runs in the background, detached from ctx
+// and bounded by OpTimeout, so the caller's error comes back at once; if
+// Redis does not take the release either, the lease stays as it would have.
+//
+// It only does so for a token the service generated for this request
+// (ownToken): no one else knows it, so any lease under it is this attempt's,
+// and a release frees exactly that. A token the caller chose may already
+// hold the lock: the lost attempt was then a re-entry or nothing at all,
+// and nothing tells which, as the reply is what was lost. A release would
+// drop a hold the caller had before whenever the attempt did not run, and
+// could free a lock the caller believes it holds. So nothing is released:
+// the caller, who knows its token, releases what it does not want (a 503
+// on acquire leaves the outcome unknown).
+//
+// A Redis error reply is an answer, not a lost one: the script did not run
+// (BUSY, LOADING, READONLY, ...) and there is nothing to give back.
+func (s *Service) giveBack(ctx context.Context, k lockKeys, token string, ownToken bool, err error) {
+	if !ownToken || store.IsServerError(err) {
+		return
+	}
+	if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	go func() { _, _ = s.Release(context.WithoutCancel(ctx), k.name, token) }()
+}
+
+// Renew extends the lease on name owned by token to ttl (zero: the lease's
+// own TTL). A keep-alive lease is renewed at most to its max-hold deadline,
+// the renewal counts as its heartbeat, a new ttl sets the interval of the
+// service's renewals (ttl/3), and the lease returned carries its Keepalive.
+// A ttl that ends the lease sooner wakes the lock's waiters and hold streams
+// to re-check. Returns ErrNotFound when no lease exists, ErrNotOwner
+// (ErrConflict) when another token holds it, a *ValidationError for bad
+// input, or an error wrapping ErrUnavailable.
+func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidateToken(token); err != nil {
+		return Lease{}, err
+	}
+	if ttl != 0 {
+		if err := s.checkTTL("ttl", ttl); err != nil {
+			return Lease{}, err
+		}
+	}
+	k := s.keys(name)
+	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
+		token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds(), registryMember(token, name), s.cfg.FenceTTL.Milliseconds())
+	if err != nil {
+		return Lease{}, err
+	}
+	v, err := store.Int64s("renew", res, 7)
+	if err != nil {
+		return Lease{}, err
+	}
+	if err := ownerStatus(v[0]); err != nil {
+		return Lease{}, err
+	}
+	return Lease{
+		Name: name, Token: token, HoldCount: v[1], Fence: v[2],
+		TTL:       time.Duration(v[3]) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
+		Keepalive: keepaliveOf(v[5], v[6], v[4]), // the renewal is the heartbeat
+	}, nil
+}
+
+// Release drops one hold of the lease on name owned by token; the last hold
+// frees the lock and wakes its waiters. Returns ErrNotFound, ErrNotOwner, a
+// *ValidationError or an error wrapping ErrUnavailable.
+func (s *Service) Release(ctx context.Context, name, token string) (Released, error) {
+	if err := ValidateName(name); err != nil {
+		return Released{}, err
+	}
+	if err := ValidateToken(token); err != nil {
+		return Released{}, err
+	}
+	k := s.keys(name)
+	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
+		token, registryMember(token, name))
+	if err != nil {
+		return Released{}, err
+	}
+	v, err := store.Int64s("release", res, 2)
+	if err != nil {
+		return Released{}, err
+	}
+	if err := ownerStatus(v[0]); err != nil {
+		return Released{}, err
+	}
+	if v[1] == 0 {
+		s.metrics.releases.WithLabelValues("final").Inc()
+	} else {
+		s.metrics.releases.WithLabelValues("partial").Inc()
+	}
+	return Released{Released: v[1] == 0, HoldCount: v[1]}, nil
+}
+
+// ForceRelease frees the lock name whoever holds it, bumps its fence so the
+// evicted holder's fence is stale, and wakes waiters. It reports whether a
+// lease was removed. Returns a *ValidationError or an error wrapping
+// ErrUnavailable.
+func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	k := s.keys(name)
+	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
+		s.cfg.FenceTTL.Milliseconds(), s.cfg.LostTTL.Milliseconds(), name)
+	if err != nil {
+		return false, err
+	}
+	removed, _ := res.(int64)
+	if removed == 1 {
+		s.metrics.releases.WithLabelValues("forced").Inc()
+	}
+	return removed == 1, nil
+}
+
+// Inspect reads the state of lock name; with a token it also reports whether
+// that token owns the lease. Returns a *ValidationError or an error wrapping
+// ErrUnavailable.
+func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, error) {
+	if err := ValidateName(name); err != nil {
+		return LockState{}, err
+	}
+	if token != "" {
+		if err := ValidateToken(token); err != nil {
+			return LockState{}, err
+		}
+	}
+	k := s.keys(name)
+	member := ""
+	if token != "" {
+		member = registryMember(token, name)
+	}
+	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+		token, member)
+	if err != nil {
+		return LockState{}, err
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 12 {
+		return LockState{}, fmt.Errorf("inspect: unexpected reply %T %v", res, res)
+	}
+	v, err := store.Int64s("inspect", arr[:11], 11)
+	if err != nil {
+		return LockState{}, err
+	}
+	st := LockState{Name: name, Held: v[0] == 1, HoldCount: v[1], Fence: v[3], Owned: v[4] == 1,
+		Waiters: v[6], Fair: v[7] == 1}
+	st.LostReason, _ = arr[11].(string)
+	if st.Held {
+		st.TTL = time.Duration(v[2]) * time.Millisecond
+		st.ExpiresAt = time.UnixMilli(v[5] + v[2]).UTC()
+		st.Keepalive = keepaliveOf(v[8], v[9], v[10])
+	}
+	return st, nil
+}
+
+// ownerStatus maps the -1/-2 status codes of the release and renew scripts.
+func ownerStatus(status int64) error {
+	switch status {
+	case -1:
+		return store.ErrNotFound
+	case -2:
+		return ErrNotOwner
+	}
+	return nil
+}

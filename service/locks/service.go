@@ -1,0 +1,67 @@
+// Package locks is Latchkey's lock leases and their Redis model. Every
+// state change is one Lua script from scripts/lua, run through the store.
+package locks
+
+import (
+	"context"
+	"fmt"
+
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// Service hands out lock leases backed by Redis.
+type Service struct {
+	st        *store.Store
+	cfg       Config
+	metrics   *metrics
+	ka        *keepaliveMetrics
+	sub       *subscriber
+	regKey    string        // the keep-alive registry's key, named once
+	prefix    string        // the store's key prefix
+	opTimeout time.Duration // the store's bound on a Redis call
+}
+
+// New returns a Service on st and registers its scripts with it. It does no
+// I/O; call st.LoadScripts at start-up. Returns an error if cfg is invalid.
+func New(st *store.Store, cfg Config) (*Service, error) {
+	if st == nil {
+		return nil, fmt.Errorf("service: nil store")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	m := newMetrics(cfg.Registerer)
+	sc := st.Config()
+	s := &Service{st: st, cfg: cfg, metrics: m, regKey: sc.KeyPrefix + "keepalive",
+		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
+	s.ka = newKeepaliveMetrics(cfg.Registerer)
+	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
+	st.Register(scripts...)
+	return s, nil
+}
+
+// Close closes the shared pub/sub connection. Waiters still waiting fall
+// back to timed re-checks; new waits fail with ErrUnavailable. It does not
+// close rdb.
+func (s *Service) Close() error { return s.sub.close() }
+
+// Subscriptions reports the lock channels this process is subscribed to and
+// the listeners (waiters and hold streams) on them.
+func (s *Service) Subscriptions() (channels, listeners int) { return s.sub.count() }
+
+// Config returns the effective configuration, defaults filled in.
+func (s *Service) Config() Config { return s.cfg }
+
+// Ready checks that Redis answers and runs scripts: store.Ready (PING,
+// SCRIPT LOAD of every script), then one read-only script call. Returns an
+// error wrapping ErrUnavailable when Redis cannot be reached.
+func (s *Service) Ready(ctx context.Context) error {
+	if err := s.st.Ready(ctx); err != nil {
+		return err
+	}
+	_, err := s.Inspect(ctx, "latchkey-readyz", "")
+	return err
+}

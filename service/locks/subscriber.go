@@ -1,0 +1,340 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// Hints a listener may receive. A release publishes hintReleased, a
+// force-release hintForced, a departing fair waiter hintLeft, a renew that
+// shortened the lease hintShortened; hintResubscribed is delivered after the
+// subscriber connection was re-established, because messages published
+// while it was down are lost.
+const (
+	hintReleased     = "released"
+	hintForced       = "forced"
+	hintLeft         = "left"
+	hintShortened    = "shortened"
+	hintResubscribed = "resubscribed"
+	hintHandedOn     = "handed-on"
+)
+
+// subscriber is the process's one pub/sub connection. Listeners join the
+// channel of the lock they care about; a channel is subscribed while at least
+// one listener is on it and unsubscribed when the last one leaves. Messages
+// are hints: listeners always re-check the lock in Redis.
+//
+// Joining and leaving are bookkeeping only: they never wait for Redis. The
+// SUBSCRIBE and UNSUBSCRIBE commands that follow from them are sent by one
+// goroutine of the subscriber (sync), outside its lock, in the order the
+// bookkeeping changed, so a stalled Redis delays subscriptions but never a
+// waiter, nor the join or leave of a waiter of another lock.
+type subscriber struct {
+	rdb       store.Client
+	opTimeout time.Duration
+	ping      time.Duration
+	metrics   *metrics
+
+	mu       sync.Mutex
+	ps       *redis.PubSub // nil until the first join
+	done     chan struct{} // closed when the dispatch loop ends
+	synced   chan struct{} // closed when the sync loop ends
+	kick     chan struct{} // buffered 1: dirty holds channels to sync
+	closed   bool
+	channels map[string]*subChannel // channels with listeners
+	// sent holds the channels SUBSCRIBE was sent for and not UNSUBSCRIBE
+	// (what go-redis re-subscribes after a reconnect), true once Redis
+	// confirmed the subscription. Only the sync loop adds and removes
+	// entries.
+	sent  map[string]bool
+	dirty map[string]struct{} // channels whose listeners came or went since the last sync
+}
+
+// subChannel is one channel's listeners in arrival order. It lives while
+// the channel has listeners.
+type subChannel struct {
+	listeners []*listener
+	ready     chan struct{} // closed once Redis confirmed the subscription
+}
+
+// listener receives the hints of one channel. A broadcast listener (a fair
+// waiter, a hold stream) gets every hint; the others share each hint: it
+// wakes the longest-waiting one only, so a release does not stampede every
+// waiter of the process onto Redis.
+type listener struct {
+	sub       *subscriber
+	channel   string
+	broadcast bool
+	c         chan string   // buffered 1; a full buffer already holds a pending hint
+	ready     chan struct{} // the channel's: closed once the subscription is confirmed
+}
+
+func newSubscriber(rdb store.Client, opTimeout, ping time.Duration, m *metrics) *subscriber {
+	return &subscriber{rdb: rdb, opTimeout: opTimeout, ping: ping, metrics: m,
+		channels: map[string]*subChannel{}, sent: map[string]bool{}, dirty: map[string]struct{}{}}
+}
+
+// errClosed reports a join after Close.
+var errClosed = errors.New("service: closed")
+
+// join adds a listener on channel; the channel is subscribed if it is new.
+// It does not wait for Redis: the listener's Ready channel closes once Redis
+// confirmed the subscription, and only a release published after that is
+// sure to be heard, so a caller that looked at the lock before Ready closed
+// looks again when it does. If the subscription cannot be made, it is sent
+// again when the connection comes back, and the caller's timed re-checks
+// keep it going meanwhile. It fails only after close.
+func (s *subscriber) join(channel string, broadcast bool) (*listener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	if s.ps == nil {
+		s.ps = s.rdb.Subscribe(context.Background())
+		s.done, s.synced, s.kick = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+		go s.dispatch(s.ps.ChannelWithSubscriptions(
+			redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(s.ping)), s.done)
+		go s.sync(s.ps, s.kick, s.synced)
+	}
+	ch := s.channels[channel]
+	if ch == nil {
+		ch = &subChannel{ready: make(chan struct{})}
+		if s.sent[channel] {
+			// Its last listener left, and the UNSUBSCRIBE was not sent
+			// yet: the subscription never stopped.
+			close(ch.ready)
+		}
+		s.channels[channel] = ch
+		s.metrics.subscriptions.Inc()
+		s.changed(channel)
+	}
+	l := &listener{sub: s, channel: channel, broadcast: broadcast, c: make(chan string, 1), ready: ch.ready}
+	ch.listeners = append(ch.listeners, l)
+	s.metrics.listeners.Inc()
+	return l, nil
+}
+
+// changed records that channel gained its first listener or lost its last
+// one, for the sync loop. Called with the subscriber's lock held.
+func (s *subscriber) changed(channel string) {
+	if s.closed || s.kick == nil {
+		return
+	}
+	s.dirty[channel] = struct{}{}
+	select {
+	case s.kick <- struct{}{}:
+	default: // a sync is already due
+	}
+}
+
+// sync sends the SUBSCRIBE and UNSUBSCRIBE commands that the listeners'
+// comings and goings call for, until kick is closed. It is the only sender,
+// so the commands of one channel reach Redis in order, and a channel that
+// lost its last listener and got a new one before a sync is left as it is.
+// Each command is bounded by the Redis timeout; on error go-redis keeps a
+// channel it was asked to subscribe (and subscribes it again when it
+// reconnects) and forgets one it was asked to unsubscribe.
+func (s *subscriber) sync(ps *redis.PubSub, kick <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for range kick {
+		subscribe, unsubscribe := s.pending()
+		if len(unsubscribe) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+			_ = ps.Unsubscribe(ctx, unsubscribe...)
+			cancel()
+		}
+		if len(subscribe) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+			_ = ps.Subscribe(ctx, subscribe...)
+			cancel()
+		}
+	}
+}
+
+// pending takes the dirty channels and says which to subscribe and which
+// to unsubscribe, recording them as sent or not.
+func (s *subscriber) pending() (subscribe, unsubscribe []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil
+	}
+	for channel := range s.dirty {
+		_, sent := s.sent[channel]
+		switch want := s.channels[channel] != nil; {
+		case want && !sent:
+			s.sent[channel] = false
+			subscribe = append(subscribe, channel)
+		case !want && sent:
+			delete(s.sent, channel)
+			unsubscribe = append(unsubscribe, channel)
+		}
+	}
+	clear(s.dirty)
+	return subscribe, unsubscribe
+}
+
+// C delivers hints.
+func (l *listener) C() <-chan string { return l.c }
+
+// Ready is closed once Redis confirmed the subscription of the listener's
+// channel.
+func (l *listener) Ready() <-chan struct{} { return l.ready }
+
+// leave removes the listener. A waiter that leaves without the lock passes
+// on a wake-up (handOn), in case it had been woken for a release it did not
+// use. The channel is unsubscribed when its last listener leaves.
+func (l *listener) leave(handOn bool) {
+	s := l.sub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[l.channel]
+	if ch == nil {
+		return
+	}
+	i := slices.Index(ch.listeners, l)
+	if i < 0 {
+		return
+	}
+	ch.listeners = slices.Delete(ch.listeners, i, i+1)
+	s.metrics.listeners.Dec()
+	if handOn {
+		ch.wakeOne(hintHandedOn)
+	}
+	if len(ch.listeners) > 0 {
+		return
+	}
+	delete(s.channels, l.channel)
+	s.metrics.subscriptions.Dec()
+	s.changed(l.channel)
+}
+
+// wakeOne gives a hint to the longest-waiting shared listener that has none
+// pending. Called with the subscriber's lock held.
+func (ch *subChannel) wakeOne(hint string) {
+	for _, l := range ch.listeners {
+		if l.broadcast {
+			continue
+		}
+		select {
+		case l.c <- hint:
+			return
+		default:
+		}
+	}
+}
+
+// wakeAll gives a hint to every listener that has none pending. Called with
+// the subscriber's lock held.
+func (ch *subChannel) wakeAll(hint string) {
+	for _, l := range ch.listeners {
+		select {
+		case l.c <- hint:
+		default:
+		}
+	}
+}
+
+// dispatch hands messages and subscription confirmations to listeners until
+// the pub/sub connection is closed.
+func (s *subscriber) dispatch(in <-chan any, done chan<- struct{}) {
+	defer close(done)
+	for msg := range in {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.confirmed(m.Channel)
+			}
+		case *redis.Message:
+			s.deliver(m.Channel, m.Payload)
+		}
+	}
+}
+
+// confirmed records Redis's confirmation of a SUBSCRIBE. The first one of a
+// subscription makes its channel ready (it may come from go-redis
+// subscribing again on a new connection, when the first SUBSCRIBE could not
+// be sent). A later one comes from go-redis re-subscribing after a
+// reconnect: messages may have been missed meanwhile, so every listener is
+// told to re-check. A confirmation for a channel unsubscribed since is
+// dropped.
+func (s *subscriber) confirmed(channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	confirmed, sent := s.sent[channel]
+	if !sent {
+		return
+	}
+	ch := s.channels[channel]
+	if !confirmed {
+		s.sent[channel] = true
+		if ch != nil {
+			close(ch.ready)
+		}
+		return
+	}
+	if ch != nil {
+		s.metrics.resubscribes.Inc()
+		ch.wakeAll(hintResubscribed)
+	}
+}
+
+// deliver hands one message to the listeners of its channel: every broadcast
+// listener gets it, and one shared listener.
+func (s *subscriber) deliver(channel, payload string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[channel]
+	if ch == nil {
+		return
+	}
+	for _, l := range ch.listeners {
+		if l.broadcast {
+			select {
+			case l.c <- payload:
+			default:
+			}
+		}
+	}
+	ch.wakeOne(payload)
+}
+
+// close closes the pub/sub connection and waits for the dispatch and sync
+// loops to end.
+func (s *subscriber) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ps, done, synced := s.ps, s.done, s.synced
+	if s.kick != nil {
+		close(s.kick)
+	}
+	s.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	<-synced
+	return err
+}
+
+// count reports the channels subscribed and the listeners on them.
+func (s *subscriber) count() (channels, listeners int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.channels {
+		listeners += len(ch.listeners)
+	}
+	return len(s.channels), listeners
+}

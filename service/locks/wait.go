@@ -1,0 +1,167 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+)
+
+const (
+	// queueGrace is how much longer than its wait a waiter stays registered
+	// in Redis, so its last attempt at the deadline still finds it queued.
+	// A waiter whose process died blocks a fair queue for at most its wait
+	// plus this.
+	queueGrace = 250 * time.Millisecond
+	// minRecheck bounds how often a waiter re-checks without a wake-up.
+	minRecheck = 5 * time.Millisecond
+)
+
+// acquireWaiting is Acquire with a wait (Redisson's model, made robust):
+//   - it subscribes to the lock's channel before the first attempt, so a
+//     release after that attempt is heard; it does not wait for Redis to
+//     confirm the subscription, but an attempt made before the confirmation
+//     is made again once it arrives (a release in between was not heard);
+//   - a message is a hint to try again, never proof that the lock is free;
+//   - without a message it tries again after min(holder's remaining TTL,
+//     remaining wait) (fair mode: the queue head's deadline when the lock is
+//     free), so an expired lease, a lost message or a dead subscriber
+//     connection never strands it;
+//   - when ctx ends (the client went away) it stops at once, takes nothing
+//     and leaves the fair queue;
+//   - when an attempt's reply is lost, a lease it may have granted under a
+//     token the service generated is given back (see giveBack).
+//
+// While it waits, the caller is registered in Redis with a deadline from the
+// Redis clock (and queued, in fair mode), so waiters of every process are
+// counted and a fair queue skips a waiter that is gone.
+//
+// It answers within the wait plus one Redis timeout (Config.OpTimeout),
+// whatever Redis does: every Redis call it makes (the attempts, and leaving
+// the waiters when it gives up) runs under one deadline, set once when it
+// starts, and it never waits for the subscription. When an attempt fails,
+// leaving the waiters is not waited for: the caller is answered at once.
+func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL string, ownToken bool) (lease Lease, err error) {
+	waitEnd := time.Now().Add(req.Wait)
+	callDeadline := waitEnd.Add(s.opTimeout)
+	// Attempts run to completion even when the client goes away, so the
+	// service always knows whether it was granted the lock (and gives it
+	// back); all of them are still bounded by the request's deadline.
+	calls, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
+	defer cancel()
+	l, err := s.sub.join(k.channel, req.Fair)
+	if err != nil {
+		err = fmt.Errorf("wait for %s: %w: %w", name, store.ErrUnavailable, err)
+		s.waitDone(err)
+		return Lease{}, err
+	}
+	registered, failed := false, false
+	defer func() {
+		switch {
+		case err == nil || !registered:
+		case failed:
+			go s.leaveWaiters(context.WithoutCancel(ctx), callDeadline, k, req.Token)
+		default:
+			s.leaveWaiters(calls, callDeadline, k, req.Token)
+		}
+		l.leave(err != nil)
+		s.waitDone(err)
+	}()
+
+	ready := l.Ready() // nil once an attempt was made after the confirmation
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		remaining := time.Until(waitEnd)
+		final := remaining <= time.Millisecond
+		var waiterTimeout time.Duration
+		if !final {
+			waiterTimeout = remaining + queueGrace
+		}
+		if isClosed(ready) {
+			ready = nil
+		}
+		r, err := s.attempt(calls, k, req, waiterTimeout, keepTTL)
+		if err != nil {
+			// The script may have run and registered (and queued) the
+			// caller although its answer is lost: leave, or a fair queue
+			// waits behind a waiter that is gone until its deadline.
+			registered = registered || waiterTimeout > 0
+			failed = true
+			s.giveBack(calls, k, req.Token, ownToken, err)
+			return Lease{}, err
+		}
+		if r.status > 0 {
+			// When the client went away during the attempt, it takes nothing.
+			return s.handOut(ctx, name, req.Token, r)
+		}
+		if r.status == statusModeMismatch || final {
+			registered = registered || r.status == statusNotGranted && waiterTimeout > 0
+			return s.outcome(name, req.Token, r)
+		}
+		registered = true
+		timer.Reset(recheckAfter(r.recheck, remaining))
+		select {
+		case <-ctx.Done():
+			return Lease{}, ctx.Err()
+		case <-l.C():
+		case <-ready: // the attempt may have missed a release: try again
+		case <-timer.C:
+		}
+	}
+}
+
+// isClosed reports whether c is closed; a nil c is not.
+func isClosed(c <-chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// recheckAfter is how long a waiter sleeps without a wake-up: until the
+// script's re-check time (plus a millisecond, so an expiring lease is gone),
+// but never past the end of the wait and never in a tight loop.
+func recheckAfter(recheck, remaining time.Duration) time.Duration {
+	if recheck < 0 { // the holder's key has no TTL: only the wait bounds it
+		return remaining
+	}
+	return min(max(recheck+time.Millisecond, minRecheck), remaining)
+}
+
+// leaveWaiters removes a waiter that gives up from Redis's waiters and fair
+// queue, waking the rest when it was queued for a free lock, unless the
+// request's deadline has passed. A failure is not reported: the entry
+// expires at the waiter's deadline anyway.
+func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, k lockKeys, token string) {
+	if !time.Now().Before(deadline) {
+		return
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	_, _ = s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, token)
+}
+
+// waitDone counts the outcome of a wait.
+func (s *Service) waitDone(err error) {
+	var held *HeldError
+	outcome := "error"
+	switch {
+	case err == nil:
+		outcome = "acquired"
+	case errors.As(err, &held):
+		outcome = "timeout"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		outcome = "canceled"
+	case errors.Is(err, store.ErrConflict):
+		outcome = "conflict"
+	}
+	s.metrics.waits.WithLabelValues(outcome).Inc()
+}

@@ -1,0 +1,306 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// Algorithm names a rate-limit algorithm.
+type Algorithm string
+
+// The rate-limit algorithms. Each is one Lua script touching one key.
+const (
+	// FixedWindow counts requests in a window that starts with the first
+	// request (INCR, then EXPIRE on the first hit).
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingWindow weighs the previous fixed window's count by how much of
+	// it still overlaps the sliding window (two-counter approximation).
+	SlidingWindow Algorithm = "sliding_window"
+	// TokenBucket refills Limit tokens per Window up to Burst (GCRA).
+	TokenBucket Algorithm = "token_bucket"
+)
+
+// Algorithms lists the valid algorithms.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket}
+
+// FailMode says what a policy answers when Redis cannot be reached in time.
+type FailMode string
+
+const (
+	// FailOpen allows the request, marked as degraded. The default.
+	FailOpen FailMode = "open"
+	// FailClosed refuses to decide: the caller gets ErrUnavailable (503).
+	FailClosed FailMode = "closed"
+)
+
+// Limit is how much a key may do: Limit cost units per Window. Burst is the
+// token bucket's capacity (default Limit); other algorithms ignore it.
+type Limit struct {
+	Algorithm Algorithm
+	Limit     int64
+	Window    time.Duration
+	Burst     int64
+}
+
+// capacity is the largest cost a single request may have.
+func (l Limit) capacity() int64 {
+	if l.Algorithm == TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
+}
+
+// Policy is a named limit with how the HTTP layer finds its key and answers.
+type Policy struct {
+	Name string
+	Limit
+	// Key is where the gate takes the client's key from: "ip" (the client
+	// address, see the trusted-proxy settings) or "header:NAME".
+	Key string
+	// DenyStatus is the gate's status for a denied request: 429 (default),
+	// 403 (for nginx auth_request) or 401.
+	DenyStatus int
+	// Fail is what the policy answers when Redis is down. Default FailOpen.
+	Fail FailMode
+}
+
+// KeyHeader returns the header a "header:NAME" policy takes its key from,
+// or "" for an "ip" policy.
+func (p Policy) KeyHeader() string {
+	h, _ := strings.CutPrefix(p.Key, "header:")
+	if h == p.Key {
+		return ""
+	}
+	return h
+}
+
+// InlinePolicyName is the policy name reported for inline limits.
+const InlinePolicyName = "inline"
+
+// DefaultPolicyName is the name of the per-IP policy configured from the
+// environment.
+const DefaultPolicyName = "default"
+
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+
+// ValidatePolicyName checks a policy name: 1-64 characters of
+// [A-Za-z0-9._-], starting with a letter or digit. Returns a
+// *ValidationError otherwise.
+func ValidatePolicyName(name string) error {
+	if !store.Matches(name, 1, 64, store.IsAlnum, isPolicyNameByte) {
+		return invalid("policy", "format", "policy name must be 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit")
+	}
+	return nil
+}
+
+// ValidateRateLimitKey checks a rate-limit key: 1-256 printable ASCII
+// characters without spaces, '{' or '}'. Returns a *ValidationError otherwise.
+func ValidateRateLimitKey(field, key string) error {
+	if !store.Matches(key, 1, 256, isKeyByte, isKeyByte) {
+		return invalid(field, "format", "%s must be 1-256 printable ASCII characters without spaces, { or }", field)
+	}
+	return nil
+}
+
+// validateLimit checks a limit against the configured bounds; field names
+// are prefixed with prefix ("" for a request, "policies.NAME." for a file).
+func (c RateLimitConfig) validateLimit(prefix string, l Limit) error {
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow, TokenBucket:
+	default:
+		return invalid(prefix+"algorithm", "oneof", "%salgorithm must be one of fixed_window, sliding_window, token_bucket, got %q", prefix, l.Algorithm)
+	}
+	if l.Limit < 1 {
+		return invalid(prefix+"limit", "min", "%slimit must be at least 1, got %d", prefix, l.Limit)
+	}
+	if l.Limit > c.MaxLimit {
+		return invalid(prefix+"limit", "max", "%slimit must be at most %d, got %d", prefix, c.MaxLimit, l.Limit)
+	}
+	if l.Window < c.MinWindow {
+		return invalid(prefix+"window", "min", "%swindow must be at least %s, got %s", prefix, c.MinWindow, l.Window)
+	}
+	if l.Window > c.MaxWindow {
+		return invalid(prefix+"window", "max", "%swindow must be at most %s, got %s", prefix, c.MaxWindow, l.Window)
+	}
+	if l.Burst < 0 || l.Burst > c.MaxLimit {
+		return invalid(prefix+"burst", "range", "%sburst must be between 1 and %d, got %d", prefix, c.MaxLimit, l.Burst)
+	}
+	if l.Burst > 0 && l.Algorithm != TokenBucket {
+		return invalid(prefix+"burst", "excluded", "%sburst applies to the token_bucket algorithm only", prefix)
+	}
+	if l.Algorithm == TokenBucket {
+		return validateRefill(prefix, l)
+	}
+	return nil
+}
+
+// maxRefill bounds a token bucket's window and the time an empty bucket
+// takes to refill (window × burst / limit). The script's exact arithmetic
+// needs the bound, and it keeps every reset and retry time in a
+// time.Duration (a few hundred years).
+const maxRefill = 87600 * time.Hour // 10 years of 365 days
+
+// maxBucketLimit bounds a token bucket's limit for the script's exact
+// arithmetic (2^48); the default MaxLimit is far below.
+const maxBucketLimit = 1 << 48
+
+// validateRefill checks a token bucket against maxRefill and maxBucketLimit.
+func validateRefill(prefix string, l Limit) error {
+	if l.Limit >= maxBucketLimit {
+		return invalid(prefix+"limit", "max", "%slimit of a token_bucket must be below %d, got %d", prefix, int64(maxBucketLimit), l.Limit)
+	}
+	if l.Window > maxRefill {
+		return invalid(prefix+"window", "max", "%swindow of a token_bucket must be at most %s (10 years), got %s", prefix, maxRefill, l.Window)
+	}
+	if l.Burst <= l.Limit {
+		return nil // refills within the window
+	}
+	// window × burst <= maxRefill × limit in milliseconds, as the script
+	// sees the window; 128-bit products, as they overflow int64.
+	w := uint64(l.Window.Milliseconds())
+	hi, lo := bits.Mul64(w, uint64(l.Burst))
+	maxHi, maxLo := bits.Mul64(uint64(maxRefill.Milliseconds()), uint64(l.Limit))
+	if hi < maxHi || hi == maxHi && lo <= maxLo {
+		return nil
+	}
+	refill := float64(w) * float64(l.Burst) / float64(l.Limit) // milliseconds
+	got := fmt.Sprintf("about %.3g years", refill/float64((365*24*time.Hour).Milliseconds()))
+	if refill < float64(math.MaxInt64/int64(time.Millisecond)) {
+		got = time.Duration(refill * float64(time.Millisecond)).Round(time.Microsecond).String()
+	}
+	return invalid(prefix+"burst", "max", "%sburst × window / limit (the time an empty bucket takes to refill) must be at most %s (10 years), got %s",
+		prefix, maxRefill, got)
+}
+
+func (c RateLimitConfig) validatePolicy(p Policy) error {
+	if !store.Matches(p.Name, 1, 64, store.IsAlnum, isPolicyNameByte) {
+		return fmt.Errorf("policy %q: names are 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", p.Name)
+	}
+	if p.Name == InlinePolicyName {
+		return fmt.Errorf("policy %q: the name is reserved for inline limits", p.Name)
+	}
+	if err := c.validateLimit("", p.Limit); err != nil {
+		var ve *store.ValidationError
+		errors.As(err, &ve)
+		return fmt.Errorf("policy %q: %s", p.Name, ve.Detail)
+	}
+	if p.Key != "ip" && !headerNameRE.MatchString(p.KeyHeader()) {
+		return fmt.Errorf("policy %q: key must be \"ip\" or \"header:NAME\", got %q", p.Name, p.Key)
+	}
+	if p.DenyStatus != 429 && p.DenyStatus != 403 && p.DenyStatus != 401 {
+		return fmt.Errorf("policy %q: deny_status must be 401, 403 or 429, got %d", p.Name, p.DenyStatus)
+	}
+	if p.Fail != FailOpen && p.Fail != FailClosed {
+		return fmt.Errorf("policy %q: fail must be \"open\" or \"closed\", got %q", p.Name, p.Fail)
+	}
+	return nil
+}
+
+// policyFile is the on-disk shape of a policy file (YAML or JSON).
+type policyFile struct {
+	Policies map[string]policyEntry `json:"policies" yaml:"policies"`
+}
+
+type policyEntry struct {
+	Limit      int64  `json:"limit" yaml:"limit"`
+	Window     string `json:"window" yaml:"window"`
+	Algorithm  string `json:"algorithm" yaml:"algorithm"`
+	Burst      int64  `json:"burst" yaml:"burst"`
+	Key        string `json:"key" yaml:"key"`
+	DenyStatus int    `json:"deny_status" yaml:"deny_status"`
+	Fail       string `json:"fail" yaml:"fail"`
+}
+
+// LoadPolicies reads named policies from a YAML or JSON file (JSON when the
+// name ends in .json). The file holds a "policies" map from name to
+// {limit, window, algorithm, burst, key, deny_status, fail}; algorithm
+// defaults to fixed_window, key to ip, deny_status to 429, fail to open.
+// Unknown fields are errors. The policies are checked in full by New.
+func LoadPolicies(path string) ([]Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy file: %w", err)
+	}
+	ps, err := ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return ps, nil
+}
+
+// ParsePolicies parses the contents of a policy file (see LoadPolicies),
+// sorted by name. Returns an error naming the policy and field at fault.
+func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
+	var f policyFile
+	if isJSON {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return nil, err
+		}
+	} else {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	if len(f.Policies) == 0 {
+		return nil, errors.New("no policies: the file must hold a \"policies\" map with at least one entry")
+	}
+	out := make([]Policy, 0, len(f.Policies))
+	for name, e := range f.Policies {
+		p := Policy{Name: name, Limit: Limit{Algorithm: Algorithm(e.Algorithm), Limit: e.Limit, Burst: e.Burst},
+			Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail)}
+		if e.Window == "" {
+			return nil, fmt.Errorf("policy %q: window is required (a duration such as 10s or 1m)", name)
+		}
+		d, err := time.ParseDuration(e.Window)
+		if err != nil {
+			return nil, fmt.Errorf("policy %q: window %q is not a duration such as 10s or 1m", name, e.Window)
+		}
+		p.Window = d
+		out = append(out, p.withDefaults())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// withDefaults fills in the optional fields of a policy.
+func (p Policy) withDefaults() Policy {
+	if p.Algorithm == "" {
+		p.Algorithm = FixedWindow
+	}
+	if p.Key == "" {
+		p.Key = "ip"
+	}
+	if p.DenyStatus == 0 {
+		p.DenyStatus = 429
+	}
+	if p.Fail == "" {
+		p.Fail = FailOpen
+	}
+	return p
+}
+
+// isPolicyNameByte is the class of a policy name's bytes after the first.
+func isPolicyNameByte(c byte) bool { return store.IsAlnum(c) || c == '.' || c == '_' || c == '-' }
+
+// isKeyByte is the class of a rate-limit key's bytes: printable ASCII
+// without space, '{' and '}' (which would break Redis Cluster hash tags).
+func isKeyByte(c byte) bool { return '!' <= c && c <= 'z' || c == '|' || c == '~' }

@@ -1,0 +1,183 @@
+package ratelimit_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/service/ratelimit"
+)
+
+func TestParsePolicies(t *testing.T) {
+	yaml := `
+policies:
+  per-ip:
+    limit: 3
+    window: 10s
+  api-key:
+    limit: 100
+    window: 1m
+    algorithm: token_bucket
+    burst: 20
+    key: header:X-Api-Key
+    deny_status: 403
+    fail: closed
+`
+	json := `{"policies": {"per-ip": {"limit": 3, "window": "10s"},
+	  "api-key": {"limit": 100, "window": "1m", "algorithm": "token_bucket", "burst": 20,
+	              "key": "header:X-Api-Key", "deny_status": 403, "fail": "closed"}}}`
+	want := []ratelimit.Policy{
+		{Name: "api-key", Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 100, Window: time.Minute, Burst: 20},
+			Key: "header:X-Api-Key", DenyStatus: 403, Fail: ratelimit.FailClosed},
+		{Name: "per-ip", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: 10 * time.Second},
+			Key: "ip", DenyStatus: 429, Fail: ratelimit.FailOpen},
+	}
+	for _, tt := range []struct {
+		name   string
+		src    string
+		isJSON bool
+	}{{"yaml", yaml, false}, {"json", json, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("policies (-want +got):\n%s", diff)
+			}
+			if err := (ratelimit.RateLimitConfig{Policies: got}).Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestParsePoliciesErrors(t *testing.T) {
+	tests := []struct {
+		name, src string
+		isJSON    bool
+		want      string
+	}{
+		{"empty", "", false, "no policies"},
+		{"no map", "policies: {}", false, "no policies"},
+		{"unknown field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    rate: 5", false, "field rate not found"},
+		{"unknown JSON field", `{"policies":{"a":{"limit":3,"window":"1s","rate":5}}}`, true, `unknown field "rate"`},
+		{"missing window", "policies:\n  a:\n    limit: 3", false, `policy "a": window is required`},
+		{"bad window", "policies:\n  a:\n    limit: 3\n    window: soon", false, `policy "a": window "soon" is not a duration`},
+		{"limit not a number", "policies:\n  a:\n    limit: many\n    window: 1s", false, "cannot unmarshal"},
+		{"bad JSON", `{"policies":`, true, "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRateLimitConfigValidate(t *testing.T) {
+	ok := ratelimit.Policy{Name: "p", Limit: ratelimit.Limit{Limit: 3, Window: 10 * time.Second}}
+	with := func(f func(*ratelimit.Policy)) ratelimit.Policy { p := ok; f(&p); return p }
+	tests := []struct {
+		name string
+		ps   []ratelimit.Policy
+		want string
+	}{
+		{"limit 0", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Limit.Limit = 0 })}, `policy "p": limit must be at least 1`},
+		{"window too short", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Window = 10 * time.Millisecond })}, `policy "p": window must be at least 1s`},
+		{"window too long", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Window = 25 * time.Hour })}, `policy "p": window must be at most 24h0m0s`},
+		{"bad algorithm", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Algorithm = "leaky" })}, `algorithm must be one of`},
+		{"burst on a fixed window", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Burst = 5 })}, `burst applies to the token_bucket algorithm only`},
+		{"bad key", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Key = "cookie:sid" })}, `key must be "ip" or "header:NAME"`},
+		{"bad header", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Key = "header:" })}, `key must be "ip" or "header:NAME"`},
+		{"bad deny status", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.DenyStatus = 500 })}, `deny_status must be 401, 403 or 429`},
+		{"bad fail mode", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Fail = "sometimes" })}, `fail must be "open" or "closed"`},
+		{"bad name", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Name = "a b" })}, `policy "a b": names are`},
+		{"reserved name", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Name = "inline" })}, `reserved`},
+		{"duplicate", []ratelimit.Policy{ok, ok}, `policy "p" is defined twice`},
+		{"token bucket refilling in over 10 years", []ratelimit.Policy{with(func(p *ratelimit.Policy) {
+			p.Algorithm, p.Limit.Limit, p.Window, p.Burst = ratelimit.TokenBucket, 1, 24*time.Hour, 1_000_000_000
+		})}, `policy "p": burst × window / limit (the time an empty bucket takes to refill) must be at most 87600h0m0s (10 years), got about 2.74e+06 years`},
+		{"token bucket refilling in 10 years and a day", []ratelimit.Policy{with(func(p *ratelimit.Policy) {
+			p.Algorithm, p.Limit.Limit, p.Window, p.Burst = ratelimit.TokenBucket, 1, 24*time.Hour, 3651
+		})}, `policy "p": burst × window / limit (the time an empty bucket takes to refill) must be at most 87600h0m0s (10 years), got 87624h0m0s`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := ratelimit.RateLimitConfig{Policies: tt.ps}.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadPoliciesDeployExample(t *testing.T) {
+	ps, err := ratelimit.LoadPolicies(filepath.Join("..", "..", "deploy", "nginx", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Name != "per-ip" || ps[0].DenyStatus != 403 || ps[0].Limit.Limit != 3 || ps[0].Window != 10*time.Second {
+		t.Errorf("deploy/nginx/policies.yaml = %+v, want per-ip 3 per 10s denying with 403", ps)
+	}
+	if _, err := ratelimit.LoadPolicies("does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
+		t.Errorf("missing file error = %v, want one naming the file", err)
+	}
+}
+
+func TestLoadPoliciesExampleFile(t *testing.T) {
+	ps, err := ratelimit.LoadPolicies(filepath.Join("..", "..", "deploy", "policies.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (ratelimit.RateLimitConfig{Policies: ps}).Validate(); err != nil {
+		t.Fatalf("deploy/policies.example.yaml: %v", err)
+	}
+	if len(ps) != 4 {
+		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
+	}
+}
+
+// TestValidateTokenBucketRefill checks the bounds on a token bucket: a
+// refill time (window × burst / limit) and a window of 10 years are
+// accepted, more is refused on the field that makes it long, a limit must
+// stay below 2^48, and other algorithms are not concerned.
+func TestValidateTokenBucketRefill(t *testing.T) {
+	const tenYears = 87600 * time.Hour
+	long := ratelimit.RateLimitConfig{MaxWindow: 20 * tenYears}
+	tests := []struct {
+		name  string
+		cfg   ratelimit.RateLimitConfig
+		limit ratelimit.Limit
+		want  string // "" when valid
+	}{
+		{"10 years", ratelimit.RateLimitConfig{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 3650}, ""},
+		{"10 years at a high rate", ratelimit.RateLimitConfig{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1000, Window: 24 * time.Hour, Burst: 1_000_000_000}, "burst"},
+		{"a burst below the limit", ratelimit.RateLimitConfig{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1_000_000_000, Window: 24 * time.Hour, Burst: 1}, ""},
+		{"the window alone, 10 years", long, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: tenYears}, ""},
+		{"the window alone, 11 years", long, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: 11 * tenYears / 10}, "window"},
+		{"a long window with a small burst", long, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 100, Window: 11 * tenYears / 10, Burst: 1}, "window"},
+		{"a limit of 2^48", ratelimit.RateLimitConfig{MaxLimit: 1 << 50}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1 << 48, Window: time.Second}, "limit"},
+		{"a sliding window of 11 years", long, ratelimit.Limit{Algorithm: ratelimit.SlidingWindow, Limit: 1, Window: 11 * tenYears / 10}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Policies = []ratelimit.Policy{{Name: "p", Limit: tt.limit}}
+			err := cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), `policy "p": `+tt.want+" ") {
+				t.Fatalf("Validate = %v, want an error on %s", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,363 @@
+// Package ratelimit is Latchkey's rate-limit decisions: policies, the
+// algorithms' scripts, the batcher that sends concurrent decisions together
+// and the in-process cache of denied keys.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// RateLimitRequest asks for one rate-limit decision: either a named Policy
+// or an Inline limit, for Key, costing Cost units (default 1).
+type RateLimitRequest struct {
+	Policy string
+	Inline *Limit
+	Key    string
+	Cost   int64
+}
+
+// Decision is the answer to a RateLimitRequest. A denial is a Decision with
+// Allowed false, not an error.
+type Decision struct {
+	Allowed    bool
+	Policy     string // the policy's name, or InlinePolicyName
+	Key        string
+	Limit      int64         // cost units per window
+	Window     time.Duration // the policy's window
+	Remaining  int64         // cost units left after this decision
+	ResetAfter time.Duration // until the full limit is available again
+	RetryAfter time.Duration // zero when allowed; else when the same request will be allowed
+	// Degraded is true when Redis could not be reached and the policy failed
+	// open: the request was allowed without being counted.
+	Degraded bool
+	// Cached is true when the denial came from the in-process cache of keys
+	// known to be over their limit, without a Redis call.
+	Cached bool
+}
+
+// PolicyNotFoundError reports an unknown policy name. It wraps ErrNotFound.
+type PolicyNotFoundError struct{ Name string }
+
+func (e *PolicyNotFoundError) Error() string { return "service: no rate-limit policy named " + e.Name }
+
+// Unwrap makes errors.Is(err, ErrNotFound) true.
+func (e *PolicyNotFoundError) Unwrap() error { return store.ErrNotFound }
+
+// Service decides rate limits in Redis.
+type Service struct {
+	st     *store.Store
+	prefix string // the store's key prefix
+	rl     *rateLimiter
+}
+
+// New returns a Service on st and registers its scripts with it. It does no
+// I/O; call st.LoadScripts at start-up. Returns an error if cfg is invalid.
+func New(st *store.Store, cfg RateLimitConfig) (*Service, error) {
+	if st == nil {
+		return nil, fmt.Errorf("ratelimit: nil store")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ratelimit: %w", err)
+	}
+	s := &Service{st: st, prefix: st.Config().KeyPrefix}
+	s.rl = newRateLimiter(cfg, cfg.Registerer)
+	if _, cluster := st.Client().(*redis.ClusterClient); s.rl.cfg.Batch > 1 && !cluster {
+		// A batch names many keys: on a Cluster they would cross slots.
+		s.rl.batchers = map[Algorithm]*decisionBatcher{}
+		for alg, sc := range limitScripts {
+			s.rl.batchers[alg] = newDecisionBatcher(s, sc, s.rl.cfg)
+		}
+	}
+	st.Register(rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript)
+	return s, nil
+}
+
+func invalid(field, rule, format string, args ...any) error {
+	return store.Invalid(field, rule, format, args...)
+}
+
+// rateLimiter is the Service's rate-limit state: policies, the cache of
+// denied keys and the metrics.
+type rateLimiter struct {
+	cfg      RateLimitConfig
+	policies map[string]Policy
+	cache    *denyCache
+	lastLog  atomic.Int64 // unix nanoseconds of the last fail-open warning
+
+	decisions *prometheus.CounterVec // policy, result: allowed, denied
+	// byPolicy holds each configured policy's decision counters, looked up
+	// once; it is not written after newRateLimiter.
+	byPolicy map[string]decisionCounters
+	// batchers send concurrent decisions together, one per algorithm; nil
+	// when Batch is 1 or the client is a Cluster's.
+	batchers  map[Algorithm]*decisionBatcher
+	cacheHits prometheus.Counter
+	failOpen  *prometheus.CounterVec // policy
+}
+
+func newRateLimiter(cfg RateLimitConfig, reg prometheus.Registerer) *rateLimiter {
+	cfg = cfg.withDefaults()
+	rl := &rateLimiter{cfg: cfg, policies: map[string]Policy{}, cache: newDenyCache(cfg.CacheSize),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_decisions_total", Help: "Rate-limit decisions by policy and result (allowed, denied).",
+		}, []string{"policy", "result"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_cache_hits_total", Help: "Denials answered from the in-process cache without Redis.",
+		}),
+		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_fail_open_total", Help: "Requests allowed unchecked because Redis was unreachable, by policy.",
+		}, []string{"policy"}),
+	}
+	rl.byPolicy = map[string]decisionCounters{}
+	for _, p := range cfg.Policies {
+		rl.policies[p.Name] = p.withDefaults()
+		rl.byPolicy[p.Name] = rl.newCounters(p.Name)
+	}
+	rl.byPolicy[InlinePolicyName] = rl.newCounters(InlinePolicyName)
+	if reg != nil {
+		reg.MustRegister(rl.decisions, rl.cacheHits, rl.failOpen)
+	}
+	return rl
+}
+
+// decisionCounters are one policy's decision counters.
+type decisionCounters struct{ allowed, denied prometheus.Counter }
+
+func (rl *rateLimiter) newCounters(policy string) decisionCounters {
+	return decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
+		denied: rl.decisions.WithLabelValues(policy, "denied")}
+}
+
+// counters returns a policy's decision counters.
+func (rl *rateLimiter) counters(policy string) decisionCounters {
+	if c, ok := rl.byPolicy[policy]; ok {
+		return c
+	}
+	return rl.newCounters(policy)
+}
+
+// RateLimitPolicy returns the named policy. Returns a *PolicyNotFoundError
+// (ErrNotFound) when there is none, or a *ValidationError for a malformed name.
+func (s *Service) RateLimitPolicy(name string) (Policy, error) {
+	if err := ValidatePolicyName(name); err != nil {
+		return Policy{}, err
+	}
+	p, ok := s.rl.policies[name]
+	if !ok {
+		return Policy{}, &PolicyNotFoundError{Name: name}
+	}
+	return p, nil
+}
+
+// RateLimitPolicies returns the configured policies.
+func (s *Service) RateLimitPolicies() []Policy { return s.rl.cfg.Policies }
+
+// CheckRateLimit decides whether req.Key may spend req.Cost under the named
+// policy or the inline limit, and counts it when allowed. The Redis call is
+// bounded by RateLimitConfig.Timeout; when it fails, a fail-open policy
+// answers a Degraded allowed Decision and a fail-closed one an error.
+//
+// Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
+// limit, or for inline limits when they are disabled; a *PolicyNotFoundError
+// (ErrNotFound); an error wrapping ErrUnavailable (fail-closed policies and
+// inline limits); or the caller's context error.
+func (s *Service) CheckRateLimit(ctx context.Context, req RateLimitRequest) (Decision, error) {
+	pol, err := s.resolvePolicy(req)
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := ValidateRateLimitKey("key", req.Key); err != nil {
+		return Decision{}, err
+	}
+	if req.Cost == 0 {
+		req.Cost = 1
+	}
+	if req.Cost < 0 {
+		return Decision{}, invalid("cost", "min", "cost must be at least 1, got %d", req.Cost)
+	}
+	if c := pol.capacity(); req.Cost > c {
+		return Decision{}, invalid("cost", "max", "cost %d is above what the limit can ever allow at once (%d)", req.Cost, c)
+	}
+	rkey := s.rateLimitKey(pol, req.Key)
+	d := Decision{Policy: pol.Name, Key: req.Key, Limit: pol.Limit.Limit, Window: pol.Window}
+	cacheKey := denyKey{key: rkey, limit: pol.Limit.Limit, burst: pol.Burst}
+	now := time.Now()
+	if e, ok := s.rl.cache.get(cacheKey, req.Cost, now); ok {
+		s.rl.cacheHits.Inc()
+		s.rl.counters(pol.Name).denied.Inc()
+		d.Remaining = e.remaining
+		d.ResetAfter = max(e.reset.Sub(now), 0)
+		d.RetryAfter = max(e.until.Sub(now), time.Millisecond)
+		d.Cached = true
+		return d, nil
+	}
+
+	v, err := s.runLimit(ctx, pol.Limit, rkey, req.Cost)
+	if err != nil {
+		if !errors.Is(err, store.ErrUnavailable) || pol.Fail == FailClosed {
+			return Decision{}, err
+		}
+		s.rl.failOpen.WithLabelValues(pol.Name).Inc()
+		s.logFailOpen(ctx, pol.Name, err)
+		d.Allowed, d.Degraded = true, true
+		d.Remaining = pol.capacity() - req.Cost
+		d.ResetAfter = pol.Window
+		return d, nil
+	}
+	d.Allowed = v[0] == 1
+	d.Remaining = v[1]
+	d.ResetAfter = time.Duration(v[2]) * time.Millisecond
+	d.RetryAfter = time.Duration(v[3]) * time.Millisecond
+	if d.Allowed {
+		s.rl.counters(pol.Name).allowed.Inc()
+	} else {
+		s.rl.counters(pol.Name).denied.Inc()
+		s.rl.cache.put(cacheKey, denyEntry{until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter),
+			cost: req.Cost, remaining: d.Remaining}, now)
+	}
+	return d, nil
+}
+
+// resolvePolicy finds the named policy of req, or builds the inline one.
+func (s *Service) resolvePolicy(req RateLimitRequest) (Policy, error) {
+	switch {
+	case req.Policy != "" && req.Inline != nil:
+		return Policy{}, invalid("policy", "excluded", "give either policy or an inline limit (limit, window, algorithm, burst), not both")
+	case req.Policy != "":
+		return s.RateLimitPolicy(req.Policy)
+	case req.Inline == nil:
+		return Policy{}, invalid("policy", "required", "policy is required (or an inline limit: key, limit, window)")
+	case !s.rl.cfg.AllowInline:
+		return Policy{}, invalid("limit", "disabled", "inline limits are disabled on this server: name a configured policy instead")
+	}
+	l := *req.Inline
+	if l.Algorithm == "" {
+		l.Algorithm = FixedWindow
+	}
+	if err := s.rl.cfg.validateLimit("", l); err != nil {
+		return Policy{}, err
+	}
+	return Policy{Name: InlinePolicyName, Limit: l, Key: "ip", DenyStatus: 429, Fail: FailClosed}, nil
+}
+
+// rateLimitKey is the one Redis key of a decision. Inline limits include
+// their window, so different windows over the same key never share a counter.
+func (s *Service) rateLimitKey(p Policy, key string) string {
+	name := p.Name
+	if name == InlinePolicyName {
+		name += ":" + strconv.FormatInt(p.Window.Milliseconds(), 10)
+	}
+	return s.prefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
+}
+
+// keyCode names each algorithm in its keys. Short codes keep a typical key
+// name (prefix, policy, an IPv4 or IPv6 /64 client) in a small allocation:
+// a rate-limit key stays under 100 bytes of Redis memory.
+var keyCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", TokenBucket: "tb"}
+
+// runLimit decides one request with the algorithm's script, bounded by the
+// decision timeout: through the algorithm's batcher, or in a call of its own
+// when batching is off. The reply is {allowed, remaining, reset_ms,
+// retry_after_ms}.
+func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([4]int64, error) {
+	var args [4]int64
+	n := 3
+	args[0], args[1] = l.Limit, l.Window.Milliseconds()
+	if l.Algorithm == TokenBucket {
+		burst := l.Burst
+		if burst == 0 {
+			burst = l.Limit
+		}
+		args[2], args[3], n = burst, cost, 4
+	} else {
+		args[2] = cost
+	}
+	if b := s.rl.batchers[l.Algorithm]; b != nil {
+		return b.decide(ctx, key, args[:n]...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
+	defer cancel()
+	argv := make([]any, n)
+	for i := range argv {
+		argv[i] = args[i]
+	}
+	sc := limitScripts[l.Algorithm]
+	res, err := s.st.Run(ctx, sc, []string{key}, argv...)
+	if err != nil {
+		return [4]int64{}, err
+	}
+	arr, _ := res.([]any)
+	return s.decisionReply(sc, arr)
+}
+
+var (
+	rateLimitFixedWindowScript   = store.NewScript("ratelimit_fixed_window", lua.RateLimitFixedWindow)
+	rateLimitSlidingWindowScript = store.NewScript("ratelimit_sliding_window", lua.RateLimitSlidingWindow)
+	rateLimitTokenBucketScript   = store.NewScript("ratelimit_token_bucket", lua.RateLimitTokenBucket)
+)
+
+// limitScripts are the rate-limit scripts by algorithm.
+var limitScripts = map[Algorithm]*store.Script{
+	FixedWindow:   rateLimitFixedWindowScript,
+	SlidingWindow: rateLimitSlidingWindowScript,
+	TokenBucket:   rateLimitTokenBucketScript,
+}
+
+// decisionReply reads one request's four entries of a rate-limit script's
+// reply: {allowed, remaining, reset_ms, retry_after_ms}, or -1 and the error
+// Redis raised for its key, which is translated and counted as a failed call
+// would be.
+func (s *Service) decisionReply(sc *store.Script, e []any) ([4]int64, error) {
+	v, err, kind := decisionEntries(sc, e)
+	s.st.CountErr(sc.Name(), kind)
+	return v, err
+}
+
+// decisionEntries is decisionReply without counting the error: it also
+// returns the error's kind (see translateErr).
+func decisionEntries(sc *store.Script, e []any) ([4]int64, error, string) {
+	var out [4]int64
+	if len(e) != len(out) {
+		return out, fmt.Errorf("%s: unexpected reply %v", sc.Name(), e), "script"
+	}
+	if e[0] == int64(-1) {
+		msg, _ := e[1].(string)
+		err, kind := store.TranslateErr(context.Background(), sc.Name(), scriptError(msg))
+		return out, err, kind
+	}
+	if i, ok := store.FillInt64s(e, out[:]); !ok {
+		return out, fmt.Errorf("%s: reply[%d] is %T, want int64", sc.Name(), i, e[i]), "script"
+	}
+	return out, nil, ""
+}
+
+// scriptError is an error Redis raised inside a rate-limit script for one
+// request's key (WRONGTYPE, OOM, ...). It is a redis.Error, so translateErr
+// tells a transient state from a script error as it does for a whole call.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks the error as Redis's reply (redis.Error).
+func (scriptError) RedisError() {}
+
+// logFailOpen warns that a policy failed open, at most once per LogInterval.
+func (s *Service) logFailOpen(ctx context.Context, policy string, err error) {
+	now := time.Now().UnixNano()
+	last := s.rl.lastLog.Load()
+	if now-last < int64(s.rl.cfg.LogInterval) || !s.rl.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.rl.cfg.Logger.WarnContext(ctx, "redis unreachable: rate-limit policies fail open (allowing unchecked requests)",
+		"policy", policy, "err", err, "next_log_in", s.rl.cfg.LogInterval.String())
+}

@@ -1,0 +1,239 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// decisionBatcher sends the rate-limit decisions of concurrent requests to
+// Redis together, as one call of their algorithm's script: the decisions that
+// arrive while a call is out wait, and go in the next call together. Redis
+// then sets a script up once per batch instead of once per decision, and each
+// side reads and writes once per batch. A decision that finds no call out is
+// sent at once, so a quiet server adds no delay.
+//
+// Normally one call per algorithm is out at a time, with at most max
+// decisions. A call still out after a stall (the decision timeout divided
+// by stallDivisor: Redis is slow) no longer holds the queue up: another call
+// takes it, up to maxSenders calls at once, so a decision waits for its own
+// call and not for the slow ones before it.
+//
+// Each decision is bounded by the decision timeout from the moment it is
+// queued: its caller stops waiting at its deadline whatever the call it rides
+// in does, a decision whose deadline passed while it was queued is not sent,
+// and a call ends at its newest decision's deadline. A caller whose context
+// ends stops waiting at once; its decision is left out of a call not yet
+// sent. Each failed decision counts once in latchkey_redis_errors_total.
+type decisionBatcher struct {
+	s         *Service
+	rdb       redis.Scripter // the unpipelined client when there is one
+	sc        *store.Script
+	max       int // decisions per call
+	maxQueued int
+	timeout   time.Duration
+
+	mu      sync.Mutex
+	queue   []*decisionCall
+	senders int // goroutines sending calls; each takes from the queue
+}
+
+// maxSenders bounds the calls of one algorithm out at once, and a call out
+// for the decision timeout divided by stallDivisor counts as stalled.
+const maxSenders, stallDivisor = 8, 8
+
+// decisionCall is one decision waiting for its batch.
+type decisionCall struct {
+	key      string
+	args     [4]int64 // the first nargs are used
+	nargs    int
+	deadline time.Time
+	gone     atomic.Bool // the caller stopped waiting
+	done     chan decisionResult
+	// timer ends the caller's wait at the deadline even when the script
+	// call it rides in outlasts its own (a client that puts no deadline on
+	// the socket); kept with the call, so it is made once.
+	timer *time.Timer
+}
+
+type decisionResult struct {
+	v    [4]int64
+	err  error
+	kind string // of err, see translateErr
+}
+
+var decisionCalls = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &decisionCall{done: make(chan decisionResult, 1), timer: t}
+}}
+
+// unpipeliner is a client that batches calls of its own (PipelinedClient);
+// the batcher, which batches already, calls the plain client beneath it.
+type unpipeliner interface {
+	Unpipelined() redis.Scripter
+}
+
+func newDecisionBatcher(s *Service, sc *store.Script, cfg RateLimitConfig) *decisionBatcher {
+	var rdb redis.Scripter = s.st.Client()
+	if u, ok := s.st.Client().(unpipeliner); ok {
+		rdb = u.Unpipelined()
+	}
+	return &decisionBatcher{s: s, rdb: rdb, sc: sc, max: cfg.Batch, maxQueued: cfg.MaxQueued, timeout: cfg.Timeout}
+}
+
+// decide queues one decision and waits for its reply {allowed, remaining,
+// reset_ms, retry_after_ms}. Returns an error wrapping ErrUnavailable when
+// Redis cannot answer within the decision timeout or the queue is full, the
+// script's error for a key it cannot use, or context.Canceled when the
+// caller went away.
+func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64) ([4]int64, error) {
+	v, err, kind := b.wait(ctx, key, args)
+	b.s.st.CountErr(b.sc.Name(), kind)
+	return v, err
+}
+
+// wait is decide without counting the error: it returns the error's kind.
+func (b *decisionBatcher) wait(ctx context.Context, key string, args []int64) ([4]int64, error, string) {
+	c := decisionCalls.Get().(*decisionCall)
+	c.key = key
+	c.nargs = copy(c.args[:], args)
+	c.deadline = time.Now().Add(b.timeout)
+	c.gone.Store(false)
+
+	b.mu.Lock()
+	if len(b.queue) >= b.maxQueued {
+		b.mu.Unlock()
+		decisionCalls.Put(c)
+		return [4]int64{}, fmt.Errorf("%s: %w: %d decisions already queued", b.sc.Name(), store.ErrUnavailable, b.maxQueued), "unavailable"
+	}
+	b.queue = append(b.queue, c)
+	start := b.senders == 0
+	if start {
+		b.senders++
+	}
+	b.mu.Unlock()
+	if start {
+		go b.send()
+	}
+
+	c.timer.Reset(b.timeout)
+	select {
+	case r := <-c.done:
+		c.timer.Stop()
+		decisionCalls.Put(c)
+		if ctx.Err() != nil {
+			// The caller went away while its call ran: it is told so, as
+			// when it leaves before.
+			err, kind := store.TranslateErr(ctx, b.sc.Name(), ctx.Err())
+			return [4]int64{}, err, kind
+		}
+		return r.v, r.err, r.kind
+	case <-ctx.Done():
+		// The sender may still answer into c.done: c is not reused.
+		c.gone.Store(true)
+		c.timer.Stop()
+		err, kind := store.TranslateErr(ctx, b.sc.Name(), ctx.Err())
+		return [4]int64{}, err, kind
+	case <-c.timer.C:
+		c.gone.Store(true)
+		err, kind := store.TranslateErr(ctx, b.sc.Name(), context.DeadlineExceeded)
+		return [4]int64{}, err, kind
+	}
+}
+
+// send sends calls until the queue is empty.
+func (b *decisionBatcher) send() {
+	batch := make([]*decisionCall, 0, b.max)
+	stalled := time.AfterFunc(time.Hour, b.unstall)
+	stalled.Stop()
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.max)
+		if n == 0 {
+			b.senders--
+			b.mu.Unlock()
+			return
+		}
+		batch = append(batch[:0], b.queue[:n]...)
+		clear(b.queue[:n])
+		b.queue = b.queue[n:]
+		if len(b.queue) == 0 {
+			b.queue = b.queue[:0:0] // let the old array go, or it only grows
+		}
+		b.mu.Unlock()
+		stalled.Reset(b.timeout / stallDivisor)
+		b.call(batch)
+		stalled.Stop()
+	}
+}
+
+// unstall runs when a call has been out for the stall time: if decisions
+// are waiting and fewer than maxSenders calls are out, another sender takes
+// them, so they do not wait for the slow call to end.
+func (b *decisionBatcher) unstall() {
+	b.mu.Lock()
+	start := len(b.queue) > 0 && b.senders < maxSenders
+	if start {
+		b.senders++
+	}
+	b.mu.Unlock()
+	if start {
+		go b.send()
+	}
+}
+
+// call runs one script call for batch and answers each decision.
+func (b *decisionBatcher) call(batch []*decisionCall) {
+	now := time.Now()
+	live := batch[:0]
+	var deadline time.Time
+	for _, c := range batch {
+		switch {
+		case c.gone.Load():
+		case !now.Before(c.deadline):
+			err, kind := store.TranslateErr(context.Background(), b.sc.Name(), context.DeadlineExceeded)
+			c.done <- decisionResult{err: err, kind: kind}
+		default:
+			if c.deadline.After(deadline) {
+				deadline = c.deadline // the newest
+			}
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	keys := make([]string, len(live))
+	args := make([]any, 0, len(live)*live[0].nargs)
+	for i, c := range live {
+		keys[i] = c.key
+		for _, a := range c.args[:c.nargs] {
+			args = append(args, a)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
+	var kind string
+	if err != nil {
+		// Before cancel: a deadline is not the caller's cancellation.
+		err, kind = store.TranslateErr(ctx, b.sc.Name(), err)
+	}
+	cancel()
+	arr, ok := res.([]any)
+	if err == nil && (!ok || len(arr) != 4*len(live)) {
+		err, kind = fmt.Errorf("%s: unexpected reply %T of %d decisions", b.sc.Name(), res, len(live)), "script"
+	}
+	for i, c := range live {
+		r := decisionResult{err: err, kind: kind}
+		if err == nil {
+			r.v, r.err, r.kind = decisionEntries(b.sc, arr[4*i:4*i+4])
+		}
+		c.done <- r
+	}
+}

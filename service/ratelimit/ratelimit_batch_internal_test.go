@@ -1,0 +1,237 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// newOn returns a Service with the default configuration on a store on rdb.
+func newOn(t *testing.T, rdb store.Client) *Service {
+	t.Helper()
+	st, err := store.New(rdb, store.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(st, RateLimitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// keyRecorder records the keys of every script call.
+type keyRecorder struct {
+	*redis.Client
+	calls [][]string
+}
+
+func (r *keyRecorder) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	r.calls = append(r.calls, slices.Clone(keys))
+	return r.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// A call sends only the decisions still waiting for it: one whose deadline
+// passed in the queue is answered unavailable without reaching Redis, and
+// one whose caller left is neither sent nor answered.
+func TestDecisionCallSendsOnlyLiveDecisions(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rec := &keyRecorder{Client: rdb}
+	s := newOn(t, rec)
+	if err := s.st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := s.rl.batchers[FixedWindow]
+	decision := func(key string, deadline time.Time) *decisionCall {
+		return &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3, deadline: deadline,
+			done: make(chan decisionResult, 1)}
+	}
+	expired := decision("expired", time.Now().Add(-time.Millisecond))
+	gone := decision("gone", time.Now().Add(time.Minute))
+	gone.gone.Store(true)
+	live := decision("live", time.Now().Add(time.Minute))
+
+	b.call([]*decisionCall{expired, gone, live})
+
+	if r := <-expired.done; !errors.Is(r.err, store.ErrUnavailable) || r.kind != "unavailable" {
+		t.Errorf("decision past its deadline: %+v, want ErrUnavailable", r)
+	}
+	select {
+	case r := <-gone.done:
+		t.Errorf("decision whose caller left was answered: %+v", r)
+	default:
+	}
+	if r := <-live.done; r.err != nil || r.v != [4]int64{1, 9, 60000, 0} {
+		t.Errorf("live decision: %+v, want allowed with 9 remaining", r)
+	}
+	if !slices.EqualFunc(rec.calls, [][]string{{"live"}}, slices.Equal) {
+		t.Errorf("script calls by keys = %v, want one call with the live decision alone", rec.calls)
+	}
+}
+
+// A Cluster client sends each decision on its own: a batch names many keys,
+// which would cross hash slots.
+func TestNoDecisionBatchesOnACluster(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newOn(t, rdb)
+	if s.rl.batchers != nil {
+		t.Errorf("batchers on a Cluster client: %v, want none", s.rl.batchers)
+	}
+	single := newOn(t, redis.NewClient(&redis.Options{Addr: m.Addr()}))
+	if len(single.rl.batchers) != len(limitScripts) {
+		t.Errorf("batchers on a single-node client: %d, want one per algorithm", len(single.rl.batchers))
+	}
+}
+
+// holdingClient holds its first script call until release is called, lets
+// every other call through, and records the keys of every call.
+type holdingClient struct {
+	*redis.Client
+	mu      sync.Mutex
+	calls   [][]string
+	entered chan struct{} // closed when the first call is held
+	gate    chan struct{}
+}
+
+func (c *holdingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	c.mu.Lock()
+	c.calls = append(c.calls, slices.Clone(keys))
+	first := len(c.calls) == 1
+	c.mu.Unlock()
+	if first {
+		close(c.entered)
+		<-c.gate
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// waitFor waits until cond holds, reading b's state under its lock.
+func waitFor(t *testing.T, b *decisionBatcher, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.mu.Lock()
+		ok := cond()
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// While one call is held (Redis slow for it), the stall path hands the
+// decisions queued behind it to another sender, twice, the second time to
+// decisions that reuse the pooled calls of the first ones: every decision on
+// the shared key is counted once and answered with its own remaining, the
+// held one last. The stall is forced by running unstall, as the stall timer
+// does, so the decision timeout (a minute) never ends a wait here.
+func TestStalledCallAndPooledCallsCountExactly(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := &holdingClient{Client: rdb, entered: make(chan struct{}), gate: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-c.gate:
+		default:
+			close(c.gate)
+		}
+	})
+	st, err := store.New(c, store.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(st, RateLimitConfig{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := s.rl.batchers[FixedWindow]
+	type answer struct {
+		v   [4]int64
+		err error
+	}
+	decide := func() <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			v, err := b.decide(t.Context(), "k", 60, 60000, 1)
+			ch <- answer{v, err}
+		}()
+		return ch
+	}
+	receive := func(ch <-chan answer) answer {
+		t.Helper()
+		select {
+		case a := <-ch:
+			return a
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer within 10s")
+			return answer{}
+		}
+	}
+	// remainings receives the answers of chs: each must be allowed.
+	remainings := func(chs []<-chan answer) []int64 {
+		t.Helper()
+		var got []int64
+		for _, ch := range chs {
+			a := receive(ch)
+			if a.err != nil || a.v[0] != 1 {
+				t.Errorf("decision: %v, %v; want allowed", a.v, a.err)
+			}
+			got = append(got, a.v[1])
+		}
+		slices.Sort(got)
+		slices.Reverse(got)
+		return got
+	}
+	// queueThree queues three decisions behind the held call, none sent.
+	queueThree := func() []<-chan answer {
+		t.Helper()
+		waitFor(t, b, "only the held call's sender", func() bool { return b.senders == 1 })
+		chs := []<-chan answer{decide(), decide(), decide()}
+		waitFor(t, b, "three queued decisions", func() bool { return len(b.queue) == 3 })
+		return chs
+	}
+
+	held := decide()
+	<-c.entered
+	first := queueThree()
+	b.unstall()
+	if got := remainings(first); !slices.Equal(got, []int64{59, 58, 57}) {
+		t.Errorf("decisions taken from a stalled call: remaining %v, want 59 58 57", got)
+	}
+	second := queueThree() // their calls come back from the pool
+	b.unstall()
+	if got := remainings(second); !slices.Equal(got, []int64{56, 55, 54}) {
+		t.Errorf("decisions in reused calls: remaining %v, want 56 55 54", got)
+	}
+	close(c.gate)
+	if a := receive(held); a.err != nil || a.v[0] != 1 || a.v[1] != 53 {
+		t.Errorf("the held decision: %v, %v; want allowed, remaining 53", a.v, a.err)
+	}
+	if v, err := m.Get("k"); err != nil || v != "7" {
+		t.Errorf("counter = %q, %v; want 7, each decision counted once", v, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if want := [][]string{{"k"}, {"k", "k", "k"}, {"k", "k", "k"}}; !slices.EqualFunc(c.calls, want, slices.Equal) {
+		t.Errorf("script calls by keys = %v, want %v", c.calls, want)
+	}
+}

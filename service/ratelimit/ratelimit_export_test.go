@@ -1,0 +1,13 @@
+package ratelimit
+
+// DenyCacheLen reports how many denials s holds in its in-process cache.
+func DenyCacheLen(s *Service) int { return s.rl.cache.len() }
+
+// QueuedDecisions reports how many decisions of an algorithm wait for a
+// script call.
+func QueuedDecisions(s *Service, alg Algorithm) int {
+	b := s.rl.batchers[alg]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}

@@ -1,0 +1,42 @@
+// Package store is Latchkey's store layer, which knows no domain: the Lua
+// script runner (EVALSHA with NOSCRIPT reload, error translation), the
+// pipelined client, the wait for replicas, the shared errors and name rules.
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error the service returns wraps one of them (or is a
+// context error when the caller went away), so callers map errors with
+// errors.Is and errors.As alone.
+var (
+	// ErrInvalid reports a request that breaks an invariant (bad name, token,
+	// duration). Such a request changes nothing.
+	ErrInvalid = errors.New("service: invalid request")
+	// ErrNotFound reports a lease that does not exist (expired or released).
+	ErrNotFound = errors.New("service: lease not found")
+	// ErrConflict reports a request that conflicts with the current state.
+	ErrConflict = errors.New("service: conflict")
+	// ErrUnavailable reports that the store could not be reached in time.
+	ErrUnavailable = errors.New("service: store unavailable")
+)
+
+// ValidationError names the request field that broke a rule. It wraps
+// ErrInvalid.
+type ValidationError struct {
+	Field  string // JSON name of the field, or the header's name
+	Rule   string // the rule broken: "required", "min", "max", "format", ...
+	Detail string // a sentence for people
+}
+
+func (e *ValidationError) Error() string { return "service: invalid " + e.Field + ": " + e.Detail }
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// Invalid returns a *ValidationError for field.
+func Invalid(field, rule, format string, args ...any) error {
+	return &ValidationError{Field: field, Rule: rule, Detail: fmt.Sprintf(format, args...)}
+}
