@@ -76,7 +76,7 @@ func TestKeepaliveSettingsThatCannotWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk, err := locks.New(st, locks.Config{})
+	lk, err := locks.New(st, locks.Config{MaxTTL: 24 * time.Hour}) // a ttl may pass the default max_hold
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"min keep-alive ttl of 3 polls", locks.Config{RenewPoll: 50 * time.Millisecond, MinKeepaliveTTL: 150 * time.Millisecond}, ""},
 		{"min keep-alive ttl under 3 polls", locks.Config{MinKeepaliveTTL: 200 * time.Millisecond},
 			"min keep-alive ttl 200ms must be at least 3 renewer polls (300ms)"},
-		{"max ttl below the min keep-alive ttl: plain leases only", locks.Config{MaxTTL: 500 * time.Millisecond, DefaultTTL: 100 * time.Millisecond, FenceTTL: time.Hour}, ""},
+		{"max ttl below the min keep-alive ttl: plain leases only", locks.Config{MaxTTL: 500 * time.Millisecond, DefaultTTL: 100 * time.Millisecond,
+			MaxHoldCap: time.Hour, FenceTTL: time.Hour}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -121,8 +121,21 @@ func TestLoadPoliciesDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ps) != 1 || ps[0].Name != "per-ip" || ps[0].DenyStatus != 403 || ps[0].Limit.Limit != 3 || ps[0].Window != 10*time.Second {
-		t.Errorf("deploy/nginx/policies.yaml = %+v, want per-ip 3 per 10s denying with 403", ps)
+	byName := map[string]ratelimit.Policy{}
+	for _, p := range ps {
+		byName[p.Name] = p
+	}
+	for _, want := range []struct {
+		name, key string
+		fail      ratelimit.FailMode
+	}{{"per-ip", "ip", ratelimit.FailOpen}, {"api-key", "header:X-Api-Key", ratelimit.FailClosed}} {
+		p, ok := byName[want.name]
+		if !ok || p.Key != want.key || p.Fail != want.fail || p.DenyStatus != 403 || p.Limit.Limit != 3 || p.Window != 10*time.Second {
+			t.Errorf("deploy/nginx/policies.yaml = %+v, want %s keyed on %s, 3 per 10s denying with 403, failing %s", ps, want.name, want.key, want.fail)
+		}
+	}
+	if len(ps) != 2 {
+		t.Errorf("deploy/nginx/policies.yaml has %d policies, want per-ip and api-key", len(ps))
 	}
 	if _, err := ratelimit.LoadPolicies("does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
 		t.Errorf("missing file error = %v, want one naming the file", err)
