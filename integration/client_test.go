@@ -231,15 +231,15 @@ func (e *clientEnv) adminClient(t *testing.T) *client.Client {
 func TestClientKeepalive(t *testing.T) {
 	e := newClientEnv(t)
 	ctx := t.Context()
-	l, err := e.c.Lock(ctx, "ka", client.LockOptions{TTL: 600 * time.Millisecond, KeepAlive: true,
-		Heartbeat: 400 * time.Millisecond, MaxHold: time.Minute})
+	l, err := e.c.Lock(ctx, "ka", client.LockOptions{TTL: time.Second, KeepAlive: true,
+		Heartbeat: 600 * time.Millisecond, MaxHold: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := l.ValidUntil()
 	// Past several heartbeats and TTLs: still owned, validity moved on.
 	eventually(t, doneGuard, "ValidUntil moves past 3 TTLs after the grant", func() bool {
-		return l.ValidUntil().After(first.Add(3 * 600 * time.Millisecond))
+		return l.ValidUntil().After(first.Add(3 * time.Second))
 	})
 	select {
 	case <-l.Done():
