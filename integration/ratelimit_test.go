@@ -96,7 +96,7 @@ func TestRateLimitThreePerTenSeconds(t *testing.T) {
 		}
 	}
 	for i := 4; i <= 6; i++ {
-		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "")
+		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "Accept", "application/json")
 		if r.Status != http.StatusTooManyRequests {
 			t.Fatalf("request %d: status = %d, want 429", i, r.Status)
 		}
