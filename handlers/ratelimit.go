@@ -128,7 +128,12 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	a.decide(w, r, ratelimit.RateLimitRequest{Policy: pol.Name, Key: key}, pol.DenyStatus)
+	d, err := a.svc.CheckRateLimit(r.Context(), ratelimit.RateLimitRequest{Policy: pol.Name, Key: key})
+	if err != nil {
+		writeError(w, r, a.log, err)
+		return
+	}
+	a.writeGateDecision(w, r, pol.DenyStatus, d)
 }
 
 // decide makes one decision and answers it: 200 when allowed, denyStatus

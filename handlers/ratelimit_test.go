@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,7 +136,7 @@ func TestGateRateLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newTestRouter(t, decisionFake(tt.pol, tt.d), handlers.Config{})
-			rec := serve(t, h, newRequest(tt.method, tt.path, ""))
+			rec := serve(t, h, newRequest(tt.method, tt.path, "", "Accept", "application/json"))
 			if rec.Code != tt.status {
 				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.status, rec.Body)
 			}
@@ -146,6 +147,86 @@ func TestGateRateLimit(t *testing.T) {
 			}
 			if tt.wantKey != "" && body["key"] != tt.wantKey {
 				t.Errorf("key = %v, want %s", body["key"], tt.wantKey)
+			}
+		})
+	}
+}
+
+// TestGateAnswerBody: the gate answers without a body unless the request
+// asks for JSON, so that nginx, which never reads an auth subrequest's body,
+// can keep its connection; a denial without Accept JSON is a problem for the
+// client behind Traefik or Envoy; HEAD never carries a body. Every answer
+// carries the RateLimit headers.
+func TestGateAnswerBody(t *testing.T) {
+	allowed := ratelimit.Decision{Allowed: true, Policy: "per-ip", Limit: 3, Remaining: 2, Window: 10 * time.Second,
+		ResetAfter: 9 * time.Second}
+	denied := ratelimit.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second,
+		ResetAfter: 6 * time.Second, RetryAfter: 6 * time.Second}
+	const (
+		none     = ""
+		decision = "application/json"
+		problem  = "application/problem+json"
+	)
+	tests := []struct {
+		name   string
+		method string
+		accept string
+		d      ratelimit.Decision
+		status int
+		body   string // the Content-Type of the body, none for no body
+	}{
+		{"allowed, no Accept", "GET", "", allowed, 200, none},
+		{"allowed, curl's */*", "GET", "*/*", allowed, 200, none},
+		{"allowed, a browser's Accept", "GET", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", allowed, 200, none},
+		{"allowed, application/*", "POST", "application/*", allowed, 200, none},
+		{"allowed, JSON refused with q=0", "GET", "text/plain, application/json;q=0", allowed, 200, none},
+		{"allowed, Accept JSON", "GET", "application/json", allowed, 200, decision},
+		{"allowed, JSON among others", "PUT", "text/plain;q=0.5, Application/JSON; q=0.1", allowed, 200, decision},
+		{"allowed, HEAD asking for JSON", "HEAD", "application/json", allowed, 200, none},
+		{"denied, no Accept", "GET", "", denied, 429, problem},
+		{"denied, problem+json", "GET", "application/problem+json", denied, 429, problem},
+		{"denied, Accept JSON", "GET", "application/json", denied, 429, decision},
+		{"denied, HEAD", "HEAD", "", denied, 429, none},
+		{"denied, HEAD asking for JSON", "HEAD", "application/json", denied, 429, none},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestRouter(t, decisionFake(perIP(429), tt.d), handlers.Config{})
+			rec := serve(t, h, newRequest(tt.method, "/v1/ratelimit/gate/per-ip", "", "Accept", tt.accept))
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.status, rec.Body)
+			}
+			if got := rec.Header().Get("RateLimit-Policy"); got != `"per-ip";q=3;w=10` {
+				t.Errorf("RateLimit-Policy = %q", got)
+			}
+			if got := rec.Header().Get("RateLimit"); got == "" {
+				t.Error("RateLimit header missing")
+			}
+			if got := rec.Header().Get("Retry-After"); (got != "") != !tt.d.Allowed {
+				t.Errorf("Retry-After = %q on allowed=%v", got, tt.d.Allowed)
+			}
+			ct := rec.Header().Get("Content-Type")
+			switch tt.body {
+			case none:
+				if rec.Body.Len() != 0 || ct != "" {
+					t.Errorf("Content-Type %q body %q, want no body", ct, rec.Body)
+				}
+				if tt.method != "HEAD" && rec.Header().Get("Content-Length") != "0" {
+					t.Errorf("Content-Length = %q, want 0", rec.Header().Get("Content-Length"))
+				}
+			case decision:
+				var body map[string]any
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); ct != decision || err != nil {
+					t.Fatalf("Content-Type %q body %q, want the decision JSON", ct, rec.Body)
+				}
+				if body["allowed"] != tt.d.Allowed || body["key"] != "192.0.2.1" || body["policy"] != "per-ip" {
+					t.Errorf("decision = %v", body)
+				}
+			case problem:
+				p := wantProblem(t, rec, newRequest(tt.method, "/v1/ratelimit/gate/per-ip", ""), tt.status, "rate-limited")
+				if !strings.Contains(p.Detail, "retry after 6s") || !strings.Contains(p.Detail, `"per-ip"`) {
+					t.Errorf("detail = %q, want the policy and when to retry", p.Detail)
+				}
 			}
 		})
 	}

@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -282,4 +284,129 @@ func hostPort(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Host
+}
+
+// TestNginxKeepsUpstreamConnections runs deploy/nginx/nginx.conf in a real
+// nginx and counts the TCP connections Latchkey accepts while 8 clients send
+// 400 requests through it: 200 allowed ones (half of them from clients that
+// send Accept: application/json, as API clients do) and 200 to /api/, most
+// of them denied. nginx reuses an upstream connection only after reading
+// the whole answer, and it never reads an auth subrequest's body; with the
+// shipped template (HEAD to a keep-alive upstream) it opens at most one
+// connection per concurrent request, not one per request.
+func TestNginxKeepsUpstreamConnections(t *testing.T) {
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			skipOrFail(t, "nginx is not installed (Debian: apt-get install nginx-light)")
+		}
+		nginx = "/usr/sbin/nginx"
+	}
+	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	if err != nil {
+		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
+	}
+	for i := range pol {
+		if pol[i].Name == "per-ip" {
+			pol[i].Limit.Limit = 1000 // every request to / is allowed: the answer nginx must not choke on is the 200
+		}
+	}
+	rdb, _ := newRedis(t)
+	latchkey, _, _ := startServer(t, rdb, true, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+	// The same handler behind a server that counts the connections it accepts.
+	var accepted atomic.Int64
+	counted := httptest.NewUnstartedServer(latchkey.Config.Handler)
+	counted.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	counted.Start()
+	t.Cleanup(counted.Close)
+
+	var upstreamHits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		_, _ = io.WriteString(w, "hello from the app\n")
+	}))
+	t.Cleanup(app.Close)
+	front := startNginx(t, nginx, hostPort(t, counted.URL), hostPort(t, app.URL))
+
+	const clients, perClient = 8, 25
+	type result struct {
+		path   string
+		status int
+		limit  string
+	}
+	results := make(chan result, 2*clients*perClient)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := clientFrom(t, "127.0.0.2")
+			for i := range perClient {
+				accept := ""
+				if i%2 == 0 {
+					accept = "application/json"
+				}
+				for _, req := range []struct{ path, header, value string }{
+					{"/", "Accept", accept},
+					{"/api/orders", "X-Api-Key", "key-" + strconv.Itoa(c)}, // 3 allowed per key, then denied
+				} {
+					r, err := sendThrough(t.Context(), client, front+req.path, req.header, req.value)
+					if err != nil {
+						t.Errorf("GET %s: %v", req.path, err)
+						return
+					}
+					results <- result{req.path, r.Status, r.Header.Get("RateLimit")}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+
+	counts := map[string]int{}
+	for r := range results {
+		counts[r.path+" "+strconv.Itoa(r.status)]++
+		if r.limit == "" {
+			t.Errorf("GET %s: %d without a RateLimit header: the gate did not decide", r.path, r.status)
+		}
+	}
+	want := map[string]int{"/ 200": clients * perClient, "/api/orders 200": clients * 3, "/api/orders 429": clients * (perClient - 3)}
+	for k, n := range want {
+		if counts[k] != n {
+			t.Errorf("%s: %d answers, want %d (all answers: %v)", k, counts[k], n, counts)
+		}
+	}
+	if got := upstreamHits.Load(); got != int64(clients*perClient+clients*3) {
+		t.Errorf("the app served %d requests, want %d", got, clients*perClient+clients*3)
+	}
+	n, conns := 2*clients*perClient, accepted.Load()
+	t.Logf("%d gated requests from %d concurrent clients: Latchkey accepted %d connections from nginx", n, clients, conns)
+	if conns < 1 || conns > clients {
+		t.Errorf("Latchkey accepted %d connections from nginx for %d requests from %d concurrent clients, want 1..%d: "+
+			"nginx does not keep its connections to the gate", conns, n, clients, clients)
+	}
+}
+
+// sendThrough sends GET url with one optional header and reads the answer.
+func sendThrough(ctx context.Context, c *http.Client, url, header, value string) (response, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return response{}, err
+	}
+	if value != "" {
+		req.Header.Set(header, value)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
 }

@@ -144,10 +144,10 @@ func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
 
 	deadline := time.Now().Add(pause + 5*time.Second)
 	for {
-		r := e.do(t, "GET", "/v1/ratelimit/gate/closed", "")
+		r := e.do(t, "GET", "/v1/ratelimit/gate/closed", "", "Accept", "application/json")
 		if r.Status == http.StatusOK {
 			before := r.decision(t).Remaining
-			next := e.do(t, "GET", "/v1/ratelimit/gate/closed", "")
+			next := e.do(t, "GET", "/v1/ratelimit/gate/closed", "", "Accept", "application/json")
 			if next.Status != http.StatusOK || next.decision(t).Remaining != before-1 {
 				t.Errorf("after the pause: %d %s, want allowed with remaining %d", next.Status, next.Body, before-1)
 			}

@@ -66,7 +66,7 @@ func TestRateLimitRedisDown(t *testing.T) {
 	timed := func(method, path, body string) response {
 		t.Helper()
 		start := time.Now()
-		r := e.do(t, method, path, body)
+		r := e.do(t, method, path, body, "Accept", "application/json") // the gate's decision as JSON
 		if took := time.Since(start); took > bound {
 			t.Errorf("%s %s took %s with Redis down, want under %s", method, path, took, bound)
 		}

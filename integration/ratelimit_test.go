@@ -96,7 +96,7 @@ func TestRateLimitThreePerTenSeconds(t *testing.T) {
 		}
 	}
 	for i := 4; i <= 6; i++ {
-		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "")
+		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "Accept", "application/json")
 		if r.Status != http.StatusTooManyRequests {
 			t.Fatalf("request %d: status = %d, want 429", i, r.Status)
 		}
@@ -486,12 +486,12 @@ func TestRateLimitClientIdentity(t *testing.T) {
 	limited := policy("per-ip", ratelimit.FixedWindow, 1, time.Minute)
 	t.Run("untrusted peer", func(t *testing.T) {
 		e := newTestEnv(t, withPolicies(limited))
-		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "X-Forwarded-For", "198.51.100.1")
+		r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "Accept", "application/json", "X-Forwarded-For", "198.51.100.1")
 		if d := r.decision(t); r.Status != 200 || d.Key != "127.0.0.1" {
 			t.Fatalf("first: %d key %q, want 200 for 127.0.0.1", r.Status, d.Key)
 		}
 		// A different forged address changes nothing: same key, now over its limit.
-		r = e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "X-Forwarded-For", "198.51.100.2", "X-Real-IP", "198.51.100.3")
+		r = e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", "Accept", "application/json", "X-Forwarded-For", "198.51.100.2", "X-Real-IP", "198.51.100.3")
 		if d := r.decision(t); r.Status != 429 || d.Key != "127.0.0.1" {
 			t.Fatalf("spoofed: %d key %q, want 429 for 127.0.0.1", r.Status, d.Key)
 		}
@@ -514,9 +514,9 @@ func TestRateLimitClientIdentity(t *testing.T) {
 			{"", 200, "127.0.0.1"},                             // no header: the proxy itself
 		}
 		for i, s := range steps {
-			var hdr []string
+			hdr := []string{"Accept", "application/json"}
 			if s.xff != "" {
-				hdr = []string{"X-Forwarded-For", s.xff}
+				hdr = append(hdr, "X-Forwarded-For", s.xff)
 			}
 			r := e.do(t, "GET", "/v1/ratelimit/gate/per-ip", "", hdr...)
 			if d := r.decision(t); r.Status != s.status || d.Key != s.wantKey {
@@ -541,7 +541,7 @@ func TestRateLimitCheckKeys(t *testing.T) {
 	if d := r.decision(t); r.Status != 200 || d.Key != "alpha" {
 		t.Errorf("header policy: %d key %q, want 200 for alpha", r.Status, d.Key)
 	}
-	r = e.do(t, "GET", "/v1/ratelimit/gate/by-api-key", "", "X-Api-Key", "alpha")
+	r = e.do(t, "GET", "/v1/ratelimit/gate/by-api-key", "", "Accept", "application/json", "X-Api-Key", "alpha")
 	if d := r.decision(t); r.Status != 429 || d.Key != "alpha" {
 		t.Errorf("gate, same header: %d key %q, want 429 for alpha", r.Status, d.Key)
 	}

@@ -59,7 +59,7 @@ func TestRunServesRateLimits(t *testing.T) {
 	s := startServer(t, "-ratelimit-policies", policies, "-trusted-proxies", "127.0.0.1/32", "-ratelimit-legacy-headers",
 		"-ratelimit-self-policy", "self")
 	for i := 1; i <= 4; i++ {
-		resp, d := s.call(t, http.MethodGet, "/v1/ratelimit/gate/per-ip", "", "X-Forwarded-For", "203.0.113.5")
+		resp, d := s.call(t, http.MethodGet, "/v1/ratelimit/gate/per-ip", "", "Accept", "application/json", "X-Forwarded-For", "203.0.113.5")
 		want := http.StatusOK
 		if i == 4 {
 			want = http.StatusTooManyRequests
