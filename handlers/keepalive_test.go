@@ -80,7 +80,7 @@ func TestKeepaliveSettingsThatCannotWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl, err := ratelimit.New(st, ratelimit.RateLimitConfig{})
+	rl, err := ratelimit.New(st, ratelimit.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl, err := ratelimit.New(st, ratelimit.RateLimitConfig{Registerer: reg})
+	rl, err := ratelimit.New(st, ratelimit.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func BenchmarkHotPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rl, err := ratelimit.New(st, ratelimit.RateLimitConfig{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{{
+	rl, err := ratelimit.New(st, ratelimit.Config{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{{
 		Name: "bench", Key: "ip", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 1000, Window: time.Minute},
 	}}})
 	if err != nil {

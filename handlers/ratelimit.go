@@ -53,8 +53,8 @@ type decisionResponse struct {
 // toServiceRequest turns a check body into a service request. An inline
 // limit is any of limit, window, algorithm or burst; limit and window are
 // then required.
-func (req checkRequest) toServiceRequest() (ratelimit.RateLimitRequest, error) {
-	out := ratelimit.RateLimitRequest{Policy: req.Policy, Key: req.Key}
+func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
+	out := ratelimit.Request{Policy: req.Policy, Key: req.Key}
 	if req.Cost != nil {
 		if *req.Cost < 1 {
 			return out, badRequest("cost", "min", "cost must be at least 1, got "+strconv.FormatInt(*req.Cost, 10))
@@ -98,7 +98,7 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) {
 	}
 	if sreq.Inline == nil && sreq.Key == "" && sreq.Policy != "" {
 		// A policy without an explicit key limits the caller itself.
-		pol, err := a.svc.RateLimitPolicy(sreq.Policy)
+		pol, err := a.svc.Policy(sreq.Policy)
 		if err != nil {
 			writeError(w, r, a.log, err)
 			return
@@ -118,7 +118,7 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) {
 // gateRateLimit and its siblings, one per method): the key comes from the
 // request itself as the policy says, there is no body.
 func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
-	pol, err := a.svc.RateLimitPolicy(chi.URLParam(r, "policy"))
+	pol, err := a.svc.Policy(chi.URLParam(r, "policy"))
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -128,7 +128,7 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	d, err := a.svc.CheckRateLimit(r.Context(), ratelimit.RateLimitRequest{Policy: pol.Name, Key: key})
+	d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: pol.Name, Key: key})
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -138,8 +138,8 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
 
 // decide makes one decision and answers it: 200 when allowed, denyStatus
 // when denied, a problem when no decision could be made.
-func (a *api) decide(w http.ResponseWriter, r *http.Request, req ratelimit.RateLimitRequest, denyStatus int) {
-	d, err := a.svc.CheckRateLimit(r.Context(), req)
+func (a *api) decide(w http.ResponseWriter, r *http.Request, req ratelimit.Request, denyStatus int) {
+	d, err := a.svc.Check(r.Context(), req)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -253,7 +253,7 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 			writeError(w, r, a.log, badRequest("client", "address", err.Error()))
 			return
 		}
-		d, err := a.svc.CheckRateLimit(r.Context(), ratelimit.RateLimitRequest{Policy: policy, Key: "api:" + key})
+		d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: policy, Key: "api:" + key})
 		if err != nil {
 			writeError(w, r, a.log, err)
 			return

@@ -6,18 +6,18 @@ import (
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-func (f *fakeService) RateLimitPolicy(name string) (ratelimit.Policy, error) {
-	f.record("RateLimitPolicy")
-	if f.RateLimitPolicyFn == nil {
+func (f *fakeService) Policy(name string) (ratelimit.Policy, error) {
+	f.record("Policy")
+	if f.PolicyFn == nil {
 		return ratelimit.Policy{}, errUnexpectedCall
 	}
-	return f.RateLimitPolicyFn(name)
+	return f.PolicyFn(name)
 }
 
-func (f *fakeService) CheckRateLimit(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error) {
-	f.record("CheckRateLimit")
-	if f.CheckRateLimitFn == nil {
+func (f *fakeService) Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	f.record("Check")
+	if f.CheckFn == nil {
 		return ratelimit.Decision{}, errUnexpectedCall
 	}
-	return f.CheckRateLimitFn(ctx, req)
+	return f.CheckFn(ctx, req)
 }

@@ -22,13 +22,13 @@ func perIP(deny int) ratelimit.Policy {
 // decisionFake answers every check with d (for the key it was asked about).
 func decisionFake(pol ratelimit.Policy, d ratelimit.Decision) *fakeService {
 	return &fakeService{
-		RateLimitPolicyFn: func(name string) (ratelimit.Policy, error) {
+		PolicyFn: func(name string) (ratelimit.Policy, error) {
 			if name != pol.Name {
 				return ratelimit.Policy{}, &ratelimit.PolicyNotFoundError{Name: name}
 			}
 			return pol, nil
 		},
-		CheckRateLimitFn: func(_ context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error) {
+		CheckFn: func(_ context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 			d.Key = req.Key
 			return d, nil
 		},
@@ -84,9 +84,9 @@ func TestCheckRateLimitDecisionBody(t *testing.T) {
 	d := ratelimit.Decision{Policy: "per-ip", Limit: 3, Window: 10 * time.Second,
 		ResetAfter: 4500 * time.Millisecond, RetryAfter: 4501 * time.Millisecond}
 	fake := decisionFake(perIP(403), d)
-	var got ratelimit.RateLimitRequest
-	check := fake.CheckRateLimitFn
-	fake.CheckRateLimitFn = func(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error) {
+	var got ratelimit.Request
+	check := fake.CheckFn
+	fake.CheckFn = func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 		got = req
 		return check(ctx, req)
 	}
@@ -107,7 +107,7 @@ func TestCheckRateLimitDecisionBody(t *testing.T) {
 	if diff := cmp.Diff(want, body); diff != "" {
 		t.Errorf("body (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(ratelimit.RateLimitRequest{Policy: "per-ip", Key: "user:1", Cost: 2}, got); diff != "" {
+	if diff := cmp.Diff(ratelimit.Request{Policy: "per-ip", Key: "user:1", Cost: 2}, got); diff != "" {
 		t.Errorf("service request (-want +got):\n%s", diff)
 	}
 }
@@ -246,7 +246,7 @@ func TestSelfProtection(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Type != "rate-limited" {
 		t.Errorf("body %s, want a rate-limited problem", rec.Body)
 	}
-	if calls := fake.Calls(); cmp.Diff([]string{"CheckRateLimit"}, calls) != "" {
+	if calls := fake.Calls(); cmp.Diff([]string{"Check"}, calls) != "" {
 		t.Errorf("calls = %v, want only the self check (the lock was not inspected)", calls)
 	}
 }

@@ -25,8 +25,8 @@ type Locks interface {
 // RateLimits is what the HTTP layer needs from the rate-limit domain.
 // *ratelimit.Service satisfies it; tests use a fake.
 type RateLimits interface {
-	RateLimitPolicy(name string) (ratelimit.Policy, error)
-	CheckRateLimit(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error)
+	Policy(name string) (ratelimit.Policy, error)
+	Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 }
 
 // services are the domains the handlers call.

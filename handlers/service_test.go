@@ -33,8 +33,8 @@ type fakeService struct {
 	ReadyFn        func(ctx context.Context) error
 	HoldFn         func(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
 
-	RateLimitPolicyFn func(name string) (ratelimit.Policy, error)
-	CheckRateLimitFn  func(ctx context.Context, req ratelimit.RateLimitRequest) (ratelimit.Decision, error)
+	PolicyFn func(name string) (ratelimit.Policy, error)
+	CheckFn  func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 
 	mu    sync.Mutex
 	calls []string

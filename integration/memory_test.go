@@ -99,7 +99,7 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 	}
 	for _, p := range policies {
 		t.Run(fmt.Sprintf("%s %d per %s", p.Limit.Algorithm, p.Limit.Limit, p.Limit.Window), func(t *testing.T) {
-			svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}, RateLimit: ratelimit.RateLimitConfig{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{p}}})
+			svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}, RateLimit: ratelimit.Config{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{p}}})
 			const n = 200
 			for i := range n {
 				// Clients as the gate keys them: IPv4 addresses and IPv6 /64 networks.
@@ -107,7 +107,7 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 				if i%2 == 1 {
 					key = fmt.Sprintf("2001:db8:%x:%x::/64", i*7919%65536, i)
 				}
-				if _, err := svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "per-ip", Key: key}); err != nil {
+				if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "per-ip", Key: key}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -20,23 +20,23 @@ func BenchmarkRateLimitDecision(b *testing.B) {
 	e := newTestEnv(b, withPolicies(policy("open", ratelimit.FixedWindow, 1_000_000_000, time.Hour),
 		policy("shut", ratelimit.FixedWindow, 1, time.Hour)))
 	ctx := context.Background()
-	allowed := ratelimit.RateLimitRequest{Policy: "open", Key: "bench"}
-	denied := ratelimit.RateLimitRequest{Policy: "shut", Key: "bench"}
+	allowed := ratelimit.Request{Policy: "open", Key: "bench"}
+	denied := ratelimit.Request{Policy: "shut", Key: "bench"}
 	for range 2 {
-		if _, err := e.Svc.CheckRateLimit(ctx, denied); err != nil {
+		if _, err := e.Svc.Check(ctx, denied); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var script, cached time.Duration
 	for b.Loop() {
 		start := time.Now()
-		d, err := e.Svc.CheckRateLimit(ctx, allowed)
+		d, err := e.Svc.Check(ctx, allowed)
 		script += time.Since(start)
 		if err != nil || !d.Allowed {
 			b.Fatalf("script decision: %+v, %v", d, err)
 		}
 		start = time.Now()
-		d, err = e.Svc.CheckRateLimit(ctx, denied)
+		d, err = e.Svc.Check(ctx, denied)
 		cached += time.Since(start)
 		if err != nil || d.Allowed || !d.Cached {
 			b.Fatalf("cached denial: %+v, %v", d, err)
@@ -71,7 +71,7 @@ func BenchmarkRateLimitDecisionsConcurrent(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					key := fmt.Sprintf("client-%d", n.Add(1)%10_000)
-					d, err := e.Svc.CheckRateLimit(ctx, ratelimit.RateLimitRequest{Policy: "open", Key: key})
+					d, err := e.Svc.Check(ctx, ratelimit.Request{Policy: "open", Key: key})
 					if err != nil || !d.Allowed {
 						b.Errorf("decision: %+v, %v", d, err)
 						return

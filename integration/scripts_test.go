@@ -361,7 +361,7 @@ func TestTokenBucketScriptFreshKeys(t *testing.T) {
 		limit, windowMS := logUniform(1e9), 1000+logUniform(86_399_000)
 		burst := logUniform(1e9)
 		l := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: limit, Window: time.Duration(windowMS) * time.Millisecond, Burst: burst}
-		if (ratelimit.RateLimitConfig{Policies: []ratelimit.Policy{{Name: "p", Limit: l}}}).Validate() != nil {
+		if (ratelimit.Config{Policies: []ratelimit.Policy{{Name: "p", Limit: l}}}).Validate() != nil {
 			continue // a refill beyond 10 years
 		}
 		cost := 1 + rng.Int64N(burst)

@@ -22,7 +22,7 @@ type (
 type serviceConfig struct {
 	storeConfig
 	locksConfig
-	RateLimit ratelimit.RateLimitConfig
+	RateLimit ratelimit.Config
 }
 
 // services are the store and the two domains of a test server, their

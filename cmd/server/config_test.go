@@ -229,7 +229,7 @@ func TestDecisionBatchingFollowsThePipelineFlags(t *testing.T) {
 		pipeline  bool
 		wantBatch int
 	}{{true, 0}, {false, 1}} {
-		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(ratelimit.RateLimitConfig{})
+		rl := Config{RedisPipeline: tc.pipeline, RedisMaxQueued: 42}.decisionBatching(ratelimit.Config{})
 		if rl.Batch != tc.wantBatch || rl.MaxQueued != 42 {
 			t.Errorf("pipeline %v: batch %d, max queued %d; want %d (0: the service default) and 42",
 				tc.pipeline, rl.Batch, rl.MaxQueued, tc.wantBatch)

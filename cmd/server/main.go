@@ -162,7 +162,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // decisionBatching applies -redis-pipeline and -redis-max-queued to the
 // rate-limit decisions: without pipelining each decision is a script call of
 // its own.
-func (c Config) decisionBatching(rl ratelimit.RateLimitConfig) ratelimit.RateLimitConfig {
+func (c Config) decisionBatching(rl ratelimit.Config) ratelimit.Config {
 	rl.MaxQueued = c.RedisMaxQueued
 	if !c.RedisPipeline {
 		rl.Batch = 1

@@ -70,12 +70,12 @@ func (f RateLimitFlags) validate() []error {
 
 // load reads the policy file, adds the default per-IP policy and checks
 // the whole set, so a bad policy stops start-up with a message naming it.
-func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.RateLimitConfig, handlers.RateLimitConfig, error) {
+func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateLimitConfig, error) {
 	var policies []ratelimit.Policy
 	if f.PoliciesFile != "" {
 		ps, err := ratelimit.LoadPolicies(f.PoliciesFile)
 		if err != nil {
-			return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
+			return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
 		}
 		policies = ps
 	}
@@ -83,17 +83,17 @@ func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.RateLimitConfig, handl
 		policies = append(policies, ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Key: "ip",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
 	}
-	srl := ratelimit.RateLimitConfig{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
+	srl := ratelimit.Config{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
 		CacheSize: f.CacheSize, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
 		src := "the default policy (-ratelimit-default-*)"
 		if f.PoliciesFile != "" {
 			src = f.PoliciesFile + " or " + src
 		}
-		return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
+		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
 	}
 	if f.SelfPolicy != "" && !hasPolicy(policies, f.SelfPolicy) {
-		return ratelimit.RateLimitConfig{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
+		return ratelimit.Config{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
 			f.SelfPolicy + ": no such policy (known: " + policyNames(policies) + ")")
 	}
 	trusted, _ := handlers.ParseTrustedProxies(f.TrustedProxies) // checked by validate

@@ -21,7 +21,7 @@ var t0 = time.Date(2026, 11, 23, 4, 0, 0, 0, time.UTC)
 type config struct {
 	Registerer prometheus.Registerer
 	OpTimeout  time.Duration // the store's; zero: its default
-	RateLimit  ratelimit.RateLimitConfig
+	RateLimit  ratelimit.Config
 }
 
 // newTestRedis starts a miniredis with its clock at t0 and returns it with a

@@ -119,7 +119,7 @@ func ValidateRateLimitKey(field, key string) error {
 
 // validateLimit checks a limit against the configured bounds; field names
 // are prefixed with prefix ("" for a request, "policies.NAME." for a file).
-func (c RateLimitConfig) validateLimit(prefix string, l Limit) error {
+func (c Config) validateLimit(prefix string, l Limit) error {
 	switch l.Algorithm {
 	case FixedWindow, SlidingWindow, TokenBucket:
 	default:
@@ -187,7 +187,7 @@ func validateRefill(prefix string, l Limit) error {
 		prefix, maxRefill, got)
 }
 
-func (c RateLimitConfig) validatePolicy(p Policy) error {
+func (c Config) validatePolicy(p Policy) error {
 	if !store.Matches(p.Name, 1, 64, store.IsAlnum, isPolicyNameByte) {
 		return fmt.Errorf("policy %q: names are 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", p.Name)
 	}

@@ -47,7 +47,7 @@ policies:
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("policies (-want +got):\n%s", diff)
 			}
-			if err := (ratelimit.RateLimitConfig{Policies: got}).Validate(); err != nil {
+			if err := (ratelimit.Config{Policies: got}).Validate(); err != nil {
 				t.Errorf("Validate: %v", err)
 			}
 		})
@@ -108,7 +108,7 @@ func TestRateLimitConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := ratelimit.RateLimitConfig{Policies: tt.ps}.Validate()
+			err := ratelimit.Config{Policies: tt.ps}.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Validate = %v, want an error containing %q", err, tt.want)
 			}
@@ -147,7 +147,7 @@ func TestLoadPoliciesExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (ratelimit.RateLimitConfig{Policies: ps}).Validate(); err != nil {
+	if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
 		t.Fatalf("deploy/policies.example.yaml: %v", err)
 	}
 	if len(ps) != 4 {
@@ -161,20 +161,20 @@ func TestLoadPoliciesExampleFile(t *testing.T) {
 // stay below 2^48, and other algorithms are not concerned.
 func TestValidateTokenBucketRefill(t *testing.T) {
 	const tenYears = 87600 * time.Hour
-	long := ratelimit.RateLimitConfig{MaxWindow: 20 * tenYears}
+	long := ratelimit.Config{MaxWindow: 20 * tenYears}
 	tests := []struct {
 		name  string
-		cfg   ratelimit.RateLimitConfig
+		cfg   ratelimit.Config
 		limit ratelimit.Limit
 		want  string // "" when valid
 	}{
-		{"10 years", ratelimit.RateLimitConfig{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 3650}, ""},
-		{"10 years at a high rate", ratelimit.RateLimitConfig{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1000, Window: 24 * time.Hour, Burst: 1_000_000_000}, "burst"},
-		{"a burst below the limit", ratelimit.RateLimitConfig{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1_000_000_000, Window: 24 * time.Hour, Burst: 1}, ""},
+		{"10 years", ratelimit.Config{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 3650}, ""},
+		{"10 years at a high rate", ratelimit.Config{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1000, Window: 24 * time.Hour, Burst: 1_000_000_000}, "burst"},
+		{"a burst below the limit", ratelimit.Config{}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1_000_000_000, Window: 24 * time.Hour, Burst: 1}, ""},
 		{"the window alone, 10 years", long, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: tenYears}, ""},
 		{"the window alone, 11 years", long, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Window: 11 * tenYears / 10}, "window"},
 		{"a long window with a small burst", long, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 100, Window: 11 * tenYears / 10, Burst: 1}, "window"},
-		{"a limit of 2^48", ratelimit.RateLimitConfig{MaxLimit: 1 << 50}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1 << 48, Window: time.Second}, "limit"},
+		{"a limit of 2^48", ratelimit.Config{MaxLimit: 1 << 50}, ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1 << 48, Window: time.Second}, "limit"},
 		{"a sliding window of 11 years", long, ratelimit.Limit{Algorithm: ratelimit.SlidingWindow, Limit: 1, Window: 11 * tenYears / 10}, ""},
 	}
 	for _, tt := range tests {

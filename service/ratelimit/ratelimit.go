@@ -17,16 +17,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RateLimitRequest asks for one rate-limit decision: either a named Policy
+// Request asks for one rate-limit decision: either a named Policy
 // or an Inline limit, for Key, costing Cost units (default 1).
-type RateLimitRequest struct {
+type Request struct {
 	Policy string
 	Inline *Limit
 	Key    string
 	Cost   int64
 }
 
-// Decision is the answer to a RateLimitRequest. A denial is a Decision with
+// Decision is the answer to a Request. A denial is a Decision with
 // Allowed false, not an error.
 type Decision struct {
 	Allowed    bool
@@ -62,7 +62,7 @@ type Service struct {
 
 // New returns a Service on st and registers its scripts with it. It does no
 // I/O; call st.LoadScripts at start-up. Returns an error if cfg is invalid.
-func New(st *store.Store, cfg RateLimitConfig) (*Service, error) {
+func New(st *store.Store, cfg Config) (*Service, error) {
 	if st == nil {
 		return nil, fmt.Errorf("ratelimit: nil store")
 	}
@@ -89,7 +89,7 @@ func invalid(field, rule, format string, args ...any) error {
 // rateLimiter is the Service's rate-limit state: policies, the cache of
 // denied keys and the metrics.
 type rateLimiter struct {
-	cfg      RateLimitConfig
+	cfg      Config
 	policies map[string]Policy
 	cache    *denyCache
 	lastLog  atomic.Int64 // unix nanoseconds of the last fail-open warning
@@ -105,7 +105,7 @@ type rateLimiter struct {
 	failOpen  *prometheus.CounterVec // policy
 }
 
-func newRateLimiter(cfg RateLimitConfig, reg prometheus.Registerer) *rateLimiter {
+func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 	cfg = cfg.withDefaults()
 	rl := &rateLimiter{cfg: cfg, policies: map[string]Policy{}, cache: newDenyCache(cfg.CacheSize),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -146,9 +146,9 @@ func (rl *rateLimiter) counters(policy string) decisionCounters {
 	return rl.newCounters(policy)
 }
 
-// RateLimitPolicy returns the named policy. Returns a *PolicyNotFoundError
+// Policy returns the named policy. Returns a *PolicyNotFoundError
 // (ErrNotFound) when there is none, or a *ValidationError for a malformed name.
-func (s *Service) RateLimitPolicy(name string) (Policy, error) {
+func (s *Service) Policy(name string) (Policy, error) {
 	if err := ValidatePolicyName(name); err != nil {
 		return Policy{}, err
 	}
@@ -159,19 +159,19 @@ func (s *Service) RateLimitPolicy(name string) (Policy, error) {
 	return p, nil
 }
 
-// RateLimitPolicies returns the configured policies.
-func (s *Service) RateLimitPolicies() []Policy { return s.rl.cfg.Policies }
+// Policies returns the configured policies.
+func (s *Service) Policies() []Policy { return s.rl.cfg.Policies }
 
-// CheckRateLimit decides whether req.Key may spend req.Cost under the named
+// Check decides whether req.Key may spend req.Cost under the named
 // policy or the inline limit, and counts it when allowed. The Redis call is
-// bounded by RateLimitConfig.Timeout; when it fails, a fail-open policy
+// bounded by Config.Timeout; when it fails, a fail-open policy
 // answers a Degraded allowed Decision and a fail-closed one an error.
 //
 // Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
 // limit, or for inline limits when they are disabled; a *PolicyNotFoundError
 // (ErrNotFound); an error wrapping ErrUnavailable (fail-closed policies and
 // inline limits); or the caller's context error.
-func (s *Service) CheckRateLimit(ctx context.Context, req RateLimitRequest) (Decision, error) {
+func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 	pol, err := s.resolvePolicy(req)
 	if err != nil {
 		return Decision{}, err
@@ -229,12 +229,12 @@ func (s *Service) CheckRateLimit(ctx context.Context, req RateLimitRequest) (Dec
 }
 
 // resolvePolicy finds the named policy of req, or builds the inline one.
-func (s *Service) resolvePolicy(req RateLimitRequest) (Policy, error) {
+func (s *Service) resolvePolicy(req Request) (Policy, error) {
 	switch {
 	case req.Policy != "" && req.Inline != nil:
 		return Policy{}, invalid("policy", "excluded", "give either policy or an inline limit (limit, window, algorithm, burst), not both")
 	case req.Policy != "":
-		return s.RateLimitPolicy(req.Policy)
+		return s.Policy(req.Policy)
 	case req.Inline == nil:
 		return Policy{}, invalid("policy", "required", "policy is required (or an inline limit: key, limit, window)")
 	case !s.rl.cfg.AllowInline:

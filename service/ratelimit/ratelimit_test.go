@@ -37,7 +37,7 @@ func (c *countingClient) EvalSha(ctx context.Context, sha string, keys []string,
 // out on a loaded machine would be answered allowed (degraded, uncounted)
 // and pass for one Redis made.
 func rlConfig(cacheSize int, ps ...ratelimit.Policy) config {
-	return config{RateLimit: ratelimit.RateLimitConfig{Policies: ps, AllowInline: true, CacheSize: cacheSize,
+	return config{RateLimit: ratelimit.Config{Policies: ps, AllowInline: true, CacheSize: cacheSize,
 		Timeout: time.Minute}}
 }
 
@@ -45,18 +45,18 @@ func fixed(name string, limit int64, window time.Duration) ratelimit.Policy {
 	return ratelimit.Policy{Name: name, Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: limit, Window: window}}
 }
 
-func mustCheck(t testing.TB, svc *ratelimit.Service, req ratelimit.RateLimitRequest) ratelimit.Decision {
+func mustCheck(t testing.TB, svc *ratelimit.Service, req ratelimit.Request) ratelimit.Decision {
 	t.Helper()
-	d, err := svc.CheckRateLimit(context.Background(), req)
+	d, err := svc.Check(context.Background(), req)
 	if err != nil {
-		t.Fatalf("CheckRateLimit(%+v): %v", req, err)
+		t.Fatalf("Check(%+v): %v", req, err)
 	}
 	return d
 }
 
 func TestCheckRateLimitFixedWindow(t *testing.T) {
 	svc, m := newTestService(t, rlConfig(0, fixed("per-ip", 3, 10*time.Second)))
-	req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "192.0.2.1"}
+	req := ratelimit.Request{Policy: "per-ip", Key: "192.0.2.1"}
 	for i := int64(1); i <= 3; i++ {
 		d := mustCheck(t, svc, req)
 		want := ratelimit.Decision{Allowed: true, Policy: "per-ip", Key: "192.0.2.1", Limit: 3, Window: 10 * time.Second,
@@ -80,7 +80,7 @@ func TestCheckRateLimitDenialCache(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	cc := &countingClient{Client: rdb}
 	svc := mustNew(t, cc, rlConfig(ratelimit.DefaultCacheSize, fixed("per-ip", 1, 10*time.Second)))
-	req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "k"}
+	req := ratelimit.Request{Policy: "per-ip", Key: "k"}
 	mustCheck(t, svc, req)
 	first := mustCheck(t, svc, req)
 	if first.Allowed || first.Cached {
@@ -97,7 +97,7 @@ func TestCheckRateLimitDenialCache(t *testing.T) {
 		t.Errorf("%d script calls reached Redis while the key was known to be denied, want 0", got)
 	}
 	// Another key, or a cheaper request than the cached one, still asks Redis.
-	mustCheck(t, svc, ratelimit.RateLimitRequest{Policy: "per-ip", Key: "other"})
+	mustCheck(t, svc, ratelimit.Request{Policy: "per-ip", Key: "other"})
 	if got := cc.evals.Load() - before; got != 1 {
 		t.Errorf("script calls for another key = %d, want 1", got)
 	}
@@ -105,7 +105,7 @@ func TestCheckRateLimitDenialCache(t *testing.T) {
 
 func TestCheckRateLimitDenialCacheExpires(t *testing.T) {
 	svc, m := newTestService(t, rlConfig(ratelimit.DefaultCacheSize, fixed("per-ip", 1, time.Second)))
-	req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "k"}
+	req := ratelimit.Request{Policy: "per-ip", Key: "k"}
 	mustCheck(t, svc, req)
 	d := mustCheck(t, svc, req)
 	if d.Allowed {
@@ -121,7 +121,7 @@ func TestCheckRateLimitDenialCacheExpires(t *testing.T) {
 func TestCheckRateLimitDenialCacheIsBounded(t *testing.T) {
 	svc, _ := newTestService(t, rlConfig(10, fixed("per-ip", 1, time.Minute)))
 	for i := 0; i < 50; i++ {
-		req := ratelimit.RateLimitRequest{Policy: "per-ip", Key: "k" + strconv.Itoa(i)}
+		req := ratelimit.Request{Policy: "per-ip", Key: "k" + strconv.Itoa(i)}
 		mustCheck(t, svc, req)
 		if d := mustCheck(t, svc, req); d.Allowed {
 			t.Fatalf("key %d: second request allowed", i)
@@ -147,46 +147,46 @@ func TestCheckRateLimitFailModes(t *testing.T) {
 	svc := mustNew(t, rdb, cfg)
 	m.Close()
 
-	d, err := svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "open", Key: "k"})
+	d, err := svc.Check(t.Context(), ratelimit.Request{Policy: "open", Key: "k"})
 	if err != nil || !d.Allowed || !d.Degraded || d.Remaining != 4 {
 		t.Errorf("fail-open: %+v, %v; want allowed, degraded, remaining 4", d, err)
 	}
-	_, err = svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "closed", Key: "k"})
+	_, err = svc.Check(t.Context(), ratelimit.Request{Policy: "closed", Key: "k"})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("fail-closed error = %v, want ErrUnavailable", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := svc.CheckRateLimit(ctx, ratelimit.RateLimitRequest{Policy: "open", Key: "k"}); !errors.Is(err, context.Canceled) {
+	if _, err := svc.Check(ctx, ratelimit.Request{Policy: "open", Key: "k"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("caller gone: error = %v, want context.Canceled (no decision for nobody)", err)
 	}
 }
 
 func TestCheckRateLimitInvalid(t *testing.T) {
 	svc, _ := newTestService(t, rlConfig(ratelimit.DefaultCacheSize, fixed("p", 3, time.Minute)))
-	noInline := ratelimit.RateLimitConfig{Policies: []ratelimit.Policy{fixed("p", 3, time.Minute)}}
+	noInline := ratelimit.Config{Policies: []ratelimit.Policy{fixed("p", 3, time.Minute)}}
 	strict, _ := newTestService(t, config{RateLimit: noInline})
 	tests := []struct {
 		name        string
 		svc         *ratelimit.Service
-		req         ratelimit.RateLimitRequest
+		req         ratelimit.Request
 		field, rule string
 	}{
-		{"no policy", svc, ratelimit.RateLimitRequest{Key: "k"}, "policy", "required"},
-		{"bad key", svc, ratelimit.RateLimitRequest{Policy: "p", Key: "a b"}, "key", "format"},
-		{"empty key", svc, ratelimit.RateLimitRequest{Policy: "p"}, "key", "format"},
-		{"negative cost", svc, ratelimit.RateLimitRequest{Policy: "p", Key: "k", Cost: -1}, "cost", "min"},
-		{"cost above limit", svc, ratelimit.RateLimitRequest{Policy: "p", Key: "k", Cost: 4}, "cost", "max"},
-		{"inline limit 0", svc, ratelimit.RateLimitRequest{Key: "k", Inline: &ratelimit.Limit{Window: time.Second}}, "limit", "min"},
-		{"inline cost above burst", svc, ratelimit.RateLimitRequest{Key: "k", Cost: 3,
+		{"no policy", svc, ratelimit.Request{Key: "k"}, "policy", "required"},
+		{"bad key", svc, ratelimit.Request{Policy: "p", Key: "a b"}, "key", "format"},
+		{"empty key", svc, ratelimit.Request{Policy: "p"}, "key", "format"},
+		{"negative cost", svc, ratelimit.Request{Policy: "p", Key: "k", Cost: -1}, "cost", "min"},
+		{"cost above limit", svc, ratelimit.Request{Policy: "p", Key: "k", Cost: 4}, "cost", "max"},
+		{"inline limit 0", svc, ratelimit.Request{Key: "k", Inline: &ratelimit.Limit{Window: time.Second}}, "limit", "min"},
+		{"inline cost above burst", svc, ratelimit.Request{Key: "k", Cost: 3,
 			Inline: &ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 10, Burst: 2, Window: time.Second}}, "cost", "max"},
-		{"inline bucket refilling in over 10 years", svc, ratelimit.RateLimitRequest{Key: "k",
+		{"inline bucket refilling in over 10 years", svc, ratelimit.Request{Key: "k",
 			Inline: &ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Burst: 1_000_000_000, Window: 24 * time.Hour}}, "burst", "max"},
-		{"inline disabled", strict, ratelimit.RateLimitRequest{Key: "k", Inline: &ratelimit.Limit{Limit: 1, Window: time.Second}}, "limit", "disabled"},
+		{"inline disabled", strict, ratelimit.Request{Key: "k", Inline: &ratelimit.Limit{Limit: 1, Window: time.Second}}, "limit", "disabled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.svc.CheckRateLimit(t.Context(), tt.req)
+			_, err := tt.svc.Check(t.Context(), tt.req)
 			var ve *store.ValidationError
 			if !errors.As(err, &ve) || ve.Field != tt.field || ve.Rule != tt.rule {
 				t.Errorf("error = %v, want a ValidationError on %s/%s", err, tt.field, tt.rule)
@@ -194,7 +194,7 @@ func TestCheckRateLimitInvalid(t *testing.T) {
 		})
 	}
 	var nf *ratelimit.PolicyNotFoundError
-	if _, err := svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "nope", Key: "k"}); !errors.As(err, &nf) || !errors.Is(err, store.ErrNotFound) {
+	if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "nope", Key: "k"}); !errors.As(err, &nf) || !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown policy error = %v, want PolicyNotFoundError wrapping ErrNotFound", err)
 	}
 }
@@ -216,15 +216,15 @@ func BenchmarkCheckRateLimit(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			req := ratelimit.RateLimitRequest{Policy: "bench", Key: "192.0.2.1"}
+			req := ratelimit.Request{Policy: "bench", Key: "192.0.2.1"}
 			ctx := context.Background()
-			if _, err := svc.CheckRateLimit(ctx, req); err != nil {
+			if _, err := svc.Check(ctx, req); err != nil {
 				b.Fatal(err)
 			}
 			start := cc.evals.Load()
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := svc.CheckRateLimit(ctx, req); err != nil {
+				if _, err := svc.Check(ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -331,7 +331,7 @@ func TestCheckRateLimitSlidingWindowReadsEveryForm(t *testing.T) {
 				m.SetTTL(key, 90*time.Second)
 				before := storedState(t, m, key)
 
-				got := mustCheck(t, svc, ratelimit.RateLimitRequest{Policy: "slide", Key: "192.0.2.1"})
+				got := mustCheck(t, svc, ratelimit.Request{Policy: "slide", Key: "192.0.2.1"})
 				want := tt.want
 				want.Policy, want.Key, want.Limit, want.Window = "slide", "192.0.2.1", limit, window
 				if diff := cmp.Diff(want, got); diff != "" {
@@ -377,7 +377,7 @@ func TestCheckRateLimitSlidingWindowStoredForm(t *testing.T) {
 			cfg := rlConfig(0, sliding("slide", tt.limit, tt.window))
 			cfg.RateLimit.MinWindow = time.Millisecond
 			svc, m := newTestService(t, cfg)
-			req := ratelimit.RateLimitRequest{Policy: "slide", Key: "192.0.2.1", Cost: tt.limit}
+			req := ratelimit.Request{Policy: "slide", Key: "192.0.2.1", Cost: tt.limit}
 			if d := mustCheck(t, svc, req); !d.Allowed {
 				t.Fatalf("first request: %+v, want allowed", d)
 			}
@@ -431,7 +431,7 @@ func TestCheckRateLimitTokenBucketCounts(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("%d per %s burst %d", tt.limit, tt.window, capacity), func(t *testing.T) {
 			svc, m := newTestService(t, rlConfig(0, bucket("tb", tt.limit, tt.window, tt.burst)))
-			req := ratelimit.RateLimitRequest{Policy: "tb", Key: "k"}
+			req := ratelimit.Request{Policy: "tb", Key: "k"}
 			for i := int64(1); i <= capacity; i++ {
 				d := mustCheck(t, svc, req)
 				if !d.Allowed || d.Remaining != capacity-i || d.ResetAfter <= 0 {
@@ -459,7 +459,7 @@ func TestCheckRateLimitTokenBucketCounts(t *testing.T) {
 // bucket is full again.
 func TestCheckRateLimitTokenBucketHighRate(t *testing.T) {
 	svc, m := newTestService(t, rlConfig(0, bucket("fast", 10_000_000, time.Second, 0)))
-	req := ratelimit.RateLimitRequest{Policy: "fast", Key: "k"}
+	req := ratelimit.Request{Policy: "fast", Key: "k"}
 	for i := int64(1); i <= 3; i++ {
 		d := mustCheck(t, svc, req)
 		if !d.Allowed || d.Remaining != 10_000_000-i || d.ResetAfter != time.Millisecond {
@@ -523,7 +523,7 @@ func TestCheckRateLimitTokenBucketStoredForm(t *testing.T) {
 			if tt.stored != "" {
 				mustSet(m, key, tt.stored)
 			}
-			d := mustCheck(t, svc, ratelimit.RateLimitRequest{Policy: "tb", Key: "k"})
+			d := mustCheck(t, svc, ratelimit.Request{Policy: "tb", Key: "k"})
 			want := tt.want
 			if want == "" {
 				want = tt.stored
@@ -618,7 +618,7 @@ func TestTokenBucketScriptMatchesExactModel(t *testing.T) {
 		g.limit, g.burst = min(g.limit, 1_000_000_000), min(g.burst, 1_000_000_000)
 		l := ratelimit.Policy{Name: "p", Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: g.limit,
 			Window: time.Duration(g.windowMS) * time.Millisecond, Burst: g.burst}}
-		if (ratelimit.RateLimitConfig{Policies: []ratelimit.Policy{l}}).Validate() != nil {
+		if (ratelimit.Config{Policies: []ratelimit.Policy{l}}).Validate() != nil {
 			continue // a refill beyond 10 years
 		}
 		models = append(models, g)

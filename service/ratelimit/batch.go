@@ -79,7 +79,7 @@ type unpipeliner interface {
 	Unpipelined() redis.Scripter
 }
 
-func newDecisionBatcher(s *Service, sc *store.Script, cfg RateLimitConfig) *decisionBatcher {
+func newDecisionBatcher(s *Service, sc *store.Script, cfg Config) *decisionBatcher {
 	var rdb redis.Scripter = s.st.Client()
 	if u, ok := s.st.Client().(unpipeliner); ok {
 		rdb = u.Unpipelined()

@@ -20,7 +20,7 @@ func newOn(t *testing.T, rdb store.Client) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(st, RateLimitConfig{})
+	s, err := New(st, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestStalledCallAndPooledCallsCountExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(st, RateLimitConfig{Timeout: time.Minute})
+	s, err := New(st, Config{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

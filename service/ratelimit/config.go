@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// RateLimitConfig configures rate-limit decisions. Zero values fall back to
+// Config configures rate-limit decisions. Zero values fall back to
 // the defaults below.
-type RateLimitConfig struct {
+type Config struct {
 	// Policies are the named policies (from the policy file and the default
 	// per-IP policy). Names must be unique.
 	Policies []Policy
@@ -49,7 +49,7 @@ type RateLimitConfig struct {
 	Registerer prometheus.Registerer
 }
 
-func (c RateLimitConfig) withDefaults() RateLimitConfig {
+func (c Config) withDefaults() Config {
 	if c.Timeout <= 0 {
 		c.Timeout = 250 * time.Millisecond
 	}
@@ -82,15 +82,15 @@ const DefaultCacheSize = 10000
 
 // DefaultConfig returns the configuration the server's flags take their
 // defaults from: a zero Config's, with the deny cache on.
-func DefaultConfig() RateLimitConfig {
-	c := RateLimitConfig{}.withDefaults()
+func DefaultConfig() Config {
+	c := Config{}.withDefaults()
 	c.CacheSize = DefaultCacheSize
 	return c
 }
 
 // Validate reports policies and bounds that cannot work, naming the policy
 // and field at fault.
-func (c RateLimitConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.CacheSize < 0 {
 		return fmt.Errorf("rate limit cache size %d must not be negative", c.CacheSize)

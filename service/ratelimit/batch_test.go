@@ -74,17 +74,17 @@ func (c *gatedClient) callKeys() [][]string {
 	return slices.Clone(c.calls)
 }
 
-// decideAsync runs CheckRateLimit in a goroutine; its result arrives on the
+// decideAsync runs Check in a goroutine; its result arrives on the
 // returned channel.
 type asyncDecision struct {
 	d   ratelimit.Decision
 	err error
 }
 
-func decideAsync(ctx context.Context, svc *ratelimit.Service, req ratelimit.RateLimitRequest) <-chan asyncDecision {
+func decideAsync(ctx context.Context, svc *ratelimit.Service, req ratelimit.Request) <-chan asyncDecision {
 	ch := make(chan asyncDecision, 1)
 	go func() {
-		d, err := svc.CheckRateLimit(ctx, req)
+		d, err := svc.Check(ctx, req)
 		ch <- asyncDecision{d, err}
 	}()
 	return ch
@@ -94,7 +94,7 @@ func decideAsync(ctx context.Context, svc *ratelimit.Service, req ratelimit.Rate
 // call is held by c.
 func holdFirstCall(t *testing.T, svc *ratelimit.Service, c *gatedClient, policy string) <-chan asyncDecision {
 	t.Helper()
-	first := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: policy, Key: "first"})
+	first := decideAsync(t.Context(), svc, ratelimit.Request{Policy: policy, Key: "first"})
 	select {
 	case <-c.entered:
 	case <-time.After(10 * time.Second):
@@ -118,7 +118,7 @@ func waitQueued(t *testing.T, svc *ratelimit.Service, alg ratelimit.Algorithm, n
 // heldConfig has the policies ps, and a decision timeout long enough (20s,
 // so a stall of 2.5s: see decisionBatcher) that a held call keeps the
 // decisions behind it queued for as long as a test needs, adjusted by adjust.
-func heldConfig(adjust func(*ratelimit.RateLimitConfig), ps ...ratelimit.Policy) config {
+func heldConfig(adjust func(*ratelimit.Config), ps ...ratelimit.Policy) config {
 	cfg := rlConfig(0, ps...)
 	cfg.RateLimit.Timeout = 20 * time.Second
 	if adjust != nil {
@@ -160,7 +160,7 @@ func TestDecisionsQueuedBehindACallShareTheNext(t *testing.T) {
 			for i := range 5 {
 				// Key k<i> costs i+1, so each answer is told apart by its remaining.
 				waiting = append(waiting, decideAsync(t.Context(), svc,
-					ratelimit.RateLimitRequest{Policy: "p", Key: fmt.Sprintf("k%d", i), Cost: int64(i + 1)}))
+					ratelimit.Request{Policy: "p", Key: fmt.Sprintf("k%d", i), Cost: int64(i + 1)}))
 			}
 			waitQueued(t, svc, p.Algorithm, 5)
 			c.release()
@@ -191,11 +191,11 @@ func TestDecisionBatchKeepsAKeysErrorToItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := holdFirstCall(t, svc, c, "p")
-	good1 := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "good1"})
+	good1 := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "good1"})
 	waitQueued(t, svc, ratelimit.FixedWindow, 1)
-	bad := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "bad"})
+	bad := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "bad"})
 	waitQueued(t, svc, ratelimit.FixedWindow, 2)
-	good2 := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "good2", Cost: 2})
+	good2 := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "good2", Cost: 2})
 	waitQueued(t, svc, ratelimit.FixedWindow, 3)
 	c.release()
 	receive(t, first)
@@ -255,8 +255,8 @@ func TestDecisionCallerThatLeavesIsNotSent(t *testing.T) {
 	svc := mustNew(t, c, heldConfig(nil, fixed("p", 10, time.Minute)))
 	first := holdFirstCall(t, svc, c, "p")
 	ctx, cancel := context.WithCancel(t.Context())
-	gone := decideAsync(ctx, svc, ratelimit.RateLimitRequest{Policy: "p", Key: "gone"})
-	stays := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "stays"})
+	gone := decideAsync(ctx, svc, ratelimit.Request{Policy: "p", Key: "gone"})
+	stays := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "stays"})
 	waitQueued(t, svc, ratelimit.FixedWindow, 2)
 	cancel()
 	if r := receive(t, gone); !errors.Is(r.err, context.Canceled) {
@@ -286,7 +286,7 @@ func TestDecisionsAreNotHeldUpByAStalledCall(t *testing.T) {
 	cfg.RateLimit.Timeout = 4 * time.Second // a stall of 500ms
 	svc := mustNew(t, c, cfg)
 	first := holdFirstCall(t, svc, c, "p")
-	queued := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "queued"})
+	queued := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "queued"})
 	if r := receive(t, queued); r.err != nil || !r.d.Allowed {
 		t.Errorf("decision queued behind a stuck call: %+v, %v; want allowed", r.d, r.err)
 	}
@@ -316,7 +316,7 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	}
 	c.release()
 	// A later decision runs after the held call is done with.
-	if _, err := svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "p", Key: "later"}); err != nil {
+	if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "p", Key: "later"}); err != nil {
 		t.Fatalf("decision after the held call: %v", err)
 	}
 	if got := counterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
@@ -328,12 +328,12 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 // fails at once as unavailable.
 func TestDecisionQueueIsBounded(t *testing.T) {
 	c := newGatedClient(t)
-	svc := mustNew(t, c, heldConfig(func(c *ratelimit.RateLimitConfig) { c.MaxQueued = 2 }, failClosed()))
+	svc := mustNew(t, c, heldConfig(func(c *ratelimit.Config) { c.MaxQueued = 2 }, failClosed()))
 	first := holdFirstCall(t, svc, c, "p")
-	a := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "a"})
-	b := decideAsync(t.Context(), svc, ratelimit.RateLimitRequest{Policy: "p", Key: "b"})
+	a := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "a"})
+	b := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "b"})
 	waitQueued(t, svc, ratelimit.FixedWindow, 2)
-	if _, err := svc.CheckRateLimit(t.Context(), ratelimit.RateLimitRequest{Policy: "p", Key: "c"}); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "p", Key: "c"}); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("third queued decision: %v, want ErrUnavailable at once", err)
 	}
 	c.release()
@@ -379,8 +379,8 @@ func TestConcurrentDecisionsCountExactly(t *testing.T) {
 			for i := range keys * perKey {
 				wg.Go(func() {
 					k := i % keys
-					req := ratelimit.RateLimitRequest{Policy: "p", Key: fmt.Sprintf("k%d", k), Cost: int64(k + 1)}
-					d, err := svc.CheckRateLimit(t.Context(), req)
+					req := ratelimit.Request{Policy: "p", Key: fmt.Sprintf("k%d", k), Cost: int64(k + 1)}
+					d, err := svc.Check(t.Context(), req)
 					if err != nil || d.Degraded {
 						t.Errorf("decision for %s: %+v, %v; want one Redis made", req.Key, d, err)
 						return
@@ -439,8 +439,8 @@ func TestDecisionsWhileRedisIsSlow(t *testing.T) {
 	for i := range 16 {
 		wg.Go(func() {
 			for j := range 2 {
-				req := ratelimit.RateLimitRequest{Policy: "p", Key: fmt.Sprintf("k%d-%d", i, j)}
-				if d, err := svc.CheckRateLimit(t.Context(), req); err != nil || !d.Allowed {
+				req := ratelimit.Request{Policy: "p", Key: fmt.Sprintf("k%d-%d", i, j)}
+				if d, err := svc.Check(t.Context(), req); err != nil || !d.Allowed {
 					t.Errorf("decision %s with Redis slow: %+v, %v; want allowed", req.Key, d, err)
 				}
 			}
