@@ -6,60 +6,30 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-// appendDecisionJSON appends d as the JSON object encoding/json would write
-// (without HTML escaping), followed by a newline. Every gateway request
-// answers one; building it by hand keeps reflection off that path.
-func appendDecisionJSON(b []byte, d decisionResponse) []byte {
-	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, d.Allowed)
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, `,"reset_ms":`...)
-	b = strconv.AppendInt(b, d.ResetMS, 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, d.RetryAfterMS, 10)
-	b = append(b, `,"policy":`...)
-	b = appendJSONString(b, d.Policy)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, d.Key)
-	if d.Degraded {
-		b = append(b, `,"degraded":true`...)
+// handleGateRateLimit implements the gateway route (operationId
+// gateRateLimit and its siblings, one per method): the key comes from the
+// request itself as the policy says, there is no body. Returns the errors
+// of ratelimit.Service.Policy and Check, of finding the caller's key, and
+// a rate-limited error for a denial answered as a problem.
+func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) error {
+	pol, err := a.svc.Policy(chi.URLParam(r, "policy"))
+	if err != nil {
+		return err
 	}
-	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string. Policy names and keys are
-// validated ASCII; quotes, backslashes and control bytes are escaped, other
-// bytes are copied.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
+	key, err := a.identity(r, pol)
+	if err != nil {
+		return err
 	}
-	return append(b, '"')
+	d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: pol.Name, Key: key})
+	if err != nil {
+		return err
+	}
+	return a.writeGateDecision(w, r, pol.DenyStatus, d)
 }
-
-// writeDecisionJSON answers d with the given status.
-func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
-	writeJSONHeader(w, status)
-	_, _ = w.Write(appendDecisionJSON(make([]byte, 0, 192), d))
-}
-
-// zeroLength is the Content-Length of a gate answer without a body.
-var zeroLength = []string{"0"}
 
 // writeGateDecision answers a decision of the gate. Gateways act on the
 // status and the headers; nginx never reads the body of an auth_request
@@ -71,7 +41,7 @@ var zeroLength = []string{"0"}
 //   - otherwise, allowed: 200 with Content-Length: 0; denied: a rate-limited
 //     problem (application/problem+json), which Traefik's ForwardAuth and
 //     Envoy's ext_authz hand on to the client with the denial.
-func (a *api) writeGateDecision(w http.ResponseWriter, r *http.Request, denyStatus int, d ratelimit.Decision) {
+func (a *api) writeGateDecision(w http.ResponseWriter, r *http.Request, denyStatus int, d ratelimit.Decision) error {
 	h := w.Header()
 	setRateLimitHeaders(h, d, a.cfg.RateLimit.LegacyHeaders)
 	status := http.StatusOK
@@ -93,10 +63,11 @@ func (a *api) writeGateDecision(w http.ResponseWriter, r *http.Request, denyStat
 		h["Content-Length"] = zeroLength
 		w.WriteHeader(status)
 	default:
-		writeError(w, r, a.log, &httpError{status: status, typ: "rate-limited",
+		return &httpError{typ: rateLimited, status: denyStatus,
 			detail: "rate limit " + strconv.Quote(d.Policy) + " of " + strconv.FormatInt(d.Limit, 10) + " per " +
-				strconv.FormatInt(ceilSeconds(d.Window), 10) + "s reached; retry after " + retryAfterSeconds(d.RetryAfter) + "s"})
+				strconv.FormatInt(ceilSeconds(d.Window), 10) + "s reached; retry after " + retryAfterSeconds(d.RetryAfter) + "s"}
 	}
+	return nil
 }
 
 // acceptsJSON reports whether Accept header values list application/json
@@ -122,3 +93,26 @@ func acceptsJSON(accept []string) bool {
 	}
 	return false
 }
+
+// gatePolicy returns the policy named by a gate path
+// (/v1/ratelimit/gate/{policy}[/anything]).
+func gatePolicy(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1/ratelimit/gate/")
+	policy, _, _ := strings.Cut(rest, "/")
+	return policy, ok && policy != ""
+}
+
+// gatePattern is the gate route that matches path (a gate path, see
+// gatePolicy) for any method.
+func gatePattern(path string) string {
+	rest, _ := strings.CutPrefix(path, "/v1/ratelimit/gate/")
+	if strings.Contains(rest, "/") {
+		return "/v1/ratelimit/gate/{policy}/*"
+	}
+	return "/v1/ratelimit/gate/{policy}"
+}
+
+// gateMethods are the methods the gate has routes for (the spec lists
+// them); any other method gets the same answer (see NewRouter).
+var gateMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions}
