@@ -53,11 +53,7 @@ func (a *api) writeGateDecision(w http.ResponseWriter, r *http.Request, denyStat
 		h["Cache-Control"] = noStore
 		w.WriteHeader(status)
 	case acceptsJSON(r.Header["Accept"]):
-		writeDecisionJSON(w, status, decisionResponse{
-			Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-			ResetMS: ceilMillis(d.ResetAfter), RetryAfterMS: ceilMillis(d.RetryAfter),
-			Policy: d.Policy, Key: d.Key, Degraded: d.Degraded,
-		})
+		writeDecisionJSON(w, status, toDecisionResponse(d))
 	case d.Allowed:
 		h["Cache-Control"] = noStore
 		h["Content-Length"] = zeroLength

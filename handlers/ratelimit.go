@@ -139,9 +139,13 @@ func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
 // writeDecision answers a decision with its headers and JSON body.
 func (a *api) writeDecision(w http.ResponseWriter, status int, d ratelimit.Decision) {
 	setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)
-	writeDecisionJSON(w, status, decisionResponse{
+	writeDecisionJSON(w, status, toDecisionResponse(d))
+}
+
+func toDecisionResponse(d ratelimit.Decision) decisionResponse {
+	return decisionResponse{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetMS: ceilMillis(d.ResetAfter), RetryAfterMS: ceilMillis(d.RetryAfter),
 		Policy: d.Policy, Key: d.Key, Degraded: d.Degraded,
-	})
+	}
 }
