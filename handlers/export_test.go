@@ -31,3 +31,6 @@ type (
 
 // AppendLeaseJSON is appendLeaseJSON, for the JSON encoding test.
 var AppendLeaseJSON = appendLeaseJSON
+
+// SetRateLimitHeaders is setRateLimitHeaders, for the header bytes test.
+var SetRateLimitHeaders = setRateLimitHeaders

@@ -3,10 +3,13 @@ package handlers_test
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // The hand-built lease JSON is byte for byte what encoding/json writes, with
@@ -57,5 +60,37 @@ func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 		if got := handlers.AppendDecisionJSON(nil, d); !bytes.Equal(got, want.Bytes()) {
 			t.Errorf("AppendDecisionJSON(%+v)\n got %s\nwant %s", d, got, want.Bytes())
 		}
+	}
+}
+
+// The rate-limit headers of a decision, byte for byte: seconds round up
+// (a part of a second left is a whole second to wait), Retry-After only on
+// a denial and at least 1, the legacy headers only when asked for.
+func TestSetRateLimitHeaders(t *testing.T) {
+	tests := []struct {
+		desc   string
+		d      ratelimit.Decision
+		legacy bool
+		want   http.Header
+	}{
+		{"allowed", ratelimit.Decision{Allowed: true, Policy: "per-ip", Limit: 3, Remaining: 2, Window: 10 * time.Second, ResetAfter: 9001 * time.Millisecond},
+			false, http.Header{"Ratelimit-Policy": {`"per-ip";q=3;w=10`}, "Ratelimit": {`"per-ip";r=2;t=10`}}},
+		{"denied, parts of seconds round up", ratelimit.Decision{Policy: "p", Limit: 5, Window: 1500 * time.Millisecond, ResetAfter: time.Millisecond, RetryAfter: 1001 * time.Millisecond},
+			false, http.Header{"Ratelimit-Policy": {`"p";q=5;w=2`}, "Ratelimit": {`"p";r=0;t=1`}, "Retry-After": {"2"}}},
+		{"denied, nothing left to wait", ratelimit.Decision{Policy: "p", Limit: 5, Window: time.Second},
+			false, http.Header{"Ratelimit-Policy": {`"p";q=5;w=1`}, "Ratelimit": {`"p";r=0;t=0`}, "Retry-After": {"1"}}},
+		{"degraded, legacy", ratelimit.Decision{Allowed: true, Degraded: true, Policy: `q"uote`, Limit: 7, Remaining: 6, Window: time.Minute, ResetAfter: time.Minute},
+			true, http.Header{"Ratelimit-Policy": {`"q\"uote";q=7;w=60`}, "Ratelimit": {`"q\"uote";r=6;t=60`},
+				"Latchkey-Ratelimit-Degraded": {"store-unavailable"},
+				"X-Ratelimit-Limit":           {"7"}, "X-Ratelimit-Remaining": {"6"}, "X-Ratelimit-Reset": {"60"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			got := http.Header{}
+			handlers.SetRateLimitHeaders(got, tt.d, tt.legacy)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("headers (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
