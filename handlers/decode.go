@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -183,7 +182,7 @@ func checkJSONMediaType(ct string) error {
 	if ct == "" {
 		ct = "none"
 	}
-	return &httpError{status: http.StatusUnsupportedMediaType, typ: "unsupported-media",
+	return &httpError{typ: unsupportedMedia,
 		detail: "request body must be application/json, got Content-Type " + ct}
 }
 
@@ -318,25 +317,4 @@ func parseDuration(s string) time.Duration {
 	}
 	d, _ := time.ParseDuration(s)
 	return d
-}
-
-// Header values shared by every JSON answer, set without canonicalizing
-// their names or allocating a slice per request; net/http only reads them.
-var (
-	jsonContentType = []string{"application/json"}
-	noStore         = []string{"no-store"}
-)
-
-// writeJSON answers v as JSON with the given status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	writeJSONHeader(w, status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// writeJSONHeader sends the status and the headers of every JSON answer.
-func writeJSONHeader(w http.ResponseWriter, status int) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
-	w.WriteHeader(status)
 }

@@ -1,23 +1,18 @@
 package handlers
 
-import "sort"
-
-// ProblemTableTypes lists the problem type of every row of problemTable.
-func ProblemTableTypes() []string {
-	out := make([]string, 0, len(problemTable))
-	for _, rule := range problemTable {
-		out = append(out, rule.typ)
-	}
-	return out
+// ProblemRow is one row of the problem table, for the table's test.
+type ProblemRow struct {
+	Type, Title string
+	Status      int
+	Matches     bool // the row maps service errors (else the HTTP layer raises it)
 }
 
-// TitledTypes lists every problem type that has a title.
-func TitledTypes() []string {
-	out := make([]string, 0, len(titles))
-	for typ := range titles {
-		out = append(out, typ)
+// ProblemRows lists the rows of problemTypes in order.
+func ProblemRows() []ProblemRow {
+	out := make([]ProblemRow, 0, len(problemTypes))
+	for _, row := range problemTypes {
+		out = append(out, ProblemRow{Type: row.typ, Title: row.title, Status: row.status, Matches: row.match != nil})
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -36,3 +31,6 @@ type (
 
 // AppendLeaseJSON is appendLeaseJSON, for the JSON encoding test.
 var AppendLeaseJSON = appendLeaseJSON
+
+// SetRateLimitHeaders is setRateLimitHeaders, for the header bytes test.
+var SetRateLimitHeaders = setRateLimitHeaders

@@ -1,14 +1,10 @@
 package handlers
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/latchkey/latchkey/service/locks"
 )
@@ -35,66 +31,20 @@ type releasedEvent struct {
 	HoldCount int64  `json:"hold_count"`
 }
 
-// allowWait lets a request wait up to wait before it answers: the server's
-// read timeout must not cancel it (its body is read already) and its write
-// timeout must not cut the answer. Writers that cannot move deadlines (tests'
-// recorders) are left alone.
-func (a *api) allowWait(w http.ResponseWriter, wait time.Duration) {
-	if wait <= 0 {
-		return
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
-}
-
-// errStopping is the cause of a wait or hold cut short by a shutdown.
-var errStopping = errors.New("the server is shutting down")
-
-// untilStopping returns r's context, also cancelled (with cause
-// errStopping) when the server begins to shut down.
-func (a *api) untilStopping(r *http.Request) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(r.Context())
-	if a.cfg.Stopping != nil {
-		go func() {
-			select {
-			case <-a.cfg.Stopping:
-				cancel(errStopping)
-			case <-ctx.Done():
-			}
-		}()
-	}
-	return ctx, func() { cancel(nil) }
-}
-
-// writeWaitError answers the error of an acquire that may have waited. A
-// wait cut short by a shutdown is a 503 (never an empty answer that could
-// pass for a grant); one cut short by the client going away gets nothing.
-func (a *api) writeWaitError(w http.ResponseWriter, r *http.Request, ctx context.Context, err error) {
-	if !errors.Is(err, context.Canceled) || !errors.Is(context.Cause(ctx), errStopping) {
-		writeError(w, r, a.log, err)
-		return
-	}
-	a.log.Debug("wait interrupted", "request_id", middleware.GetReqID(r.Context()), "err", err)
-	w.Header().Set("Retry-After", "1")
-	writeProblem(w, Problem{Type: "store-unavailable", Title: titles["store-unavailable"], Status: http.StatusServiceUnavailable,
-		Detail: "the wait was interrupted (the server is shutting down); try again", Instance: r.URL.Path,
-		RequestID: middleware.GetReqID(r.Context())})
-}
-
 // handleHoldLock implements operationId holdLock: a connection-scoped lease
 // streamed as Server-Sent Events. The lease is acquired (after an optional
 // wait) before the stream starts, so failures are ordinary problem answers.
 // The service renews it while the connection is open; the stream reports
 // "acquired", "renewed", "lost" and "released", with comment lines between
 // them so proxies keep the connection open. When the client goes away the
-// lease is released at once.
-func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
+// lease is released at once. Returns the errors of decoding the request
+// and of locks.Service.Hold (an *interruptedError when a shutdown cut its
+// wait short); once the stream has started it returns nil.
+func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	var req holdRequest
 	name, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	wait := parseDuration(req.Wait)
 	rc := http.NewResponseController(w)
@@ -109,8 +59,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 		Fair:  req.Fair != nil && *req.Fair,
 	})
 	if err != nil {
-		a.writeWaitError(w, r, ctx, err)
-		return
+		return waitError(ctx, err)
 	}
 	lease := h.Lease()
 	s := &sseWriter{w: w, rc: rc, timeout: a.cfg.StreamWriteTimeout}
@@ -134,7 +83,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.event("acquired", toLeaseResponse(lease, true)); err != nil {
 		release()
-		return
+		return nil
 	}
 	ping := time.NewTicker(a.cfg.HoldPing)
 	defer ping.Stop()
@@ -143,29 +92,29 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ctx.Done():
 			release()
-			return
+			return nil
 		case <-ping.C:
 			err = s.comment("ping")
 		case ev, ok := <-h.Events():
 			switch {
 			case !ok:
 				release()
-				return
+				return nil
 			case ev.Kind == locks.HoldRenewed:
 				err = s.event("renewed", toLeaseResponse(ev.Lease, false))
 			case ev.Kind == locks.HoldLost:
 				_, _ = h.Close(ctx)
 				_ = s.event("lost", lostEvent{Name: name, Fence: lease.Fence, Reason: ev.Reason})
-				return
+				return nil
 			case ev.Kind == locks.HoldReleased:
 				_, _ = h.Close(ctx)
 				_ = s.event("released", releasedEvent{Name: name, Fence: lease.Fence, Released: true})
-				return
+				return nil
 			}
 		}
 		if err != nil { // the client is gone or stuck
 			release()
-			return
+			return nil
 		}
 	}
 }

@@ -85,13 +85,14 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any
 	return name, token, a.decodeJSON(w, r, body)
 }
 
-// handleAcquireLock implements operationId acquireLock.
-func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
+// handleAcquireLock implements operationId acquireLock. Returns the errors
+// of decoding the request and of locks.Service.Acquire, or an
+// *interruptedError when a shutdown cut its wait short.
+func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
 	name, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	wait := parseDuration(req.Wait)
 	ctx := r.Context()
@@ -112,8 +113,7 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		Heartbeat: parseDuration(req.Heartbeat),
 	})
 	if err != nil {
-		a.writeWaitError(w, r, ctx, err)
-		return
+		return waitError(ctx, err)
 	}
 	w.Header().Set("Lock-Token", lease.Token)
 	w.Header().Set("Location", lockLocation(name))
@@ -122,24 +122,23 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	writeLeaseJSON(w, status, toLeaseResponse(lease, true))
+	return nil
 }
 
-// handleGetLock implements operationId getLock.
-func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
+// handleGetLock implements operationId getLock. Returns the errors of
+// reading the name and token, and of locks.Service.Inspect.
+func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 	name, err := lockName(r)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	token, err := optionalToken(r)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	st, err := a.svc.Inspect(r.Context(), name, token)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	resp := lockStateResponse{Name: st.Name, Held: st.Held, HoldCount: st.HoldCount,
 		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence, Waiters: st.Waiters, Fair: st.Fair,
@@ -151,73 +150,79 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) {
 		resp.Owned = &st.Owned
 	}
 	writeJSON(w, http.StatusOK, resp)
+	return nil
 }
 
-// handleRenewLock implements operationId renewLock.
-func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) {
+// handleRenewLock implements operationId renewLock. Returns the errors of
+// decoding the request and of locks.Service.Renew.
+func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 	name, err := lockName(r)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	var req renewRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	token, err := requireToken(r)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	lease, err := a.svc.Renew(r.Context(), name, token, parseDuration(req.TTL))
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	writeLeaseJSON(w, http.StatusOK, toLeaseResponse(lease, false))
+	return nil
 }
 
 // handleReleaseLock implements operationId releaseLock, and with
-// ?force=true the admin force-release.
-func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) {
+// ?force=true the admin force-release. Returns the errors of reading the
+// request, a forbidden error without the admin credential, and the errors
+// of locks.Service.Release and ForceRelease.
+func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) error {
 	name, err := lockName(r)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
-	force := false
-	if v := r.URL.Query().Get("force"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, r, a.log, badRequest("force", "boolean", "force must be true or false, got "+strconv.Quote(v)))
-			return
-		}
-		force = b
+	force, err := forceParam(r)
+	if err != nil {
+		return err
 	}
 	if force {
 		if err := a.checkAdmin(r); err != nil {
-			writeError(w, r, a.log, err)
-			return
+			return err
 		}
 		if _, err := a.svc.ForceRelease(r.Context(), name); err != nil {
-			writeError(w, r, a.log, err)
-			return
+			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
 	token, err := requireToken(r)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	rel, err := a.svc.Release(r.Context(), name, token)
 	if err != nil {
-		writeError(w, r, a.log, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount})
+	return nil
+}
+
+// forceParam reads the optional ?force= of a release. Returns an
+// invalid-request error when it is not a boolean.
+func forceParam(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("force")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("force", "boolean", "force must be true or false, got "+strconv.Quote(v))
+	}
+	return b, nil
 }
 
 // lockName returns the {name} path parameter, refused before it reaches the
@@ -256,13 +261,13 @@ func requireToken(r *http.Request) (string, error) {
 // checkAdmin requires Authorization: Bearer <admin key>.
 func (a *api) checkAdmin(r *http.Request) error {
 	if a.cfg.AdminKey == "" {
-		return &httpError{status: http.StatusForbidden, typ: "forbidden",
+		return &httpError{typ: forbidden,
 			detail: "admin actions are disabled: the server has no admin key configured (LATCHKEY_ADMIN_KEY)"}
 	}
 	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is Bearer.
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminKey)) != 1 {
-		return &httpError{status: http.StatusForbidden, typ: "forbidden",
+		return &httpError{typ: forbidden,
 			detail: "force-release needs the admin credential: Authorization: Bearer <admin key>"}
 	}
 	return nil

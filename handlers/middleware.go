@@ -157,8 +157,7 @@ func recoverer(log *slog.Logger) func(http.Handler) http.Handler {
 					panic(rec)
 				}
 				log.Error("panic", "request_id", middleware.GetReqID(r.Context()), "panic", rec)
-				writeProblem(w, Problem{Type: "internal", Title: titles["internal"], Status: http.StatusInternalServerError,
-					Detail: "internal error", Instance: r.URL.Path, RequestID: middleware.GetReqID(r.Context())})
+				writeProblem(w, r, &panicError{value: rec})
 			}()
 			next.ServeHTTP(w, r)
 		})

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"math"
 	"net/http"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
@@ -37,28 +35,106 @@ type FieldError struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// httpError is an error raised by the HTTP layer itself (bad media type,
-// bad JSON, missing credential). It carries its own status and type.
-type httpError struct {
+// problemType indexes problemTypes: one problem type Latchkey answers.
+type problemType int
+
+// The problem types, in the order their rows are matched against an error:
+// specific errors come before the sentinels they wrap. Types without a
+// match are raised by the HTTP layer itself (see httpError).
+const (
+	policyNotFound problemType = iota
+	lockHeld
+	lockModeMismatch
+	notOwner
+	invalidRequest
+	leaseNotFound
+	conflict
+	payloadTooLarge
+	storeUnavailable
+	unsupportedMedia
+	forbidden
+	routeNotFound
+	methodNotAllowed
+	rateLimited
+	internal
+)
+
+// problemRow is everything answers of one problem type share.
+type problemRow struct {
+	typ    string // the type member, as api/openapi.yaml lists it
+	title  string
 	status int
-	typ    string
+	// match reports whether a service error has this type; nil for the
+	// types only the HTTP layer raises.
+	match func(error) bool
+	// detail is the detail a client may see; nil means the error's own
+	// words (the field rule's sentence for a validation error).
+	detail func(error) string
+	// header sets the headers this type's answers carry; nil sets none.
+	header func(http.Header, error)
+}
+
+// problemTypes is the one mapping from errors to problem answers: one row
+// per problem type.
+var problemTypes = [...]problemRow{
+	policyNotFound: {typ: "policy-not-found", title: "Rate-limit policy not found", status: http.StatusNotFound,
+		match: as[*ratelimit.PolicyNotFoundError](), detail: policyNotFoundDetail},
+	lockHeld: {typ: "lock-held", title: "Lock is held by another owner", status: http.StatusConflict,
+		match: as[*locks.HeldError](), detail: fixed("the lock is held by another owner"), header: heldRetryAfter},
+	lockModeMismatch: {typ: "lock-mode-mismatch", title: "Lock is in the other mode (fair or not)", status: http.StatusConflict,
+		match: as[*locks.ModeError](), detail: modeMismatchDetail},
+	notOwner: {typ: "not-owner", title: "Lock-Token does not own this lease", status: http.StatusConflict,
+		match: is(locks.ErrNotOwner), detail: fixed("the lease is held by another token")},
+	invalidRequest: {typ: "invalid-request", title: "Invalid request", status: http.StatusBadRequest,
+		match: anyOf(is(store.ErrInvalid), as[validator.ValidationErrors]())},
+	leaseNotFound: {typ: "lease-not-found", title: "Lease not found", status: http.StatusNotFound,
+		match: is(store.ErrNotFound), detail: fixed("no lease with this name is held (it expired or was released)")},
+	conflict: {typ: "conflict", title: "Conflict", status: http.StatusConflict,
+		match: is(store.ErrConflict)},
+	payloadTooLarge: {typ: "payload-too-large", title: "Request body too large", status: http.StatusRequestEntityTooLarge,
+		match: as[*http.MaxBytesError](), detail: tooLargeDetail},
+	storeUnavailable: {typ: "store-unavailable", title: "Store unavailable", status: http.StatusServiceUnavailable,
+		match:  anyOf(is(store.ErrUnavailable), is(context.DeadlineExceeded), as[*interruptedError]()),
+		detail: unavailableDetail, header: retryAfterOne},
+	unsupportedMedia: {typ: "unsupported-media", title: "Unsupported media type", status: http.StatusUnsupportedMediaType},
+	forbidden:        {typ: "forbidden", title: "Forbidden", status: http.StatusForbidden},
+	routeNotFound:    {typ: "not-found", title: "Not found", status: http.StatusNotFound},
+	methodNotAllowed: {typ: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed},
+	rateLimited:      {typ: "rate-limited", title: "Too many requests", status: http.StatusTooManyRequests},
+	internal: {typ: "internal", title: "Internal error", status: http.StatusInternalServerError,
+		detail: fixed("internal error")},
+}
+
+// httpError is an error raised by the HTTP layer itself (bad media type,
+// bad JSON, missing credential, no route): its problem type and detail.
+type httpError struct {
+	typ    problemType
 	detail string
 	fields []FieldError
+	// status replaces the type's status when not zero: a rate-limit
+	// policy names the status of its denials.
+	status int
 }
 
 func (e *httpError) Error() string { return e.detail }
 
+// badRequest is an invalid-request error naming the field and the rule it broke.
 func badRequest(field, rule, detail string) error {
-	return &httpError{status: http.StatusBadRequest, typ: "invalid-request", detail: detail,
+	return &httpError{typ: invalidRequest, detail: detail,
 		fields: []FieldError{{Field: field, Rule: rule, Detail: detail}}}
 }
 
-// problemRule maps one class of error to a status and problem type.
-type problemRule struct {
-	match  func(error) bool
-	status int
-	typ    string
-}
+// interruptedError is a wait or a hold cut short by a shutdown: answered
+// store-unavailable (never an empty answer that could pass for a grant),
+// and not a failure worth an error log.
+type interruptedError struct{ err error }
+
+func (e *interruptedError) Error() string { return "interrupted: " + e.err.Error() }
+
+// panicError is a handler's panic, answered as an internal error.
+type panicError struct{ value any }
+
+func (e *panicError) Error() string { return "panic" }
 
 func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
 
@@ -66,38 +142,45 @@ func as[T error]() func(error) bool {
 	return func(err error) bool { var t T; return errors.As(err, &t) }
 }
 
-// problemTable is the one mapping from errors to HTTP statuses. The first
-// matching rule wins, so specific errors come before the sentinels they wrap.
-var problemTable = []problemRule{
-	{as[*ratelimit.PolicyNotFoundError](), http.StatusNotFound, "policy-not-found"},
-	{as[*locks.HeldError](), http.StatusConflict, "lock-held"},
-	{as[*locks.ModeError](), http.StatusConflict, "lock-mode-mismatch"},
-	{is(locks.ErrNotOwner), http.StatusConflict, "not-owner"},
-	{is(store.ErrInvalid), http.StatusBadRequest, "invalid-request"},
-	{as[validator.ValidationErrors](), http.StatusBadRequest, "invalid-request"},
-	{is(store.ErrNotFound), http.StatusNotFound, "lease-not-found"},
-	{is(store.ErrConflict), http.StatusConflict, "conflict"},
-	{as[*http.MaxBytesError](), http.StatusRequestEntityTooLarge, "payload-too-large"},
-	{is(store.ErrUnavailable), http.StatusServiceUnavailable, "store-unavailable"},
-	{is(context.DeadlineExceeded), http.StatusServiceUnavailable, "store-unavailable"},
+func anyOf(matches ...func(error) bool) func(error) bool {
+	return func(err error) bool {
+		for _, m := range matches {
+			if m(err) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
-var titles = map[string]string{
-	"lock-held":          "Lock is held by another owner",
-	"lock-mode-mismatch": "Lock is in the other mode (fair or not)",
-	"not-owner":          "Lock-Token does not own this lease",
-	"invalid-request":    "Invalid request",
-	"lease-not-found":    "Lease not found",
-	"conflict":           "Conflict",
-	"payload-too-large":  "Request body too large",
-	"unsupported-media":  "Unsupported media type",
-	"store-unavailable":  "Store unavailable",
-	"forbidden":          "Forbidden",
-	"not-found":          "Not found",
-	"method-not-allowed": "Method not allowed",
-	"internal":           "Internal error",
-	"policy-not-found":   "Rate-limit policy not found",
-	"rate-limited":       "Too many requests",
+func fixed(detail string) func(error) string { return func(error) string { return detail } }
+
+// problemOf is the answer to err: its problem type's row and the body
+// (without instance and request ID).
+func problemOf(err error) (problemRow, Problem) {
+	var he *httpError
+	if errors.As(err, &he) {
+		row := problemTypes[he.typ]
+		p := Problem{Type: row.typ, Title: row.title, Status: row.status, Detail: he.detail, Errors: he.fields}
+		if he.status != 0 {
+			p.Status = he.status
+		}
+		return row, p
+	}
+	row := problemTypes[internal]
+	for _, r := range problemTypes {
+		if r.match != nil && r.match(err) {
+			row = r
+			break
+		}
+	}
+	p := Problem{Type: row.typ, Title: row.title, Status: row.status, Errors: fieldErrors(err)}
+	if row.detail != nil {
+		p.Detail = row.detail(err)
+	} else {
+		p.Detail = ownDetail(err)
+	}
+	return row, p
 }
 
 // writeError answers err as problem+json. A caller that went away gets
@@ -108,76 +191,34 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		log.Debug("client went away", "request_id", reqID, "err", err)
 		return
 	}
-	p := Problem{Type: "internal", Status: http.StatusInternalServerError, Detail: "internal error"}
-	var he *httpError
-	if errors.As(err, &he) {
-		p = Problem{Type: he.typ, Status: he.status, Detail: he.detail, Errors: he.fields}
-	} else {
-		for _, rule := range problemTable {
-			if rule.match(err) {
-				p = Problem{Type: rule.typ, Status: rule.status, Detail: publicDetail(rule, err)}
-				break
-			}
-		}
+	var ie *interruptedError
+	switch status := writeProblem(w, r, err); {
+	case errors.As(err, &ie):
+		log.Debug("wait interrupted", "request_id", reqID, "err", ie.err)
+	case status >= 500:
+		log.Error("request failed", "request_id", reqID, "status", status, "err", err)
 	}
-	p.Errors = append(p.Errors, fieldErrors(err)...)
-	var held *locks.HeldError
-	switch {
-	case errors.As(err, &held):
-		w.Header().Set("Retry-After", retryAfterSeconds(held.RetryAfter))
-	case p.Status == http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "1")
-	}
-	if p.Status >= 500 {
-		log.Error("request failed", "request_id", reqID, "status", p.Status, "err", err)
-	}
-	p.Title = titles[p.Type]
-	p.Instance = r.URL.Path
-	p.RequestID = reqID
-	writeProblem(w, p)
 }
 
-func writeProblem(w http.ResponseWriter, p Problem) {
+// writeProblem writes the problem+json answer to err, with its type's
+// headers, and returns its status. It logs nothing (see writeError).
+func writeProblem(w http.ResponseWriter, r *http.Request, err error) int {
+	row, p := problemOf(err)
+	if row.header != nil {
+		row.header(w.Header(), err)
+	}
+	p.Instance = r.URL.Path
+	p.RequestID = middleware.GetReqID(r.Context())
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+	return p.Status
 }
 
-// publicDetail is the detail a client may see: the error's own words for
-// client errors, a fixed sentence for server-side ones.
-func publicDetail(rule problemRule, err error) string {
-	switch rule.typ {
-	case "store-unavailable":
-		var re *store.ReplicationError
-		if errors.As(err, &re) {
-			return re.Error() + "; inspect the lock before relying on the change"
-		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return "the store refused the connection; try again"
-		}
-		return "the store did not answer in time; try again"
-	case "lease-not-found":
-		return "no lease with this name is held (it expired or was released)"
-	case "not-owner":
-		return "the lease is held by another token"
-	case "lock-held":
-		return "the lock is held by another owner"
-	case "policy-not-found":
-		var pe *ratelimit.PolicyNotFoundError
-		errors.As(err, &pe)
-		return "no rate-limit policy is named " + strconv.Quote(pe.Name)
-	case "lock-mode-mismatch":
-		var me *locks.ModeError
-		if errors.As(err, &me) && me.Fair {
-			return "the lock is fair while anyone holds or waits for it: acquire it with \"fair\": true, or when nobody holds or waits for it"
-		}
-		return "the lock is not fair while anyone holds or waits for it: acquire it without \"fair\": true, or when nobody holds or waits for it"
-	case "payload-too-large":
-		var mb *http.MaxBytesError
-		errors.As(err, &mb)
-		return "request body is larger than " + strconv.FormatInt(mb.Limit, 10) + " bytes"
-	}
+// ownDetail is a client error's own words: the sentence of the rule it
+// broke, or its message.
+func ownDetail(err error) string {
 	var ve *store.ValidationError
 	if errors.As(err, &ve) {
 		return ve.Detail
@@ -205,11 +246,47 @@ func fieldErrors(err error) []FieldError {
 	return nil
 }
 
-// retryAfterSeconds rounds d up to whole seconds, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	s := int64(math.Ceil(d.Seconds()))
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
+func policyNotFoundDetail(err error) string {
+	var pe *ratelimit.PolicyNotFoundError
+	errors.As(err, &pe)
+	return "no rate-limit policy is named " + strconv.Quote(pe.Name)
 }
+
+func modeMismatchDetail(err error) string {
+	var me *locks.ModeError
+	if errors.As(err, &me) && me.Fair {
+		return "the lock is fair while anyone holds or waits for it: acquire it with \"fair\": true, or when nobody holds or waits for it"
+	}
+	return "the lock is not fair while anyone holds or waits for it: acquire it without \"fair\": true, or when nobody holds or waits for it"
+}
+
+func tooLargeDetail(err error) string {
+	var mb *http.MaxBytesError
+	errors.As(err, &mb)
+	return "request body is larger than " + strconv.FormatInt(mb.Limit, 10) + " bytes"
+}
+
+// unavailableDetail says what happened without the store's internals.
+func unavailableDetail(err error) string {
+	var ie *interruptedError
+	if errors.As(err, &ie) {
+		return "the wait was interrupted (the server is shutting down); try again"
+	}
+	var re *store.ReplicationError
+	if errors.As(err, &re) {
+		return re.Error() + "; inspect the lock before relying on the change"
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return "the store refused the connection; try again"
+	}
+	return "the store did not answer in time; try again"
+}
+
+// heldRetryAfter tells a client when the lock it found held may be free.
+func heldRetryAfter(h http.Header, err error) {
+	var held *locks.HeldError
+	errors.As(err, &held)
+	h.Set("Retry-After", retryAfterSeconds(held.RetryAfter))
+}
+
+func retryAfterOne(h http.Header, _ error) { h.Set("Retry-After", "1") }

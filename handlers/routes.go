@@ -81,8 +81,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Use(recoverer(a.log))
 	r.Use(a.selfProtect)
 
+	gate := a.handle(a.handleGateRateLimit)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, a.log, &httpError{status: http.StatusNotFound, typ: "not-found",
+		writeError(w, r, a.log, &httpError{typ: routeNotFound,
 			detail: "no route for " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
@@ -96,10 +97,10 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 			rctx := chi.RouteContext(r.Context())
 			rctx.URLParams.Add("policy", policy)
 			rctx.RoutePatterns = append(rctx.RoutePatterns, gatePattern(r.URL.Path))
-			a.handleGateRateLimit(w, r)
+			gate(w, r)
 			return
 		}
-		writeError(w, r, a.log, &httpError{status: http.StatusMethodNotAllowed, typ: "method-not-allowed",
+		writeError(w, r, a.log, &httpError{typ: methodNotAllowed,
 			detail: "method " + r.Method + " is not allowed on " + r.URL.Path})
 	})
 
@@ -110,17 +111,17 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Get("/docs", redirectToDocs)
 	r.Get("/docs/*", docsHandler())
 
-	r.Post("/v1/locks/{name}", a.handleAcquireLock)
-	r.Get("/v1/locks/{name}", a.handleGetLock)
-	r.Delete("/v1/locks/{name}", a.handleReleaseLock)
-	r.Post("/v1/locks/{name}/renew", a.handleRenewLock)
+	r.Post("/v1/locks/{name}", a.handle(a.handleAcquireLock))
+	r.Get("/v1/locks/{name}", a.handle(a.handleGetLock))
+	r.Delete("/v1/locks/{name}", a.handle(a.handleReleaseLock))
+	r.Post("/v1/locks/{name}/renew", a.handle(a.handleRenewLock))
 
-	r.Post("/v1/ratelimit/check", a.handleCheckRateLimit)
+	r.Post("/v1/ratelimit/check", a.handle(a.handleCheckRateLimit))
 	for _, m := range gateMethods {
-		r.Method(m, "/v1/ratelimit/gate/{policy}", http.HandlerFunc(a.handleGateRateLimit))
-		r.Method(m, "/v1/ratelimit/gate/{policy}/*", http.HandlerFunc(a.handleGateRateLimit))
+		r.Method(m, "/v1/ratelimit/gate/{policy}", gate)
+		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)
 	}
-	r.Post("/v1/locks/{name}/hold", a.handleHoldLock)
+	r.Post("/v1/locks/{name}/hold", a.handle(a.handleHoldLock))
 	metrics.learnRoutes(r)
 	return r
 }

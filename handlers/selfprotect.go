@@ -1,0 +1,41 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/latchkey/latchkey/service/ratelimit"
+)
+
+// selfProtect applies the self-protection policy, per client IP, to the /v1
+// API except the gate (whose callers are gateways asking on behalf of many
+// clients). A denied caller gets 429 rate-limited with the policy's headers.
+func (a *api) selfProtect(next http.Handler) http.Handler {
+	policy := a.cfg.RateLimit.SelfPolicy
+	if policy == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/v1/ratelimit/gate/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		key, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
+		if err != nil {
+			writeError(w, r, a.log, badRequest("client", "address", err.Error()))
+			return
+		}
+		d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: policy, Key: "api:" + key})
+		if err != nil {
+			writeError(w, r, a.log, err)
+			return
+		}
+		if !d.Allowed {
+			setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)
+			writeError(w, r, a.log, &httpError{typ: rateLimited,
+				detail: "too many requests from this client; retry after " + retryAfterSeconds(d.RetryAfter) + "s"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
