@@ -1,33 +1,29 @@
 package locks
 
 import (
-	"time"
+	"slices"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The lock scripts. The state changes a client is told about (a grant, a
-// release, a renewal, a forced release) run with store.RunReplicated.
+// The lock scripts: each primitive's beside it (the exclusive lock's in
+// mutex_scripts.go), the keep-alive renewer's here. The state changes a
+// client is told about (a grant, a release, a renewal, a forced release) run
+// with store.RunReplicated.
 //
-// Each script's ARGV is built by one function below, one line per ARGV index
-// as listed in the script's header comment (scripts/lua/*.lua), and the
-// statuses of its reply are the constants beside it. A test keeps the
-// number of ARGV entries each builder makes equal to its script's header.
+// Each script's ARGV is built by one function, one line per ARGV index as
+// listed in the script's header comment (scripts/lua/*.lua), and the
+// statuses of its reply are constants beside it. A test keeps the number of
+// ARGV entries each builder makes equal to its script's header.
 var (
-	acquireScript      = store.NewScript("acquire", lua.Acquire)
-	releaseScript      = store.NewScript("release", lua.Release)
-	renewScript        = store.NewScript("renew", lua.Renew)
-	inspectScript      = store.NewScript("inspect", lua.Inspect)
-	forceReleaseScript = store.NewScript("force_release", lua.ForceRelease)
-	leaveScript        = store.NewScript("leave", lua.Leave)
 	keepaliveDueScript = store.NewScript("keepalive_due", lua.KeepaliveDue)
 	renewBatchScript   = store.NewScript("renew_batch", lua.RenewBatch)
 )
 
-// scripts lists every lock script, loaded by store.LoadScripts.
-var scripts = []*store.Script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
-	leaveScript, keepaliveDueScript, renewBatchScript}
+// scripts lists every lock script, loaded by store.LoadScripts: each
+// primitive's, then the keep-alive renewer's, which serve them all.
+var scripts = slices.Concat(mutexScripts, []*store.Script{keepaliveDueScript, renewBatchScript})
 
 // flag is a boolean as the scripts take it: "1" or "0".
 func flag(b bool) string {
@@ -39,93 +35,6 @@ func flag(b bool) string {
 
 // truth reads a 1/0 field of a script's reply.
 func truth(v int64) bool { return v == 1 }
-
-// Statuses of acquire.lua's reply.
-const (
-	acquireGranted      = 1  // a new grant
-	acquireReentered    = 2  // the token owned the lease: a reentrant grant
-	acquireNotGranted   = 0  // held by another token, or a fair queue's head goes first
-	acquireModeMismatch = -3 // the lock is fair and the caller is not, or the other way round
-)
-
-// acquireArgs is acquire.lua's ARGV. waiterTimeout > 0 registers the caller
-// as a waiter for that long when it is not granted; keepTTL makes a re-entry
-// keep the lease's own TTL (the request gave none).
-func acquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool) []any {
-	return []any{
-		req.Token,                       // ARGV[1] token
-		req.TTL.Milliseconds(),          // ARGV[2] lease TTL, ms
-		cfg.FenceTTL.Milliseconds(),     // ARGV[3] fence retention, ms
-		flag(req.Fair),                  // ARGV[4] mode: "1" fair, "0" plain
-		waiterTimeout.Milliseconds(),    // ARGV[5] waiter timeout, ms (0: register nothing)
-		flag(req.Keepalive),             // ARGV[6] "1" to keep the lease alive
-		req.MaxHold.Milliseconds(),      // ARGV[7] keep-alive max hold, ms
-		req.Heartbeat.Milliseconds(),    // ARGV[8] keep-alive heartbeat interval, ms (0: none)
-		registryMember(req.Token, name), // ARGV[9] keep-alive registry member
-		cfg.LostTTL.Milliseconds(),      // ARGV[10] lost-lease reasons' retention, ms
-		flag(keepTTL),                   // ARGV[11] "1": a re-entry keeps the lease's own TTL
-	}
-}
-
-// Statuses of release.lua's and renew.lua's replies.
-const (
-	ownerDone    = 1  // released (release.lua) or renewed (renew.lua)
-	ownerNoLease = -1 // no such lease (expired or released)
-	ownerOther   = -2 // held by another token
-)
-
-// releaseArgs is release.lua's ARGV.
-func releaseArgs(name, token string) []any {
-	return []any{
-		token,                       // ARGV[1] token
-		registryMember(token, name), // ARGV[2] keep-alive registry member
-	}
-}
-
-// renewArgs is renew.lua's ARGV. A ttl of 0 renews for the lease's own TTL.
-func renewArgs(cfg Config, name, token string, ttl time.Duration) []any {
-	return []any{
-		token,                       // ARGV[1] token
-		ttl.Milliseconds(),          // ARGV[2] new lease TTL, ms (0: the lease's own)
-		cfg.LostTTL.Milliseconds(),  // ARGV[3] lost-lease reasons' retention, ms
-		registryMember(token, name), // ARGV[4] keep-alive registry member
-		cfg.FenceTTL.Milliseconds(), // ARGV[5] fence retention, ms
-	}
-}
-
-// Statuses of force_release.lua's reply.
-const (
-	forceRemoved = 1 // a lease was removed
-	forceFree    = 0 // the lock was free
-)
-
-// forceReleaseArgs is force_release.lua's ARGV.
-func forceReleaseArgs(cfg Config, name string) []any {
-	return []any{
-		cfg.FenceTTL.Milliseconds(), // ARGV[1] fence retention, ms
-		cfg.LostTTL.Milliseconds(),  // ARGV[2] lost-lease reasons' retention, ms
-		name,                        // ARGV[3] lock name
-	}
-}
-
-// inspectArgs is inspect.lua's ARGV. An empty token asks about no token.
-func inspectArgs(name, token string) []any {
-	member := ""
-	if token != "" {
-		member = registryMember(token, name)
-	}
-	return []any{
-		token,  // ARGV[1] token to compare with the owner's, or ""
-		member, // ARGV[2] the token's keep-alive registry member, or ""
-	}
-}
-
-// leaveArgs is leave.lua's ARGV.
-func leaveArgs(token string) []any {
-	return []any{
-		token, // ARGV[1] waiter token
-	}
-}
 
 // keepaliveDueArgs is keepalive_due.lua's ARGV.
 func keepaliveDueArgs(limit int) []any {
