@@ -1,24 +1,6 @@
 package locks
 
-import (
-	"time"
-
-	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service/store"
-)
-
-// The exclusive lock's scripts (see scripts.go for how each is called).
-var (
-	acquireScript      = store.NewScript("acquire", lua.Acquire)
-	releaseScript      = store.NewScript("release", lua.Release)
-	renewScript        = store.NewScript("renew", lua.Renew)
-	inspectScript      = store.NewScript("inspect", lua.Inspect)
-	forceReleaseScript = store.NewScript("force_release", lua.ForceRelease)
-	leaveScript        = store.NewScript("leave", lua.Leave)
-)
-
-// mutexScripts lists them.
-var mutexScripts = []*store.Script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript, leaveScript}
+import "time"
 
 // Statuses of acquire.lua's reply.
 const (

@@ -1,29 +1,35 @@
 package locks
 
 import (
-	"slices"
-
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The lock scripts: each primitive's beside it (the exclusive lock's in
-// mutex_scripts.go), the keep-alive renewer's here. The state changes a
-// client is told about (a grant, a release, a renewal, a forced release) run
-// with store.RunReplicated.
+// The lock scripts. Each primitive's ARGV builders and reply statuses are
+// beside it (the exclusive lock's in mutex_scripts.go), the keep-alive
+// renewer's here. The state changes a client is told about (a grant, a
+// release, a renewal, a forced release) run with store.RunReplicated.
 //
 // Each script's ARGV is built by one function, one line per ARGV index as
 // listed in the script's header comment (scripts/lua/*.lua), and the
 // statuses of its reply are constants beside it. A test keeps the number of
 // ARGV entries each builder makes equal to its script's header.
 var (
+	// The exclusive lock's (mutex.go).
+	acquireScript      = store.NewScript("acquire", lua.Acquire)
+	releaseScript      = store.NewScript("release", lua.Release)
+	renewScript        = store.NewScript("renew", lua.Renew)
+	inspectScript      = store.NewScript("inspect", lua.Inspect)
+	forceReleaseScript = store.NewScript("force_release", lua.ForceRelease)
+	leaveScript        = store.NewScript("leave", lua.Leave)
+	// The keep-alive renewer's, which serves every primitive.
 	keepaliveDueScript = store.NewScript("keepalive_due", lua.KeepaliveDue)
 	renewBatchScript   = store.NewScript("renew_batch", lua.RenewBatch)
 )
 
-// scripts lists every lock script, loaded by store.LoadScripts: each
-// primitive's, then the keep-alive renewer's, which serve them all.
-var scripts = slices.Concat(mutexScripts, []*store.Script{keepaliveDueScript, renewBatchScript})
+// scripts lists every lock script, loaded by store.LoadScripts.
+var scripts = []*store.Script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
+	leaveScript, keepaliveDueScript, renewBatchScript}
 
 // flag is a boolean as the scripts take it: "1" or "0".
 func flag(b bool) string {

@@ -7,7 +7,7 @@
 // beside it: the service and its config, keys and name rules (keys.go),
 // waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
 // their renewer (keepalive.go, renewer.go), connection-held leases
-// (hold.go), and the keep-alive renewer's scripts (scripts.go).
+// (hold.go), and the table of every lock script (scripts.go).
 package locks
 
 import (
