@@ -39,7 +39,7 @@ func TestNginxGateway(t *testing.T) {
 		}
 		nginx = "/usr/sbin/nginx"
 	}
-	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	pol, err := loadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}
@@ -302,7 +302,7 @@ func TestNginxKeepsUpstreamConnections(t *testing.T) {
 		}
 		nginx = "/usr/sbin/nginx"
 	}
-	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
+	pol, err := loadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}

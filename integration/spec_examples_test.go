@@ -12,7 +12,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/latchkey/latchkey/api"
-	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // TestSpecRequestExamplesAreValidRequests sends every request example of
@@ -26,7 +25,7 @@ func TestSpecRequestExamplesAreValidRequests(t *testing.T) {
 		t.Fatalf("api/openapi.yaml: %v", err)
 	}
 	// The policies the examples name, from the documented example file.
-	pol, err := ratelimit.LoadPolicies(filepath.Join("..", "deploy", "policies.example.yaml"))
+	pol, err := loadPolicies(filepath.Join("..", "deploy", "policies.example.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/policies.example.yaml: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,7 +75,7 @@ func (f RateLimitFlags) validate() []error {
 func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateLimitConfig, error) {
 	var policies []ratelimit.Policy
 	if f.PoliciesFile != "" {
-		ps, err := ratelimit.LoadPolicies(f.PoliciesFile)
+		ps, err := loadPolicies(f.PoliciesFile)
 		if err != nil {
 			return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
 		}
@@ -124,4 +126,19 @@ func policyNames(ps []ratelimit.Policy) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// loadPolicies reads a policy file, YAML or JSON (when the name ends in
+// .json), and parses it with ratelimit.ParsePolicies. Its errors name the
+// file.
+func loadPolicies(path string) ([]ratelimit.Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy file: %w", err)
+	}
+	ps, err := ratelimit.ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return ps, nil
 }

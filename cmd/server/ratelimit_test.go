@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // writeFile writes content to name in a fresh temporary directory.
@@ -74,5 +77,44 @@ func TestRunServesRateLimits(t *testing.T) {
 	// The default per-IP policy exists too (60 per minute).
 	if resp, d := s.call(t, http.MethodPost, "/v1/ratelimit/check", `{"policy":"default"}`); resp.StatusCode != http.StatusOK || d["limit"] != 60.0 {
 		t.Errorf("default policy: %d %v, want 200 with limit 60", resp.StatusCode, d)
+	}
+}
+
+func TestLoadPoliciesDeployExample(t *testing.T) {
+	ps, err := loadPolicies(filepath.Join("..", "..", "deploy", "nginx", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]ratelimit.Policy{}
+	for _, p := range ps {
+		byName[p.Name] = p
+	}
+	for _, want := range []struct {
+		name, key string
+		fail      ratelimit.FailMode
+	}{{"per-ip", "ip", ratelimit.FailOpen}, {"api-key", "header:X-Api-Key", ratelimit.FailClosed}} {
+		p, ok := byName[want.name]
+		if !ok || p.Key != want.key || p.Fail != want.fail || p.DenyStatus != 403 || p.Limit.Limit != 3 || p.Window != 10*time.Second {
+			t.Errorf("deploy/nginx/policies.yaml = %+v, want %s keyed on %s, 3 per 10s denying with 403, failing %s", ps, want.name, want.key, want.fail)
+		}
+	}
+	if len(ps) != 2 {
+		t.Errorf("deploy/nginx/policies.yaml has %d policies, want per-ip and api-key", len(ps))
+	}
+	if _, err := loadPolicies("does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
+		t.Errorf("missing file error = %v, want one naming the file", err)
+	}
+}
+
+func TestLoadPoliciesExampleFile(t *testing.T) {
+	ps, err := loadPolicies(filepath.Join("..", "..", "deploy", "policies.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
+		t.Fatalf("deploy/policies.example.yaml: %v", err)
+	}
+	if len(ps) != 4 {
+		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
 	}
 }

@@ -125,7 +125,7 @@ type dueSet struct {
 // dueLeases runs keepalive_due for up to limit due members, earliest first.
 // Returns the error of the script call (see run) or of a malformed reply.
 func (s *Service) dueLeases(ctx context.Context, limit int) (dueSet, error) {
-	res, err := s.st.Run(ctx, keepaliveDueScript, []string{s.registryKey()}, limit)
+	res, err := s.st.Run(ctx, keepaliveDueScript, []string{s.registryKey()}, keepaliveDueArgs(limit)...)
 	if err != nil {
 		return dueSet{}, err
 	}
@@ -154,8 +154,7 @@ func (s *Service) dueLeases(ctx context.Context, limit int) (dueSet, error) {
 func (s *Service) renewBatch(ctx context.Context, members []string) error {
 	keys := make([]string, 1, 1+2*len(members))
 	keys[0] = s.registryKey()
-	args := make([]any, 1, 1+len(members))
-	args[0] = s.cfg.LostTTL.Milliseconds()
+	valid := make([]string, 0, len(members))
 	for _, m := range members {
 		name, ok := memberName(m)
 		if !ok {
@@ -163,18 +162,18 @@ func (s *Service) renewBatch(ctx context.Context, members []string) error {
 		}
 		k := s.keys(name)
 		keys = append(keys, k.lock, k.lost)
-		args = append(args, m)
+		valid = append(valid, m)
 	}
-	if len(args) == 1 {
+	if len(valid) == 0 {
 		return nil
 	}
 	s.ka.batches.Inc()
-	res, err := s.st.Run(ctx, renewBatchScript, keys, args...)
+	res, err := s.st.Run(ctx, renewBatchScript, keys, renewBatchArgs(s.cfg, valid)...)
 	if err != nil {
 		return err
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 1+3*(len(args)-1) {
+	if !ok || len(arr) != 1+3*len(valid) {
 		return fmt.Errorf("renew_batch: unexpected reply %T of %d entries", res, len(arr))
 	}
 	for i := 1; i+2 < len(arr); i += 3 {
@@ -182,11 +181,11 @@ func (s *Service) renewBatch(ctx context.Context, members []string) error {
 		lag, _ := arr[i+1].(int64)
 		reason, _ := arr[i+2].(string)
 		switch code {
-		case 0, 4:
+		case batchSkipped, batchDropped:
 			continue
-		case 1:
+		case batchRenewed:
 			s.ka.renewals.Inc()
-		case 2, 3:
+		case batchMissed, batchLost:
 			s.ka.failures.WithLabelValues(reason).Inc()
 		}
 		s.ka.lag.Observe(float64(lag) / 1000)

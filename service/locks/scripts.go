@@ -5,15 +5,24 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The lock scripts. The state changes a client is told about (a grant, a
+// The lock scripts. Each primitive's ARGV builders and reply statuses are
+// beside it (the exclusive lock's in mutex_scripts.go), the keep-alive
+// renewer's here. The state changes a client is told about (a grant, a
 // release, a renewal, a forced release) run with store.RunReplicated.
+//
+// Each script's ARGV is built by one function, one line per ARGV index as
+// listed in the script's header comment (scripts/lua/*.lua), and the
+// statuses of its reply are constants beside it. A test keeps the number of
+// ARGV entries each builder makes equal to its script's header.
 var (
+	// The exclusive lock's (mutex.go).
 	acquireScript      = store.NewScript("acquire", lua.Acquire)
 	releaseScript      = store.NewScript("release", lua.Release)
 	renewScript        = store.NewScript("renew", lua.Renew)
 	inspectScript      = store.NewScript("inspect", lua.Inspect)
 	forceReleaseScript = store.NewScript("force_release", lua.ForceRelease)
 	leaveScript        = store.NewScript("leave", lua.Leave)
+	// The keep-alive renewer's, which serves every primitive.
 	keepaliveDueScript = store.NewScript("keepalive_due", lua.KeepaliveDue)
 	renewBatchScript   = store.NewScript("renew_batch", lua.RenewBatch)
 )
@@ -21,3 +30,40 @@ var (
 // scripts lists every lock script, loaded by store.LoadScripts.
 var scripts = []*store.Script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
 	leaveScript, keepaliveDueScript, renewBatchScript}
+
+// flag is a boolean as the scripts take it: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// truth reads a 1/0 field of a script's reply.
+func truth(v int64) bool { return v == 1 }
+
+// keepaliveDueArgs is keepalive_due.lua's ARGV.
+func keepaliveDueArgs(limit int) []any {
+	return []any{
+		limit, // ARGV[1] most entries to return
+	}
+}
+
+// Codes of renew_batch.lua's reply, one per entry.
+const (
+	batchSkipped = 0 // no longer due or no longer registered
+	batchRenewed = 1 // renewed
+	batchMissed  = 2 // heartbeat missed: not renewed, the lease runs out its TTL
+	batchLost    = 3 // the lease is gone or taken over; the reason says why
+	batchDropped = 4 // no longer kept alive (nothing was lost)
+)
+
+// renewBatchArgs is renew_batch.lua's ARGV: one registry member per entry.
+func renewBatchArgs(cfg Config, members []string) []any {
+	args := make([]any, 1, 1+len(members))
+	args[0] = cfg.LostTTL.Milliseconds() // ARGV[1] lost-lease reasons' retention, ms
+	for _, m := range members {
+		args = append(args, m) // ARGV[1+i] registry member of entry i
+	}
+	return args
+}

@@ -1,5 +1,13 @@
 // Package locks is Latchkey's lock leases and their Redis model. Every
 // state change is one Lua script from scripts/lua, run through the store.
+//
+// Each primitive lives in files of its own: the exclusive lock in mutex.go
+// (acquire, renew, release, force release, inspect) and mutex_scripts.go
+// (its scripts' ARGV and reply statuses). What serves every primitive
+// beside it: the service and its config, keys and name rules (keys.go),
+// waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
+// their renewer (keepalive.go, renewer.go), connection-held leases
+// (hold.go), and the table of every lock script (scripts.go).
 package locks
 
 import (

@@ -119,15 +119,3 @@ func TestReady(t *testing.T) {
 		t.Fatalf("Ready on a closed store = %v, want ErrUnavailable", err)
 	}
 }
-
-// A client that cannot run a script and WAIT on one connection cannot serve
-// MinReplicas: New says so instead of failing at the first grant.
-func TestNewRefusesMinReplicasWithoutAConnection(t *testing.T) {
-	_, err := newService(scripterOnly{}, locks.Config{}, store.Config{MinReplicas: 1})
-	if err == nil || !strings.Contains(err.Error(), "min replicas needs a client that can run a script and WAIT on one connection") {
-		t.Fatalf("New with MinReplicas on a client without Conn = %v, want an error saying so", err)
-	}
-}
-
-// scripterOnly is a RedisClient with no Conn method; it is never called.
-type scripterOnly struct{ store.Client }

@@ -43,7 +43,7 @@ const (
 // the waiters when it gives up) runs under one deadline, set once when it
 // starts, and it never waits for the subscription. When an attempt fails,
 // leaving the waiters is not waited for: the caller is answered at once.
-func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL string, ownToken bool) (lease Lease, err error) {
+func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL, ownToken bool) (lease Lease, err error) {
 	waitEnd := time.Now().Add(req.Wait)
 	callDeadline := waitEnd.Add(s.opTimeout)
 	// Attempts run to completion even when the client goes away, so the
@@ -93,12 +93,12 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 			s.giveBack(calls, k, req.Token, ownToken, err)
 			return Lease{}, err
 		}
-		if r.status > 0 {
+		if r.granted() {
 			// When the client went away during the attempt, it takes nothing.
 			return s.handOut(ctx, name, req.Token, r)
 		}
-		if r.status == statusModeMismatch || final {
-			registered = registered || r.status == statusNotGranted && waiterTimeout > 0
+		if r.status == acquireModeMismatch || final {
+			registered = registered || r.status == acquireNotGranted && waiterTimeout > 0
 			return s.outcome(name, req.Token, r)
 		}
 		registered = true
@@ -146,7 +146,7 @@ func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, k lockKe
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	_, _ = s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, token)
+	_, _ = s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
 }
 
 // waitDone counts the outcome of a wait.

@@ -15,14 +15,16 @@ import (
 )
 
 // stallingStore answers script calls from Redis until stall is set; from
-// then on a script call hangs until its context ends (a Redis that stopped
-// answering), and the deadline it was given is recorded. Its pub/sub
+// then on, once passes more calls went through, a script call hangs until
+// its context ends (a Redis that stopped answering), and the deadline it was
+// given is recorded. Its pub/sub
 // connection is dialled through gate when gate is set: until the gate opens,
 // SUBSCRIBE cannot be sent.
 type stallingStore struct {
 	*redis.Client
-	stall atomic.Bool
-	ps    *redis.Client // the pub/sub connections' client
+	stall  atomic.Bool
+	passes atomic.Int64  // calls still answered once stall is set
+	ps     *redis.Client // the pub/sub connections' client
 
 	mu        sync.Mutex
 	deadlines []time.Time // of the stalled calls, in arrival order
@@ -49,7 +51,7 @@ func newStallingStore(t *testing.T, rdb *redis.Client, gate <-chan struct{}) *st
 }
 
 func (s *stallingStore) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if !s.stall.Load() {
+	if !s.stall.Load() || s.passes.Add(-1) >= 0 {
 		return s.Client.EvalSha(ctx, sha, keys, args...)
 	}
 	s.mu.Lock()
@@ -125,9 +127,12 @@ func TestWaitCallsShareTheRequestDeadline(t *testing.T) {
 			<-ready
 
 			errc := make(chan error, 1)
-			if tc.stallFirst {
-				st.stall.Store(true)
+			if !tc.stallFirst {
+				// The waiter's first attempt is answered and registers
+				// it; every call after it stalls, whenever it comes.
+				st.passes.Store(1)
 			}
+			st.stall.Store(true)
 			go func() {
 				// A token of the caller's: nothing is given back in the
 				// background when an attempt fails (see giveBack).
@@ -135,10 +140,6 @@ func TestWaitCallsShareTheRequestDeadline(t *testing.T) {
 					Wait: tc.wait, Fair: tc.fair})
 				errc <- err
 			}()
-			if !tc.stallFirst {
-				waitForSvcWaiters(t, svc, "orders", 1) // registered: asleep until the end of its wait
-				st.stall.Store(true)
-			}
 			if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
 				t.Fatalf("waiting Acquire with Redis stalled = %v, want ErrUnavailable", err)
 			}

@@ -26,7 +26,7 @@ func (c *evalCounter) EvalSha(ctx context.Context, sha string, keys []string, ar
 
 func waitForSvcWaiters(t *testing.T, svc *locks.Service, name string, n int64) {
 	t.Helper()
-	end := time.Now().Add(5 * time.Second)
+	end := time.Now().Add(10 * time.Second) // a hang guard
 	for {
 		st, err := svc.Inspect(t.Context(), name, "")
 		if err != nil {

@@ -3,12 +3,14 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -233,5 +235,127 @@ func TestStalledCallAndPooledCallsCountExactly(t *testing.T) {
 	defer c.mu.Unlock()
 	if want := [][]string{{"k"}, {"k", "k", "k"}, {"k", "k", "k"}}; !slices.EqualFunc(c.calls, want, slices.Equal) {
 		t.Errorf("script calls by keys = %v, want %v", c.calls, want)
+	}
+}
+
+// slowCalls holds every script call until the test lets that call go, as a
+// slow Redis would, and announces each call it holds on entered.
+type slowCalls struct {
+	*redis.Client
+	entered chan heldCall
+}
+
+// heldCall is one script call held by slowCalls: closing proceed lets it
+// reach Redis.
+type heldCall struct {
+	keys    []string
+	proceed chan struct{}
+}
+
+func (c *slowCalls) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	h := heldCall{keys: slices.Clone(keys), proceed: make(chan struct{})}
+	c.entered <- h
+	<-h.proceed
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestDecisionsWhileRedisIsSlow: with every call slow, each decision waits
+// for its own call and not for the slow calls before it: calls stalled one
+// behind the other (the stall forced by running unstall, as the stall timer
+// does) are answered in any order, each as soon as its own call ends. At
+// most maxSenders calls are out at once; a decision beyond them waits for
+// the first sender that is free.
+func TestDecisionsWhileRedisIsSlow(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := &slowCalls{Client: rdb, entered: make(chan heldCall, maxSenders+1)}
+	st, err := store.New(c, store.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(st, Config{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptLoad(t.Context(), lua.RateLimitFixedWindow).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := s.rl.batchers[FixedWindow]
+	type answer struct {
+		v   [4]int64
+		err error
+	}
+	decide := func(key string) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			v, err := b.decide(t.Context(), key, 10, 60000, 1)
+			ch <- answer{v, err}
+		}()
+		return ch
+	}
+	next := func() heldCall {
+		t.Helper()
+		select {
+		case h := <-c.entered:
+			return h
+		case <-time.After(10 * time.Second):
+			t.Fatal("no script call within 10s")
+			return heldCall{}
+		}
+	}
+	answered := func(key string, ch <-chan answer) {
+		t.Helper()
+		select {
+		case a := <-ch:
+			if a.err != nil || a.v[0] != decisionAllowed {
+				t.Errorf("decision %s: %v, %v; want allowed", key, a.v, a.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("decision %s: no answer within 10s of its call's end", key)
+		}
+	}
+
+	keys := make([]string, maxSenders)
+	answers := make([]<-chan answer, maxSenders)
+	calls := make([]heldCall, maxSenders)
+	for i := range maxSenders {
+		keys[i] = fmt.Sprintf("k%d", i)
+		answers[i] = decide(keys[i])
+		if i > 0 {
+			waitFor(t, b, "a decision queued behind the slow calls", func() bool { return len(b.queue) == 1 })
+			b.unstall()
+		}
+		calls[i] = next()
+		if !slices.Equal(calls[i].keys, keys[i:i+1]) {
+			t.Fatalf("call %d has keys %v, want %v", i, calls[i].keys, keys[i:i+1])
+		}
+	}
+	// maxSenders calls are out: the next decision waits for one of them.
+	extra := decide("extra")
+	waitFor(t, b, "the extra decision queued", func() bool { return len(b.queue) == 1 })
+	b.unstall()
+	waitFor(t, b, "no sender past maxSenders", func() bool { return b.senders == maxSenders && len(b.queue) == 1 })
+
+	// The calls end newest first: each answers its own decision while the
+	// older ones are still out.
+	for i := maxSenders - 1; i >= 0; i-- {
+		close(calls[i].proceed)
+		answered(keys[i], answers[i])
+		for j := range i {
+			select {
+			case a := <-answers[j]:
+				t.Fatalf("decision %s answered (%v, %v) while its call is still out", keys[j], a.v, a.err)
+			default:
+			}
+		}
+		if i == maxSenders-1 { // that sender was free first: it takes the extra decision
+			h := next()
+			if !slices.Equal(h.keys, []string{"extra"}) {
+				t.Fatalf("call after the first free sender has keys %v, want [extra]", h.keys)
+			}
+			close(h.proceed)
+			answered("extra", extra)
+		}
 	}
 }

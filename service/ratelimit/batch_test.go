@@ -299,28 +299,44 @@ func TestDecisionsAreNotHeldUpByAStalledCall(t *testing.T) {
 }
 
 // TestDecisionWaitEndsAtItsDeadline: a caller stops waiting at its
-// deadline even when the script call it rides in does not end then, and the
-// failed decision counts once among the Redis errors, also after the call
-// ends.
+// deadline even when the script call it rides in does not end then (the
+// call is held until the caller has its answer), and the failed decision
+// counts once among the Redis errors, also once that call has ended.
 func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	c := newGatedClient(t)
 	c.deaf = true
 	reg := prometheus.NewRegistry()
 	cfg := rlConfig(0, failClosed())
-	cfg.RateLimit.Timeout = 100 * time.Millisecond
+	cfg.RateLimit.Timeout = 200 * time.Millisecond
 	cfg.Registerer = reg
 	svc := mustNew(t, c, cfg)
-	first := holdFirstCall(t, svc, c, "p")
+	// No wait for the call to reach Redis: on a busy machine the sender may
+	// start after the deadline, and the decision is then answered unsent,
+	// which must look the same to its caller.
+	first := decideAsync(t.Context(), svc, ratelimit.Request{Policy: "p", Key: "first"})
 	if r := receive(t, first); !errors.Is(r.err, store.ErrUnavailable) {
 		t.Errorf("decision in a call that outlasts its deadline: %+v, %v; want ErrUnavailable", r.d, r.err)
 	}
 	c.release()
-	// A later decision runs after the held call is done with.
-	if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "p", Key: "later"}); err != nil {
-		t.Fatalf("decision after the held call: %v", err)
+	waitSendersDone(t, svc, ratelimit.FixedWindow)
+	if calls := c.callKeys(); len(calls) > 1 {
+		t.Errorf("script calls by keys = %v, want at most the held one", calls)
 	}
 	if got := counterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
 		t.Errorf("unavailable errors counted = %v, want 1 for the one failed decision", got)
+	}
+}
+
+// waitSendersDone waits until no call of alg is out: every call made so
+// far has ended and its decisions were answered.
+func waitSendersDone(t *testing.T, svc *ratelimit.Service, alg ratelimit.Algorithm) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for ratelimit.Senders(svc, alg) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls still out after 10s, want none", ratelimit.Senders(svc, alg))
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -408,43 +424,4 @@ func TestConcurrentDecisionsCountExactly(t *testing.T) {
 			}
 		})
 	}
-}
-
-// slowClient answers every script call after delay, as a slow Redis would.
-type slowClient struct {
-	*redis.Client
-	delay time.Duration
-}
-
-func (c *slowClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	select {
-	case <-time.After(c.delay):
-	case <-ctx.Done():
-		return redis.NewCmdResult(nil, ctx.Err())
-	}
-	return c.Client.EvalSha(ctx, sha, keys, args...)
-}
-
-// TestDecisionsWhileRedisIsSlow: with every call taking 0.6 of the decision
-// timeout, each decision still gets its answer: it waits for its own call,
-// not for the slow calls before it as well.
-func TestDecisionsWhileRedisIsSlow(t *testing.T) {
-	_, rdb := newTestRedis(t)
-	p := fixed("p", 1000, time.Minute)
-	p.Fail = ratelimit.FailClosed
-	cfg := rlConfig(0, p)
-	cfg.RateLimit.Timeout = time.Second
-	svc := mustNew(t, &slowClient{Client: rdb, delay: 600 * time.Millisecond}, cfg)
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Go(func() {
-			for j := range 2 {
-				req := ratelimit.Request{Policy: "p", Key: fmt.Sprintf("k%d-%d", i, j)}
-				if d, err := svc.Check(t.Context(), req); err != nil || !d.Allowed {
-					t.Errorf("decision %s with Redis slow: %+v, %v; want allowed", req.Key, d, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
 }

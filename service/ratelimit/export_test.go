@@ -11,3 +11,12 @@ func QueuedDecisions(s *Service, alg Algorithm) int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// Senders reports how many calls of an algorithm are out (each sender has
+// one out, or is about to take the queue).
+func Senders(s *Service, alg Algorithm) int {
+	b := s.rl.batchers[alg]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.senders
+}

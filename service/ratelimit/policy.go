@@ -8,8 +8,6 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -226,25 +224,12 @@ type policyEntry struct {
 	Fail       string `json:"fail" yaml:"fail"`
 }
 
-// LoadPolicies reads named policies from a YAML or JSON file (JSON when the
-// name ends in .json). The file holds a "policies" map from name to
+// ParsePolicies parses named policies from the contents of a YAML or JSON
+// policy file, sorted by name. The file holds a "policies" map from name to
 // {limit, window, algorithm, burst, key, deny_status, fail}; algorithm
 // defaults to fixed_window, key to ip, deny_status to 429, fail to open.
-// Unknown fields are errors. The policies are checked in full by New.
-func LoadPolicies(path string) ([]Policy, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("policy file: %w", err)
-	}
-	ps, err := ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
-	if err != nil {
-		return nil, fmt.Errorf("policy file %s: %w", path, err)
-	}
-	return ps, nil
-}
-
-// ParsePolicies parses the contents of a policy file (see LoadPolicies),
-// sorted by name. Returns an error naming the policy and field at fault.
+// Unknown fields are errors. Returns an error naming the policy and field
+// at fault; the policies are checked in full by Config.Validate.
 func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	var f policyFile
 	if isJSON {

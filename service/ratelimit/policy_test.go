@@ -1,7 +1,6 @@
 package ratelimit_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,45 +112,6 @@ func TestRateLimitConfigValidate(t *testing.T) {
 				t.Errorf("Validate = %v, want an error containing %q", err, tt.want)
 			}
 		})
-	}
-}
-
-func TestLoadPoliciesDeployExample(t *testing.T) {
-	ps, err := ratelimit.LoadPolicies(filepath.Join("..", "..", "deploy", "nginx", "policies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]ratelimit.Policy{}
-	for _, p := range ps {
-		byName[p.Name] = p
-	}
-	for _, want := range []struct {
-		name, key string
-		fail      ratelimit.FailMode
-	}{{"per-ip", "ip", ratelimit.FailOpen}, {"api-key", "header:X-Api-Key", ratelimit.FailClosed}} {
-		p, ok := byName[want.name]
-		if !ok || p.Key != want.key || p.Fail != want.fail || p.DenyStatus != 403 || p.Limit.Limit != 3 || p.Window != 10*time.Second {
-			t.Errorf("deploy/nginx/policies.yaml = %+v, want %s keyed on %s, 3 per 10s denying with 403, failing %s", ps, want.name, want.key, want.fail)
-		}
-	}
-	if len(ps) != 2 {
-		t.Errorf("deploy/nginx/policies.yaml has %d policies, want per-ip and api-key", len(ps))
-	}
-	if _, err := ratelimit.LoadPolicies("does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
-		t.Errorf("missing file error = %v, want one naming the file", err)
-	}
-}
-
-func TestLoadPoliciesExampleFile(t *testing.T) {
-	ps, err := ratelimit.LoadPolicies(filepath.Join("..", "..", "deploy", "policies.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
-		t.Fatalf("deploy/policies.example.yaml: %v", err)
-	}
-	if len(ps) != 4 {
-		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
 	}
 }
 

@@ -214,7 +214,7 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 		d.ResetAfter = pol.Window
 		return d, nil
 	}
-	d.Allowed = v[0] == 1
+	d.Allowed = v[0] == decisionAllowed // else decisionDenied
 	d.Remaining = v[1]
 	d.ResetAfter = time.Duration(v[2]) * time.Millisecond
 	d.RetryAfter = time.Duration(v[3]) * time.Millisecond
@@ -270,18 +270,7 @@ var keyCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", Token
 // when batching is off. The reply is {allowed, remaining, reset_ms,
 // retry_after_ms}.
 func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([4]int64, error) {
-	var args [4]int64
-	n := 3
-	args[0], args[1] = l.Limit, l.Window.Milliseconds()
-	if l.Algorithm == TokenBucket {
-		burst := l.Burst
-		if burst == 0 {
-			burst = l.Limit
-		}
-		args[2], args[3], n = burst, cost, 4
-	} else {
-		args[2] = cost
-	}
+	args, n := requestArgs(l, cost)
 	if b := s.rl.batchers[l.Algorithm]; b != nil {
 		return b.decide(ctx, key, args[:n]...)
 	}
@@ -299,6 +288,46 @@ func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64)
 	arr, _ := res.([]any)
 	return s.decisionReply(sc, arr)
 }
+
+// requestArgs is one request's entries of its algorithm's script ARGV (the
+// first n of args), as the scripts' header comments list them.
+func requestArgs(l Limit, cost int64) (args [4]int64, n int) {
+	if l.Algorithm == TokenBucket {
+		return tokenBucketArgs(l, cost), 4
+	}
+	return windowArgs(l, cost), 3
+}
+
+// windowArgs is request i's ARGV of ratelimit_fixed_window.lua and
+// ratelimit_sliding_window.lua, which take the same three entries.
+func windowArgs(l Limit, cost int64) [4]int64 {
+	return [4]int64{
+		l.Limit,                 // ARGV[3i-2] limit per window
+		l.Window.Milliseconds(), // ARGV[3i-1] window, ms
+		cost,                    // ARGV[3i]   cost
+	}
+}
+
+// tokenBucketArgs is request i's ARGV of ratelimit_token_bucket.lua.
+func tokenBucketArgs(l Limit, cost int64) [4]int64 {
+	burst := l.Burst
+	if burst == 0 {
+		burst = l.Limit
+	}
+	return [4]int64{
+		l.Limit,                 // ARGV[4i-3] limit: tokens added per window
+		l.Window.Milliseconds(), // ARGV[4i-2] window, ms
+		burst,                   // ARGV[4i-1] burst: bucket capacity
+		cost,                    // ARGV[4i]   cost
+	}
+}
+
+// The first entry of each request's four in a rate-limit script's reply.
+const (
+	decisionAllowed  = 1  // allowed: the cost is counted
+	decisionDenied   = 0  // denied: nothing counted
+	decisionKeyError = -1 // the key cannot be used; the error's text follows
+)
 
 var (
 	rateLimitFixedWindowScript   = store.NewScript("ratelimit_fixed_window", lua.RateLimitFixedWindow)
@@ -330,7 +359,7 @@ func decisionEntries(sc *store.Script, e []any) ([4]int64, error, string) {
 	if len(e) != len(out) {
 		return out, fmt.Errorf("%s: unexpected reply %v", sc.Name(), e), "script"
 	}
-	if e[0] == int64(-1) {
+	if e[0] == int64(decisionKeyError) {
 		msg, _ := e[1].(string)
 		err, kind := store.TranslateErr(context.Background(), sc.Name(), scriptError(msg))
 		return out, err, kind

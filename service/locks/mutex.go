@@ -100,10 +100,9 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	} else if err := ValidateToken(req.Token); err != nil {
 		return Lease{}, err
 	}
-	keepTTL := "0"
-	if req.TTL == 0 {
+	keepTTL := req.TTL == 0 // a re-entry without a ttl keeps the lease's own
+	if keepTTL {
 		req.TTL = s.cfg.DefaultTTL
-		keepTTL = "1" // a re-entry without a ttl keeps the lease's own
 	}
 	if err := s.checkTTL("ttl", req.TTL); err != nil {
 		return Lease{}, err
@@ -126,28 +125,18 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 		s.giveBack(ctx, k, req.Token, ownToken, err)
 		return Lease{}, err
 	}
-	if r.status > 0 {
+	if r.granted() {
 		return s.handOut(ctx, name, req.Token, r)
 	}
 	return s.outcome(name, req.Token, r)
 }
 
 // attempt is one run of the acquire script. waiterTimeout > 0 registers the
-// caller as a waiter for that long when the lock is not granted. keepTTL "1"
+// caller as a waiter for that long when the lock is not granted. keepTTL
 // makes a re-entry keep the lease's own TTL (the request gave none).
-func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL string) (attemptResult, error) {
-	mode := "0"
-	if req.Fair {
-		mode = "1"
-	}
-	ka := "0"
-	if req.Keepalive {
-		ka = "1"
-	}
+func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
-		req.Token, req.TTL.Milliseconds(), s.cfg.FenceTTL.Milliseconds(), mode, waiterTimeout.Milliseconds(),
-		ka, req.MaxHold.Milliseconds(), req.Heartbeat.Milliseconds(), registryMember(req.Token, k.name),
-		s.cfg.LostTTL.Milliseconds(), keepTTL)
+		acquireArgs(s.cfg, req, k.name, waiterTimeout, keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -157,13 +146,13 @@ func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, w
 	}
 	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
 		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
-		recheck: time.Duration(v[5]) * time.Millisecond, fair: v[6] == 1,
+		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
 		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
 }
 
 // attemptResult is the decoded reply of the acquire script.
 type attemptResult struct {
-	status    int64 // 1 new grant, 2 reentrant grant, 0 not granted, -3 mode mismatch
+	status    int64 // acquireGranted, acquireReentered, acquireNotGranted or acquireModeMismatch
 	holdCount int64
 	fence     int64
 	ttl       time.Duration // the lease's TTL, or the holder's remaining TTL
@@ -173,22 +162,22 @@ type attemptResult struct {
 	keepalive *Keepalive    // a granted keep-alive lease's bounds
 }
 
-const (
-	statusNotGranted   = 0
-	statusModeMismatch = -3
-)
+// granted reports a grant, new or reentrant.
+func (r attemptResult) granted() bool {
+	return r.status == acquireGranted || r.status == acquireReentered
+}
 
 // outcome turns an attempt into a lease or the error that says why not.
 func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 	switch r.status {
-	case statusNotGranted:
+	case acquireNotGranted:
 		s.metrics.conflicts.Inc()
 		retry := r.ttl
 		if retry <= 0 {
 			retry = r.recheck
 		}
 		return Lease{}, &HeldError{Name: name, RetryAfter: retry}
-	case statusModeMismatch:
+	case acquireModeMismatch:
 		s.metrics.conflicts.Inc()
 		return Lease{}, &ModeError{Name: name, Fair: r.fair}
 	}
@@ -196,7 +185,7 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 		Name: name, Token: token, Fence: r.fence, HoldCount: r.holdCount,
 		TTL:       r.ttl,
 		ExpiresAt: time.UnixMilli(r.nowMS + r.ttl.Milliseconds()).UTC(),
-		Reentrant: r.status == 2,
+		Reentrant: r.status == acquireReentered,
 		Keepalive: r.keepalive,
 	}
 	if lease.Reentrant {
@@ -274,7 +263,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 	}
 	k := s.keys(name)
 	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
-		token, ttl.Milliseconds(), s.cfg.LostTTL.Milliseconds(), registryMember(token, name), s.cfg.FenceTTL.Milliseconds())
+		renewArgs(s.cfg, name, token, ttl)...)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -305,7 +294,7 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 	}
 	k := s.keys(name)
 	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
-		token, registryMember(token, name))
+		releaseArgs(name, token)...)
 	if err != nil {
 		return Released{}, err
 	}
@@ -334,15 +323,16 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 	}
 	k := s.keys(name)
 	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
-		s.cfg.FenceTTL.Milliseconds(), s.cfg.LostTTL.Milliseconds(), name)
+		forceReleaseArgs(s.cfg, name)...)
 	if err != nil {
 		return false, err
 	}
-	removed, _ := res.(int64)
-	if removed == 1 {
+	status, _ := res.(int64)
+	removed := status == forceRemoved // else forceFree
+	if removed {
 		s.metrics.releases.WithLabelValues("forced").Inc()
 	}
-	return removed == 1, nil
+	return removed, nil
 }
 
 // Inspect reads the state of lock name; with a token it also reports whether
@@ -358,12 +348,8 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		}
 	}
 	k := s.keys(name)
-	member := ""
-	if token != "" {
-		member = registryMember(token, name)
-	}
 	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
-		token, member)
+		inspectArgs(name, token)...)
 	if err != nil {
 		return LockState{}, err
 	}
@@ -375,8 +361,8 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 	if err != nil {
 		return LockState{}, err
 	}
-	st := LockState{Name: name, Held: v[0] == 1, HoldCount: v[1], Fence: v[3], Owned: v[4] == 1,
-		Waiters: v[6], Fair: v[7] == 1}
+	st := LockState{Name: name, Held: truth(v[0]), HoldCount: v[1], Fence: v[3], Owned: truth(v[4]),
+		Waiters: v[6], Fair: truth(v[7])}
 	st.LostReason, _ = arr[11].(string)
 	if st.Held {
 		st.TTL = time.Duration(v[2]) * time.Millisecond
@@ -386,13 +372,13 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 	return st, nil
 }
 
-// ownerStatus maps the -1/-2 status codes of the release and renew scripts.
+// ownerStatus maps the statuses of the release and renew scripts to errors.
 func ownerStatus(status int64) error {
 	switch status {
-	case -1:
+	case ownerNoLease:
 		return store.ErrNotFound
-	case -2:
+	case ownerOther:
 		return ErrNotOwner
 	}
-	return nil
+	return nil // ownerDone
 }

@@ -1,0 +1,18 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/latchkey/latchkey/service/ratelimit"
+)
+
+// loadPolicies reads a policy file as the server's -ratelimit-policies does.
+func loadPolicies(path string) ([]ratelimit.Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ratelimit.ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
+}
