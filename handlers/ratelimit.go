@@ -96,14 +96,9 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	if sreq.Inline == nil && sreq.Key == "" && sreq.Policy != "" {
+	if sreq.Inline == nil && sreq.Policy != "" {
 		// A policy without an explicit key limits the caller itself.
-		pol, err := a.svc.Policy(sreq.Policy)
-		if err != nil {
-			writeError(w, r, a.log, err)
-			return
-		}
-		if sreq.Key, err = a.identity(r, pol); err != nil {
+		if sreq, err = a.policyRequest(r, sreq); err != nil {
 			writeError(w, r, a.log, err)
 			return
 		}
@@ -123,12 +118,12 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, err)
 		return
 	}
-	key, err := a.identity(r, pol)
+	req, err := a.gateRequest(r, pol)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
 	}
-	d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: pol.Name, Key: key})
+	d, err := a.svc.Check(r.Context(), req)
 	if err != nil {
 		writeError(w, r, a.log, err)
 		return
@@ -214,6 +209,9 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 	if d.Degraded {
 		h.Set(degradedHeader, "store-unavailable")
 	}
+	if d.WouldDeny {
+		h[shadowHeader] = wouldDeny
+	}
 	if legacy {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
@@ -257,6 +255,9 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 		if err != nil {
 			writeError(w, r, a.log, err)
 			return
+		}
+		if d.WouldDeny {
+			w.Header()[shadowHeader] = wouldDeny
 		}
 		if !d.Allowed {
 			setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)

@@ -116,6 +116,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Post("/v1/locks/{name}/renew", a.handleRenewLock)
 
 	r.Post("/v1/ratelimit/check", a.handleCheckRateLimit)
+	r.Get("/v1/ratelimit/policies", a.handleListPolicies)
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", http.HandlerFunc(a.handleGateRateLimit))
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", http.HandlerFunc(a.handleGateRateLimit))
