@@ -20,11 +20,11 @@ func (a *api) handleGateRateLimit(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	key, err := a.identity(r, pol)
+	req, err := a.gateRequest(r, pol)
 	if err != nil {
 		return err
 	}
-	d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: pol.Name, Key: key})
+	d, err := a.svc.Check(r.Context(), req)
 	if err != nil {
 		return err
 	}

@@ -92,13 +92,9 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	if sreq.Inline == nil && sreq.Key == "" && sreq.Policy != "" {
+	if sreq.Inline == nil && sreq.Policy != "" {
 		// A policy without an explicit key limits the caller itself.
-		pol, err := a.svc.Policy(sreq.Policy)
-		if err != nil {
-			return err
-		}
-		if sreq.Key, err = a.identity(r, pol); err != nil {
+		if sreq, err = a.policyRequest(r, sreq); err != nil {
 			return err
 		}
 	} else if sreq.Key == "" && sreq.Inline != nil {

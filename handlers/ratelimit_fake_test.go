@@ -21,3 +21,10 @@ func (f *fakeService) Check(ctx context.Context, req ratelimit.Request) (ratelim
 	}
 	return f.CheckFn(ctx, req)
 }
+
+// ActivePolicies answers an empty set: no handler test reads it through the
+// fake.
+func (f *fakeService) ActivePolicies() ratelimit.PolicySet {
+	f.record("ActivePolicies")
+	return ratelimit.PolicySet{}
+}

@@ -107,7 +107,7 @@ func TestCheckRateLimitDecisionBody(t *testing.T) {
 	if diff := cmp.Diff(want, body); diff != "" {
 		t.Errorf("body (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(ratelimit.Request{Policy: "per-ip", Key: "user:1", Cost: 2}, got); diff != "" {
+	if diff := cmp.Diff(ratelimit.Request{Policy: "per-ip", Key: "user:1", Cost: 2, Using: perIP(403)}, got); diff != "" {
 		t.Errorf("service request (-want +got):\n%s", diff)
 	}
 }

@@ -117,6 +117,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Post("/v1/locks/{name}/renew", a.handle(a.handleRenewLock))
 
 	r.Post("/v1/ratelimit/check", a.handle(a.handleCheckRateLimit))
+	r.Get("/v1/ratelimit/policies", a.handle(a.handleListPolicies))
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", gate)
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)

@@ -30,6 +30,9 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 			writeError(w, r, a.log, err)
 			return
 		}
+		if d.WouldDeny {
+			w.Header()[shadowHeader] = wouldDeny
+		}
 		if !d.Allowed {
 			setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)
 			writeError(w, r, a.log, &httpError{typ: rateLimited,

@@ -27,6 +27,8 @@ type Locks interface {
 type RateLimits interface {
 	Policy(name string) (ratelimit.Policy, error)
 	Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
+	// ActivePolicies returns the policy set decisions use now.
+	ActivePolicies() ratelimit.PolicySet
 }
 
 // services are the domains the handlers call.

@@ -174,6 +174,9 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 	if d.Degraded {
 		h.Set(degradedHeader, "store-unavailable")
 	}
+	if d.WouldDeny {
+		h[shadowHeader] = wouldDeny
+	}
 	if legacy {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))

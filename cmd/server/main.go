@@ -88,6 +88,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	stopWatch, err := cfg.RateLimit.watchPolicies(ctx, limits, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
 	if err := st.LoadScripts(ctx); err != nil {
 		if !errors.Is(err, store.ErrUnavailable) {
 			return fmt.Errorf("start-up: %w", err)

@@ -1,21 +1,26 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // RateLimitFlags are the rate-limit settings.
 type RateLimitFlags struct {
 	PoliciesFile     string
+	ReloadInterval   time.Duration
 	DefaultLimit     int64
 	DefaultWindow    time.Duration
 	DefaultAlgorithm string
@@ -33,6 +38,7 @@ type RateLimitFlags struct {
 func (f *RateLimitFlags) register(e *envFlags) {
 	d := ratelimit.DefaultConfig()
 	e.str(&f.PoliciesFile, "ratelimit-policies", "LATCHKEY_RATELIMIT_POLICIES", "", "YAML or JSON file of named rate-limit policies")
+	e.dur(&f.ReloadInterval, "ratelimit-reload-interval", "LATCHKEY_RATELIMIT_RELOAD_INTERVAL", 5*time.Second, "how often to look for a changed policy file (SIGHUP reloads it at once); 0 leaves it to SIGHUP")
 	e.int64(&f.DefaultLimit, "ratelimit-default-limit", "LATCHKEY_RATELIMIT_DEFAULT_LIMIT", 60, "limit of the per-IP policy named \"default\"; 0 leaves it out")
 	e.dur(&f.DefaultWindow, "ratelimit-default-window", "LATCHKEY_RATELIMIT_DEFAULT_WINDOW", time.Minute, "window of the \"default\" policy")
 	e.str(&f.DefaultAlgorithm, "ratelimit-default-algorithm", "LATCHKEY_RATELIMIT_DEFAULT_ALGORITHM", "fixed_window", "algorithm of the \"default\" policy: fixed_window, sliding_window or token_bucket")
@@ -54,6 +60,9 @@ func (f RateLimitFlags) validate() []error {
 	}
 	if f.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("-ratelimit-timeout must be positive, got %s", f.Timeout))
+	}
+	if f.ReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("-ratelimit-reload-interval must be 0 (SIGHUP only) or positive, got %s", f.ReloadInterval))
 	}
 	if f.LogInterval <= 0 {
 		errs = append(errs, fmt.Errorf("-ratelimit-log-interval must be positive, got %s", f.LogInterval))
@@ -81,10 +90,7 @@ func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateL
 		}
 		policies = ps
 	}
-	if f.DefaultLimit > 0 && !hasPolicy(policies, ratelimit.DefaultPolicyName) {
-		policies = append(policies, ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Key: "ip",
-			Limit: ratelimit.Limit{Algorithm: ratelimit.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
-	}
+	policies = f.withDefaultPolicy(policies)
 	srl := ratelimit.Config{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
 		CacheSize: f.CacheSize, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
@@ -94,9 +100,8 @@ func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateL
 		}
 		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
 	}
-	if f.SelfPolicy != "" && !hasPolicy(policies, f.SelfPolicy) {
-		return ratelimit.Config{}, handlers.RateLimitConfig{}, errors.New("-ratelimit-self-policy " +
-			f.SelfPolicy + ": no such policy (known: " + policyNames(policies) + ")")
+	if err := f.checkSelfPolicy(policies); err != nil {
+		return ratelimit.Config{}, handlers.RateLimitConfig{}, err
 	}
 	trusted, _ := handlers.ParseTrustedProxies(f.TrustedProxies) // checked by validate
 	hrl := handlers.RateLimitConfig{
@@ -106,6 +111,53 @@ func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateL
 	log.Info("rate-limit policies", "policies", policyNames(policies), "self_policy", f.SelfPolicy,
 		"trusted_proxies", f.TrustedProxies, "inline", f.AllowInline)
 	return srl, hrl, nil
+}
+
+// withDefaultPolicy adds the per-IP policy named "default" unless ps has
+// one or it is turned off.
+func (f RateLimitFlags) withDefaultPolicy(ps []ratelimit.Policy) []ratelimit.Policy {
+	if f.DefaultLimit > 0 && !hasPolicy(ps, ratelimit.DefaultPolicyName) {
+		ps = append(ps, ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Key: "ip",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
+	}
+	return ps
+}
+
+// checkSelfPolicy refuses a set without the self-protection policy.
+func (f RateLimitFlags) checkSelfPolicy(ps []ratelimit.Policy) error {
+	if f.SelfPolicy != "" && !hasPolicy(ps, f.SelfPolicy) {
+		return errors.New("-ratelimit-self-policy " + f.SelfPolicy + ": no such policy (known: " + policyNames(ps) + ")")
+	}
+	return nil
+}
+
+// watchPolicies reloads the policy file on SIGHUP and, every
+// -ratelimit-reload-interval, when its contents changed: the file's
+// policies, completed as at start-up (the default policy added, the
+// self-protection policy required), replace the active set whole; a bad file
+// keeps the active set and is logged. Without a policy file it does nothing.
+// The returned function stops it and waits for it to end.
+func (f RateLimitFlags) watchPolicies(ctx context.Context, limits *ratelimit.Service, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
+	if f.PoliciesFile == "" {
+		return func() {}, nil
+	}
+	r, err := ratelimit.NewReloader(limits, ratelimit.ReloaderConfig{
+		Path: f.PoliciesFile, Logger: log, Registerer: reg,
+		Read: func() ([]byte, error) { return os.ReadFile(f.PoliciesFile) },
+		Complete: func(ps []ratelimit.Policy) ([]ratelimit.Policy, error) {
+			ps = f.withDefaultPolicy(ps)
+			return ps, f.checkSelfPolicy(ps)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, f.ReloadInterval, hup) }()
+	return func() { signal.Stop(hup); cancel(); <-done }, nil
 }
 
 func hasPolicy(ps []ratelimit.Policy, name string) bool {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,5 +117,92 @@ func TestLoadPoliciesExampleFile(t *testing.T) {
 	}
 	if len(ps) != 4 {
 		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
+	}
+}
+
+// policyVersion reads the active policy set's version and api's limit.
+func (s *testServer) policyVersion(t *testing.T) (string, float64) {
+	t.Helper()
+	resp, body := s.call(t, http.MethodGet, "/v1/ratelimit/policies", "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/ratelimit/policies = %d %v", resp.StatusCode, body)
+	}
+	version, _ := body["version"].(string)
+	ps, _ := body["policies"].([]any)
+	for _, p := range ps {
+		if m, _ := p.(map[string]any); m["name"] == "api" {
+			limit, _ := m["limit"].(float64)
+			return version, limit
+		}
+	}
+	t.Fatalf("no policy api in %v", body)
+	return "", 0
+}
+
+// The server reloads its policy file when it changes (polled) and keeps the
+// active set when the new file is bad; the default policy stays in every set.
+func TestRunReloadsChangedPolicyFile(t *testing.T) {
+	path := writeFile(t, "policies.yaml", "policies:\n  api:\n    limit: 3\n    window: 10s\n")
+	s := startServer(t, "-ratelimit-policies", path, "-ratelimit-reload-interval", "20ms")
+	v1, limit := s.policyVersion(t)
+	if limit != 3 || len(v1) != 12 {
+		t.Fatalf("version %q limit %v, want 12 hex digits and 3", v1, limit)
+	}
+	replaceFile(t, path, "policies:\n  api:\n    limit: 5\n    window: 10s\n")
+	s.logs.waitFor(t, "rate-limit policies reloaded", s.done)
+	v2, limit := s.policyVersion(t)
+	if limit != 5 || v2 == v1 {
+		t.Fatalf("after the change: version %q limit %v, want a new version and 5", v2, limit)
+	}
+	if resp, d := s.call(t, http.MethodPost, "/v1/ratelimit/check", `{"policy":"default"}`); resp.StatusCode != http.StatusOK || d["limit"] != 60.0 {
+		t.Errorf("default policy after the reload: %d %v", resp.StatusCode, d)
+	}
+	replaceFile(t, path, "policies:\n  api:\n    limit: -1\n    window: 10s\n")
+	line := s.logs.waitFor(t, "rate-limit policy file refused; the active policies stay", s.done)
+	if err, _ := line["err"].(string); !strings.Contains(err, `policy "api": limit must be at least 1`) {
+		t.Errorf("refusal says %q, want the policy and field", err)
+	}
+	if v, limit := s.policyVersion(t); v != v2 || limit != 5 {
+		t.Errorf("after a bad file: version %q limit %v, want %q and 5 kept", v, limit, v2)
+	}
+}
+
+// SIGHUP reloads the file at once, with polling off; a file dropping the
+// self-protection policy is refused.
+func TestRunReloadsPolicyFileOnSIGHUP(t *testing.T) {
+	path := writeFile(t, "policies.yaml", "policies:\n  api:\n    limit: 3\n    window: 10s\n  self:\n    limit: 100\n    window: 1m\n")
+	s := startServer(t, "-ratelimit-policies", path, "-ratelimit-reload-interval", "0s", "-ratelimit-self-policy", "self")
+	v1, _ := s.policyVersion(t)
+	replaceFile(t, path, "policies:\n  api:\n    limit: 4\n    window: 10s\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	line := s.logs.waitFor(t, "rate-limit policy file refused; the active policies stay", s.done)
+	if err, _ := line["err"].(string); !strings.Contains(err, "-ratelimit-self-policy self: no such policy") {
+		t.Errorf("refusal says %q, want the missing self policy", err)
+	}
+	if v, limit := s.policyVersion(t); v != v1 || limit != 3 {
+		t.Fatalf("version %q limit %v, want the first set kept", v, limit)
+	}
+	replaceFile(t, path, "policies:\n  api:\n    limit: 4\n    window: 10s\n  self:\n    limit: 100\n    window: 1m\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.logs.waitFor(t, "rate-limit policies reloaded", s.done)
+	if v, limit := s.policyVersion(t); v == v1 || limit != 4 {
+		t.Errorf("after SIGHUP: version %q limit %v, want a new version and 4", v, limit)
+	}
+}
+
+// replaceFile replaces path's contents whole (a new file renamed over it),
+// so a poll never reads half a file.
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -75,6 +75,13 @@ type Policy struct {
 	DenyStatus int
 	// Fail is what the policy answers when Redis is down. Default FailOpen.
 	Fail FailMode
+	// Shadow decides and counts as usual but always allows: a request the
+	// policy would have denied is allowed with Decision.WouldDeny set, and
+	// consumes nothing, as a denial would not have.
+	Shadow bool
+	// Cost, when its Header is set, takes a request's cost from a header
+	// (see HeaderCost), like envoy's hits_addend.
+	Cost CostSource
 }
 
 // KeyHeader returns the header a "header:NAME" policy takes its key from,
@@ -206,6 +213,9 @@ func (c Config) validatePolicy(p Policy) error {
 	if p.Fail != FailOpen && p.Fail != FailClosed {
 		return fmt.Errorf("policy %q: fail must be \"open\" or \"closed\", got %q", p.Name, p.Fail)
 	}
+	if err := p.validateCost(); err != nil {
+		return fmt.Errorf("policy %q: %w", p.Name, err)
+	}
 	return nil
 }
 
@@ -215,19 +225,22 @@ type policyFile struct {
 }
 
 type policyEntry struct {
-	Limit      int64  `json:"limit" yaml:"limit"`
-	Window     string `json:"window" yaml:"window"`
-	Algorithm  string `json:"algorithm" yaml:"algorithm"`
-	Burst      int64  `json:"burst" yaml:"burst"`
-	Key        string `json:"key" yaml:"key"`
-	DenyStatus int    `json:"deny_status" yaml:"deny_status"`
-	Fail       string `json:"fail" yaml:"fail"`
+	Limit      int64      `json:"limit" yaml:"limit"`
+	Window     string     `json:"window" yaml:"window"`
+	Algorithm  string     `json:"algorithm" yaml:"algorithm"`
+	Burst      int64      `json:"burst" yaml:"burst"`
+	Key        string     `json:"key" yaml:"key"`
+	DenyStatus int        `json:"deny_status" yaml:"deny_status"`
+	Fail       string     `json:"fail" yaml:"fail"`
+	Shadow     bool       `json:"shadow" yaml:"shadow"`
+	Cost       *costEntry `json:"cost" yaml:"cost"`
 }
 
 // ParsePolicies parses named policies from the contents of a YAML or JSON
 // policy file, sorted by name. The file holds a "policies" map from name to
-// {limit, window, algorithm, burst, key, deny_status, fail}; algorithm
-// defaults to fixed_window, key to ip, deny_status to 429, fail to open.
+// {limit, window, algorithm, burst, key, deny_status, fail, shadow, cost};
+// algorithm defaults to fixed_window, key to ip, deny_status to 429, fail to
+// open, shadow to false; cost is "header:NAME" or {header, max, default}.
 // Unknown fields are errors. Returns an error naming the policy and field
 // at fault; the policies are checked in full by Config.Validate.
 func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
@@ -251,7 +264,10 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	out := make([]Policy, 0, len(f.Policies))
 	for name, e := range f.Policies {
 		p := Policy{Name: name, Limit: Limit{Algorithm: Algorithm(e.Algorithm), Limit: e.Limit, Burst: e.Burst},
-			Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail)}
+			Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail), Shadow: e.Shadow}
+		if e.Cost != nil {
+			p.Cost = CostSource(*e.Cost)
+		}
 		if e.Window == "" {
 			return nil, fmt.Errorf("policy %q: window is required (a duration such as 10s or 1m)", name)
 		}
@@ -279,6 +295,14 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.Fail == "" {
 		p.Fail = FailOpen
+	}
+	if p.Cost.Header != "" {
+		if p.Cost.Default == 0 {
+			p.Cost.Default = 1
+		}
+		if p.Cost.Max == 0 {
+			p.Cost.Max = p.capacity()
+		}
 	}
 	return p
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,12 @@ type Request struct {
 	Inline *Limit
 	Key    string
 	Cost   int64
+	// Using, when its Name is set, is the policy to decide under, as
+	// Service.Policy returned it; Policy is then ignored. A caller that
+	// looked the policy up to find the key or the cost passes it here, so
+	// the decision uses the same policy even when a reload replaced it in
+	// between: one request never mixes two policy sets.
+	Using Policy
 }
 
 // Decision is the answer to a Request. A denial is a Decision with
@@ -43,6 +50,9 @@ type Decision struct {
 	// Cached is true when the denial came from the in-process cache of keys
 	// known to be over their limit, without a Redis call.
 	Cached bool
+	// WouldDeny is true when a shadow policy would have denied the request:
+	// Allowed is true, and nothing was consumed.
+	WouldDeny bool
 }
 
 // PolicyNotFoundError reports an unknown policy name. It wraps ErrNotFound.
@@ -89,25 +99,27 @@ func invalid(field, rule, format string, args ...any) error {
 // rateLimiter is the Service's rate-limit state: policies, the cache of
 // denied keys and the metrics.
 type rateLimiter struct {
-	cfg      Config
-	policies map[string]Policy
-	cache    *denyCache
-	lastLog  atomic.Int64 // unix nanoseconds of the last fail-open warning
+	cfg Config // its Policies are the first set's; set holds the active one
+	// set is the active policy set, replaced whole by SetPolicies (under
+	// swapMu) and read once per decision.
+	set     atomic.Pointer[policySet]
+	swapMu  sync.Mutex
+	cache   *denyCache
+	lastLog atomic.Int64 // unix nanoseconds of the last fail-open warning
 
 	decisions *prometheus.CounterVec // policy, result: allowed, denied
-	// byPolicy holds each configured policy's decision counters, looked up
-	// once; it is not written after newRateLimiter.
-	byPolicy map[string]decisionCounters
+	inline    *decisionCounters      // the counters of inline limits
 	// batchers send concurrent decisions together, one per algorithm; nil
 	// when Batch is 1 or the client is a Cluster's.
 	batchers  map[Algorithm]*decisionBatcher
 	cacheHits prometheus.Counter
 	failOpen  *prometheus.CounterVec // policy
+	wouldDeny *prometheus.CounterVec // policy
 }
 
 func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 	cfg = cfg.withDefaults()
-	rl := &rateLimiter{cfg: cfg, policies: map[string]Policy{}, cache: newDenyCache(cfg.CacheSize),
+	rl := &rateLimiter{cfg: cfg, cache: newDenyCache(cfg.CacheSize),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_decisions_total", Help: "Rate-limit decisions by policy and result (allowed, denied).",
 		}, []string{"policy", "result"}),
@@ -117,50 +129,35 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_fail_open_total", Help: "Requests allowed unchecked because Redis was unreachable, by policy.",
 		}, []string{"policy"}),
+		wouldDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_shadow_would_deny_total", Help: "Requests a shadow policy allowed but would have denied, by policy.",
+		}, []string{"policy"}),
 	}
-	rl.byPolicy = map[string]decisionCounters{}
-	for _, p := range cfg.Policies {
-		rl.policies[p.Name] = p.withDefaults()
-		rl.byPolicy[p.Name] = rl.newCounters(p.Name)
-	}
-	rl.byPolicy[InlinePolicyName] = rl.newCounters(InlinePolicyName)
+	rl.set.Store(rl.newPolicySet(cfg.Policies, time.Now()))
+	rl.inline = rl.newCounters(InlinePolicyName)
 	if reg != nil {
-		reg.MustRegister(rl.decisions, rl.cacheHits, rl.failOpen)
+		reg.MustRegister(rl.decisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
 	}
 	return rl
 }
 
-// decisionCounters are one policy's decision counters.
-type decisionCounters struct{ allowed, denied prometheus.Counter }
-
-func (rl *rateLimiter) newCounters(policy string) decisionCounters {
-	return decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
-		denied: rl.decisions.WithLabelValues(policy, "denied")}
-}
-
-// counters returns a policy's decision counters.
-func (rl *rateLimiter) counters(policy string) decisionCounters {
-	if c, ok := rl.byPolicy[policy]; ok {
-		return c
-	}
-	return rl.newCounters(policy)
-}
-
-// Policy returns the named policy. Returns a *PolicyNotFoundError
-// (ErrNotFound) when there is none, or a *ValidationError for a malformed name.
+// Policy returns the named policy of the active set. Returns a
+// *PolicyNotFoundError (ErrNotFound) when there is none, or a
+// *ValidationError for a malformed name.
 func (s *Service) Policy(name string) (Policy, error) {
+	return s.rl.set.Load().policy(name)
+}
+
+func (set *policySet) policy(name string) (Policy, error) {
 	if err := ValidatePolicyName(name); err != nil {
 		return Policy{}, err
 	}
-	p, ok := s.rl.policies[name]
+	p, ok := set.byName[name]
 	if !ok {
 		return Policy{}, &PolicyNotFoundError{Name: name}
 	}
 	return p, nil
 }
-
-// Policies returns the configured policies.
-func (s *Service) Policies() []Policy { return s.rl.cfg.Policies }
 
 // Check decides whether req.Key may spend req.Cost under the named
 // policy or the inline limit, and counts it when allowed. The Redis call is
@@ -172,7 +169,8 @@ func (s *Service) Policies() []Policy { return s.rl.cfg.Policies }
 // (ErrNotFound); an error wrapping ErrUnavailable (fail-closed policies and
 // inline limits); or the caller's context error.
 func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
-	pol, err := s.resolvePolicy(req)
+	set := s.rl.set.Load()
+	pol, err := s.resolvePolicy(set, req)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -189,17 +187,17 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 		return Decision{}, invalid("cost", "max", "cost %d is above what the limit can ever allow at once (%d)", req.Cost, c)
 	}
 	rkey := s.rateLimitKey(pol, req.Key)
+	ctr := s.rl.countersFor(set, pol)
 	d := Decision{Policy: pol.Name, Key: req.Key, Limit: pol.Limit.Limit, Window: pol.Window}
 	cacheKey := denyKey{key: rkey, limit: pol.Limit.Limit, burst: pol.Burst}
 	now := time.Now()
 	if e, ok := s.rl.cache.get(cacheKey, req.Cost, now); ok {
 		s.rl.cacheHits.Inc()
-		s.rl.counters(pol.Name).denied.Inc()
 		d.Remaining = e.remaining
 		d.ResetAfter = max(e.reset.Sub(now), 0)
 		d.RetryAfter = max(e.until.Sub(now), time.Millisecond)
 		d.Cached = true
-		return d, nil
+		return count(ctr, pol, d), nil
 	}
 
 	v, err := s.runLimit(ctx, pol.Limit, rkey, req.Cost)
@@ -207,7 +205,7 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 		if !errors.Is(err, store.ErrUnavailable) || pol.Fail == FailClosed {
 			return Decision{}, err
 		}
-		s.rl.failOpen.WithLabelValues(pol.Name).Inc()
+		ctr.failOpen.Inc()
 		s.logFailOpen(ctx, pol.Name, err)
 		d.Allowed, d.Degraded = true, true
 		d.Remaining = pol.capacity() - req.Cost
@@ -218,23 +216,23 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 	d.Remaining = v[1]
 	d.ResetAfter = time.Duration(v[2]) * time.Millisecond
 	d.RetryAfter = time.Duration(v[3]) * time.Millisecond
-	if d.Allowed {
-		s.rl.counters(pol.Name).allowed.Inc()
-	} else {
-		s.rl.counters(pol.Name).denied.Inc()
+	if !d.Allowed {
 		s.rl.cache.put(cacheKey, denyEntry{until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter),
 			cost: req.Cost, remaining: d.Remaining}, now)
 	}
-	return d, nil
+	return count(ctr, pol, d), nil
 }
 
-// resolvePolicy finds the named policy of req, or builds the inline one.
-func (s *Service) resolvePolicy(req Request) (Policy, error) {
+// resolvePolicy finds the policy of req in set (or req.Using), or builds
+// the inline one.
+func (s *Service) resolvePolicy(set *policySet, req Request) (Policy, error) {
 	switch {
+	case req.Using.Name != "":
+		return req.Using, nil
 	case req.Policy != "" && req.Inline != nil:
 		return Policy{}, invalid("policy", "excluded", "give either policy or an inline limit (limit, window, algorithm, burst), not both")
 	case req.Policy != "":
-		return s.Policy(req.Policy)
+		return set.policy(req.Policy)
 	case req.Inline == nil:
 		return Policy{}, invalid("policy", "required", "policy is required (or an inline limit: key, limit, window)")
 	case !s.rl.cfg.AllowInline:

@@ -1,0 +1,161 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// CostSource says where a policy takes a request's cost from: the value of
+// Header, a positive integer of at most Max; Default when the request does
+// not send the header. Like envoy's hits_addend, it lets a limit count bytes
+// or tokens instead of requests. The zero CostSource costs every request 1.
+type CostSource struct {
+	// Header names the header that carries the cost; "" turns it off.
+	Header string
+	// Max is the largest cost the header may give. Default: the limit's
+	// capacity (limit, or burst for a token bucket); it may not be larger,
+	// as a larger cost could never be allowed.
+	Max int64
+	// Default is the cost of a request without the header. Default 1.
+	Default int64
+}
+
+// HeaderCost returns the cost of a request that sent values for the
+// policy's cost header (nil when it did not): Cost.Default when there is
+// none, else the value, which must be one positive decimal integer of at most
+// Cost.Max. Returns a *ValidationError naming the header otherwise, or 0 and
+// no error when the policy takes no cost from a header.
+func (p Policy) HeaderCost(values []string) (int64, error) {
+	c := p.Cost
+	if c.Header == "" {
+		return 0, nil
+	}
+	switch len(values) {
+	case 0:
+		return c.Default, nil
+	case 1:
+	default:
+		return 0, invalid(c.Header, "format", "%s (the cost of a request under policy %s) must be sent once, got %d values",
+			c.Header, p.Name, len(values))
+	}
+	v := values[0]
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || !isDigits(v) {
+		return 0, invalid(c.Header, "format", "%s (the cost of a request under policy %s) must be a positive integer, got %s",
+			c.Header, p.Name, quoteShort(v))
+	}
+	if n > c.Max {
+		return 0, invalid(c.Header, "max", "%s (the cost of a request under policy %s) must be at most %d, got %d",
+			c.Header, p.Name, c.Max, n)
+	}
+	return n, nil
+}
+
+// isDigits reports whether s is ASCII digits only: no sign, no spaces.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// quoteShort quotes s for an error message, cut to 32 bytes.
+func quoteShort(s string) string {
+	if len(s) > 32 {
+		return strconv.Quote(s[:32]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// validateCost checks a policy's cost source after withDefaults.
+func (p Policy) validateCost() error {
+	c := p.Cost
+	if c.Header == "" {
+		if c.Max != 0 || c.Default != 0 {
+			return errors.New("cost: max and default need a header (cost: {header: NAME, max: N})")
+		}
+		return nil
+	}
+	if !headerNameRE.MatchString(c.Header) {
+		return fmt.Errorf("cost: header must be a header name of 1-64 token characters, got %q", c.Header)
+	}
+	if capacity := p.capacity(); c.Max < 1 || c.Max > capacity {
+		return fmt.Errorf("cost: max must be between 1 and the limit's capacity (%d; a larger cost could never be allowed), got %d", capacity, c.Max)
+	}
+	if c.Default < 1 || c.Default > c.Max {
+		return fmt.Errorf("cost: default must be between 1 and max (%d), got %d", c.Max, c.Default)
+	}
+	return nil
+}
+
+// costEntry is the on-disk shape of a policy's cost: "header:NAME", or
+// {header, max, default}.
+type costEntry struct {
+	Header  string `json:"header" yaml:"header"`
+	Max     int64  `json:"max" yaml:"max"`
+	Default int64  `json:"default" yaml:"default"`
+}
+
+var errCostShape = errors.New(`cost must be "header:NAME" or {header: NAME, max: N, default: N}`)
+
+func (c *costEntry) fromString(s string) error {
+	h, ok := strings.CutPrefix(s, "header:")
+	if !ok || h == "" {
+		return fmt.Errorf("%w, got %q", errCostShape, s)
+	}
+	*c = costEntry{Header: h}
+	return nil
+}
+
+// UnmarshalYAML reads either form, refusing unknown fields.
+func (c *costEntry) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		var s string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		return c.fromString(s)
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			switch k := n.Content[i].Value; k {
+			case "header", "max", "default":
+			default:
+				return fmt.Errorf("line %d: field %s not found in cost (known: header, max, default)", n.Content[i].Line, k)
+			}
+		}
+		type plain costEntry
+		return n.Decode((*plain)(c))
+	}
+	return fmt.Errorf("line %d: %w", n.Line, errCostShape)
+}
+
+// UnmarshalJSON reads either form, refusing unknown fields.
+func (c *costEntry) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		return c.fromString(s)
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return errCostShape
+	}
+	type plain costEntry
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*plain)(c)); err != nil {
+		return fmt.Errorf("cost: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// PolicySet is the set of named policies decisions use: every decision takes
+// its policy from one set, never from two. SetPolicies replaces the active
+// set as a whole.
+type PolicySet struct {
+	// Version names the set's contents: the first 12 hex digits of the
+	// SHA-256 of its canonical JSON. It changes exactly when a policy does.
+	Version string
+	// LoadedAt is when the set became active.
+	LoadedAt time.Time
+	// Policies are the policies, sorted by name, with their defaults filled
+	// in.
+	Policies []Policy
+}
+
+// policySet is an immutable PolicySet with its lookup tables; the Service
+// swaps a pointer to it (see SetPolicies).
+type policySet struct {
+	PolicySet
+	byName map[string]Policy
+	// counters holds each policy's metrics, looked up once per set.
+	counters map[string]*decisionCounters
+}
+
+// newPolicySet builds a set of policies (already validated) with their
+// counters in rl's metrics.
+func (rl *rateLimiter) newPolicySet(ps []Policy, now time.Time) *policySet {
+	s := &policySet{byName: make(map[string]Policy, len(ps)), counters: make(map[string]*decisionCounters, len(ps))}
+	s.Policies = make([]Policy, len(ps))
+	for i, p := range ps {
+		p = p.withDefaults()
+		s.Policies[i] = p
+		s.byName[p.Name] = p
+		s.counters[p.Name] = rl.newCounters(p.Name)
+	}
+	slices.SortFunc(s.Policies, func(a, b Policy) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	s.Version = policyVersion(s.Policies)
+	s.LoadedAt = now
+	return s
+}
+
+// policyVersion is a set's Version: a hash of its sorted policies as JSON.
+func policyVersion(ps []Policy) string {
+	b, err := json.Marshal(ps)
+	if err != nil {
+		panic("ratelimit: policies do not encode: " + err.Error()) // plain values: cannot happen
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// ActivePolicies returns the set decisions use now. Its Policies must not
+// be modified.
+func (s *Service) ActivePolicies() PolicySet { return s.rl.set.Load().PolicySet }
+
+// SetPolicies makes ps the active policy set, atomically: a decision under
+// way finishes with the set it began with, every later one uses the new set.
+// The set is checked in full first; a bad one is refused with an error naming
+// the policy and field at fault, and the active set stays as it was. A set
+// equal to the active one changes nothing (changed is false).
+//
+// Counts carry over: a policy's Redis keys depend on its name, algorithm and
+// the request's key only, so a policy whose algorithm is unchanged keeps its
+// counters, whatever else changed in the file. The metrics of a policy no
+// longer in the set are deleted, so their series stay bounded by the
+// policies of the active set.
+func (s *Service) SetPolicies(ps []Policy) (active PolicySet, changed bool, err error) {
+	cfg := s.rl.cfg
+	cfg.Policies = ps
+	if err := cfg.Validate(); err != nil {
+		return s.ActivePolicies(), false, err
+	}
+	s.rl.swapMu.Lock()
+	defer s.rl.swapMu.Unlock()
+	old := s.rl.set.Load()
+	next := s.rl.newPolicySet(ps, time.Now())
+	if next.Version == old.Version {
+		return old.PolicySet, false, nil
+	}
+	s.rl.set.Store(next)
+	for name := range old.byName {
+		if _, ok := next.byName[name]; !ok {
+			s.rl.deleteCounters(name)
+		}
+	}
+	// A cached denial was taken under the old limits: ask Redis again.
+	s.rl.cache.clear()
+	return next.PolicySet, true, nil
+}
+
+// decisionCounters are one policy's metrics.
+type decisionCounters struct {
+	allowed, denied, wouldDeny, failOpen prometheus.Counter
+}
+
+func (rl *rateLimiter) newCounters(policy string) *decisionCounters {
+	return &decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
+		denied:    rl.decisions.WithLabelValues(policy, "denied"),
+		wouldDeny: rl.wouldDeny.WithLabelValues(policy),
+		failOpen:  rl.failOpen.WithLabelValues(policy)}
+}
+
+// deleteCounters removes a policy's series from every metric.
+func (rl *rateLimiter) deleteCounters(policy string) {
+	rl.decisions.DeleteLabelValues(policy, "allowed")
+	rl.decisions.DeleteLabelValues(policy, "denied")
+	rl.wouldDeny.DeleteLabelValues(policy)
+	rl.failOpen.DeleteLabelValues(policy)
+}
+
+// detachedCounters count the decisions of a policy that left the active set
+// while they were being taken: they belong to no series, so a removed
+// policy's series are not created again.
+var detachedCounters = &decisionCounters{
+	allowed: prometheus.NewCounter(prometheus.CounterOpts{Name: "detached"}), denied: prometheus.NewCounter(prometheus.CounterOpts{Name: "detached"}),
+	wouldDeny: prometheus.NewCounter(prometheus.CounterOpts{Name: "detached"}), failOpen: prometheus.NewCounter(prometheus.CounterOpts{Name: "detached"}),
+}
+
+// countersFor returns the counters of a decision under p, taken from set.
+func (rl *rateLimiter) countersFor(set *policySet, p Policy) *decisionCounters {
+	if p.Name == InlinePolicyName {
+		return rl.inline
+	}
+	if c, ok := set.counters[p.Name]; ok {
+		return c
+	}
+	if c, ok := rl.set.Load().counters[p.Name]; ok {
+		return c
+	}
+	return detachedCounters
+}
+
+// clear drops every cached denial.
+func (c *denyCache) clear() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+}
