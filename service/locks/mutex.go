@@ -126,7 +126,7 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 		return Lease{}, err
 	}
 	if r.granted() {
-		return s.handOut(ctx, name, req.Token, r)
+		return s.handOut(ctx, name, req.Token, ownToken, r)
 	}
 	return s.outcome(name, req.Token, r)
 }
@@ -197,12 +197,19 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 }
 
 // handOut returns the lease of an attempt that granted it, unless ctx ended
-// meanwhile (the client went away): then nobody will learn of the hold, so
-// it is released (exactly the hold the attempt added: a re-entry keeps the
-// holds from before) and ctx's error is returned.
-func (s *Service) handOut(ctx context.Context, name, token string, r attemptResult) (Lease, error) {
+// meanwhile (the client went away) and ctx's error is returned. Then nobody
+// will learn of the hold: under a token the service generated (ownToken) it
+// is released, exactly the hold the attempt added. Under a token the client
+// chose it is left for the client to settle, as giveBack does: the client
+// may already be asking again with the same token (a retry after a lost
+// answer), and a release racing with that retry would free a lock the
+// client is told it holds.
+func (s *Service) handOut(ctx context.Context, name, token string, ownToken bool, r attemptResult) (Lease, error) {
 	lease, err := s.outcome(name, token, r)
 	if cerr := ctx.Err(); cerr != nil {
+		if !ownToken {
+			return Lease{}, cerr
+		}
 		if _, rerr := s.Release(context.WithoutCancel(ctx), name, token); rerr != nil {
 			return Lease{}, errors.Join(cerr, rerr)
 		}

@@ -95,7 +95,7 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		}
 		if r.granted() {
 			// When the client went away during the attempt, it takes nothing.
-			return s.handOut(ctx, name, req.Token, r)
+			return s.handOut(ctx, name, req.Token, ownToken, r)
 		}
 		if r.status == acquireModeMismatch || final {
 			registered = registered || r.status == acquireNotGranted && waiterTimeout > 0
