@@ -34,9 +34,11 @@ type LockOptions struct {
 	// still held.
 	Heartbeat time.Duration
 	// Owner describes the holder for people looking at the lock (at most
-	// 128 printable characters). It needs a server that records owners; an
-	// older server refuses the request with an *InvalidRequestError naming
-	// "owner".
+	// 128 printable characters): Status shows it to anyone while the lease
+	// is held. It is not a secret and proves nothing. A reentrant acquire
+	// keeps the first grant's owner. A server before owners were recorded
+	// refuses the request with an *InvalidRequestError naming "owner", and
+	// so does any server for a text that is too long or not printable.
 	Owner string
 }
 
@@ -232,6 +234,12 @@ type LockState struct {
 	Fair    bool  `json:"fair"`
 	// KeepAlive is set when the server keeps the lease alive.
 	KeepAlive *KeepAliveState `json:"keepalive,omitempty"`
+	// Owner is the text the lease was acquired with (LockOptions.Owner),
+	// while held; empty when none was given.
+	Owner string `json:"owner,omitempty"`
+	// GrantedAt is when the lease was first granted, by the server's store
+	// clock, while held.
+	GrantedAt *time.Time `json:"granted_at,omitempty"`
 	// LostReason says why the token given lost its lease, when known.
 	LostReason string `json:"lost_reason,omitempty"`
 }

@@ -11,9 +11,10 @@ import (
 
 // holdRequest is the body of POST /v1/locks/{name}/hold; every field is optional.
 type holdRequest struct {
-	TTL  string `json:"ttl" validate:"omitempty,posduration"`
-	Wait string `json:"wait" validate:"omitempty,duration"`
-	Fair *bool  `json:"fair"`
+	TTL   string `json:"ttl" validate:"omitempty,posduration"`
+	Wait  string `json:"wait" validate:"omitempty,duration"`
+	Fair  *bool  `json:"fair"`
+	Owner string `json:"owner"` // checked by locks.ValidateOwner
 }
 
 // lostEvent is the data of a hold stream's "lost" event.
@@ -42,7 +43,7 @@ type releasedEvent struct {
 // wait short); once the stream has started it returns nil.
 func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	var req holdRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	name, token, err := a.decodeLockRequest(w, r, &req, &req.Owner)
 	if err != nil {
 		return err
 	}
@@ -57,6 +58,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 		TTL:   parseDuration(req.TTL),
 		Wait:  wait,
 		Fair:  req.Fair != nil && *req.Fair,
+		Owner: req.Owner,
 	})
 	if err != nil {
 		return waitError(ctx, err)

@@ -21,6 +21,7 @@ type acquireRequest struct {
 	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
 	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
 	Fair      *bool  `json:"fair"`
+	Owner     string `json:"owner"` // checked by locks.ValidateOwner
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.
@@ -52,6 +53,8 @@ type lockStateResponse struct {
 	Waiters    int64              `json:"waiters"`
 	Fair       bool               `json:"fair"`
 	Keepalive  *keepaliveResponse `json:"keepalive,omitempty"`
+	Owner      string             `json:"owner,omitempty"`
+	GrantedAt  *time.Time         `json:"granted_at,omitempty"`
 	LostReason string             `json:"lost_reason,omitempty"`
 }
 
@@ -74,15 +77,19 @@ func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
 // decodeLockRequest reads what acquiring and holding a lock share: the lock
-// name, the optional Lock-Token and the JSON body (into body), in that order.
-func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
+// name, the optional Lock-Token, the JSON body (into body) and the owner
+// text it holds (*owner, a field of body), checked in that order.
+func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any, owner *string) (name, token string, err error) {
 	if name, err = lockName(r); err != nil {
 		return "", "", err
 	}
 	if token, err = optionalToken(r); err != nil {
 		return "", "", err
 	}
-	return name, token, a.decodeJSON(w, r, body)
+	if err = a.decodeJSON(w, r, body); err != nil {
+		return "", "", err
+	}
+	return name, token, locks.ValidateOwner(*owner)
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
@@ -90,7 +97,7 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	name, token, err := a.decodeLockRequest(w, r, &req, &req.Owner)
 	if err != nil {
 		return err
 	}
@@ -111,6 +118,7 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 		Keepalive: req.Keepalive != nil && *req.Keepalive,
 		MaxHold:   parseDuration(req.MaxHold),
 		Heartbeat: parseDuration(req.Heartbeat),
+		Owner:     req.Owner,
 	})
 	if err != nil {
 		return waitError(ctx, err)
@@ -145,6 +153,10 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 		Keepalive: toKeepaliveResponse(st.Keepalive), LostReason: st.LostReason}
 	if st.Held {
 		resp.ExpiresAt = &st.ExpiresAt
+		resp.Owner = st.Owner
+		if !st.GrantedAt.IsZero() {
+			resp.GrantedAt = &st.GrantedAt
+		}
 	}
 	if token != "" {
 		resp.Owned = &st.Owned

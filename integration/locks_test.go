@@ -36,6 +36,8 @@ type stateJSON struct {
 	Owned     *bool      `json:"owned"`
 	Waiters   int64      `json:"waiters"`
 	Fair      bool       `json:"fair"`
+	Owner     string     `json:"owner"`
+	GrantedAt *time.Time `json:"granted_at"`
 }
 
 // releaseJSON is the ReleaseResult schema of api/openapi.yaml.
@@ -123,7 +125,7 @@ func (e *testEnv) fenceKey(name string) string { return e.Prefix + "fence:{" + n
 // lockHashFields names the lock hash's short field names (see acquire.lua).
 var lockHashFields = map[string]string{
 	"t": "token", "n": "count", "f": "fence", "l": "ttl", "m": "fair",
-	"ku": "ka_until", "kh": "ka_hb", "kb": "ka_hb_at",
+	"ku": "ka_until", "kh": "ka_hb", "kb": "ka_hb_at", "o": "owner", "g": "granted_at",
 }
 
 // lockHash reads the lock hash of name straight from Redis, with its fields

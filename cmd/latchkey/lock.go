@@ -20,7 +20,7 @@ func (e *env) lock(ctx context.Context, args []string) int {
 	ttl := fs.Duration("ttl", 30*time.Second, "lease TTL; the server renews it every TTL/3 while latchkey runs")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock (0: do not wait)")
 	fair := fs.Bool("fair", false, "wait in arrival order")
-	owner := fs.String("owner", "", "describe the holder (needs a server that records owners)")
+	owner := fs.String("owner", "", "who holds the lock, shown by latchkey status NAME (at most 128 printable characters)")
 	onLost := fs.String("on-lost", "term", "what to do to COMMAND if the lease is lost: term, kill or ignore")
 	grace := fs.Duration("grace", 10*time.Second, "after -on-lost term, how long COMMAND has before it is killed")
 	if st, ok := e.parse(fs, args); !ok {

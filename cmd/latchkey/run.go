@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strconv"
+	"time"
 
 	"github.com/latchkey/latchkey/client"
 )
@@ -152,8 +154,15 @@ func (e *env) status(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stdout, "%s free fence=%d waiters=%d\n", st.Name, st.Fence, st.Waiters)
 		return ExitOK
 	}
-	fmt.Fprintf(e.stdout, "%s held fence=%d hold_count=%d ttl=%s waiters=%d fair=%t keepalive=%t\n",
+	line := fmt.Sprintf("%s held fence=%d hold_count=%d ttl=%s waiters=%d fair=%t keepalive=%t",
 		st.Name, st.Fence, st.HoldCount, st.TTL, st.Waiters, st.Fair, st.KeepAlive != nil)
+	if st.GrantedAt != nil {
+		line += " granted_at=" + st.GrantedAt.Format(time.RFC3339Nano)
+	}
+	if st.Owner != "" {
+		line += " owner=" + strconv.Quote(st.Owner) // last: free text, quoted
+	}
+	fmt.Fprintln(e.stdout, line)
 	return ExitOK
 }
 

@@ -6,7 +6,10 @@
 -- KEYS[1]  lock hash; its TTL is the lease TTL. Short field names keep a held
 --          lock small: t token, n hold count, f fence, l lease TTL (ms),
 --          m "1" when fair (absent otherwise), and for a keep-alive lease
---          ku max-hold deadline (ms), kh heartbeat interval (ms), kb last heartbeat (ms)
+--          ku max-hold deadline (ms), kh heartbeat interval (ms), kb last heartbeat (ms);
+--          o the owner text when one was given (absent otherwise), and g the
+--          grant's Redis TIME in µs only when it differs from the fence (the
+--          fence is that time as a rule, see below: a grant costs no g field)
 -- KEYS[2]  fence counter (string); kept for the fence retention (ARGV[3])
 --          after every grant, re-entries included, so it outlives the lease
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
@@ -28,6 +31,8 @@
 -- ARGV[10] how long lost-lease reasons are kept, in milliseconds
 -- ARGV[11] "1" when the request gave no TTL: a re-entry then keeps the
 --          lease's own TTL instead of taking ARGV[2] (the server default)
+-- ARGV[12] owner text of a new grant, "" for none; a re-entry keeps the
+--          lease's owner (the first grant's), whatever it sends
 --
 -- Reply: {status, hold_count, fence, ttl_ms, now_ms, recheck_ms, fair,
 --         ka_until_ms, ka_heartbeat_ms}
@@ -179,7 +184,8 @@ end
 -- refresh the counter's TTL in as many calls as INCR and PEXPIRE did. The
 -- clock's digits are the fence as a string, as a rule; a number is only
 -- formatted when counter + 1 wins.
-local fence = t[1] .. string.sub('000000' .. t[2], -6)
+local granted = t[1] .. string.sub('000000' .. t[2], -6)
+local fence = granted
 local last = tonumber(redis.call('GET', KEYS[2]))
 if last and last >= tonumber(fence) then
   fence = string.format('%d', last + 1)
@@ -194,12 +200,19 @@ if reasons then
     redis.call('ZREM', KEYS[5], ARGV[9])
   end
 end
+-- m, o and g are absent when they say nothing: a plain lock without an
+-- owner granted at the fence's time holds four fields
+local fields = {'t', ARGV[1], 'n', '1', 'f', fence, 'l', ttl_s}
 if fair then
-  -- m is absent for a plain lock: one field less per lock
-  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', '1', 'f', fence, 'l', ttl_s, 'm', '1')
-else
-  redis.call('HSET', KEYS[1], 't', ARGV[1], 'n', '1', 'f', fence, 'l', ttl_s)
+  fields[#fields + 1], fields[#fields + 2] = 'm', '1'
 end
+if ARGV[12] ~= '' then
+  fields[#fields + 1], fields[#fields + 2] = 'o', ARGV[12]
+end
+if fence ~= granted then
+  fields[#fields + 1], fields[#fields + 2] = 'g', granted
+end
+redis.call('HSET', KEYS[1], unpack(fields))
 local pttl, untl, hb = ttl, 0, 0
 if ARGV[6] == '1' then
   pttl, untl, hb = keepalive(true)

@@ -30,6 +30,11 @@ type AcquireRequest struct {
 	// Heartbeat, when non-zero, stops renewals once the holder has not called
 	// Renew within this interval.
 	Heartbeat time.Duration
+
+	// Owner is free text naming the holder (see ValidateOwner), shown by
+	// Inspect to anyone. Empty means none. A re-entry keeps the owner the
+	// lease was first granted with.
+	Owner string
 }
 
 // Lease is a granted lock lease.
@@ -63,6 +68,8 @@ type LockState struct {
 	Waiters   int64      // waiters whose wait has not ended, in every process
 	Fair      bool       // held by a fair lease, or fair waiters are queued
 	Keepalive *Keepalive // set when the lease is kept alive by the service
+	Owner     string     // the owner text the lease was granted with, when held and given
+	GrantedAt time.Time  // when the lease was granted (Redis clock), when held
 	// LostReason says why the token given to Inspect lost its lease (one of
 	// the Lost* constants), when it does not own it and that is known.
 	LostReason string
@@ -81,7 +88,7 @@ func (s *Service) checkTTL(field string, d time.Duration) error {
 // Acquire takes the lock name for req.Token, or re-enters it when req.Token
 // already owns it (incrementing the hold count and refreshing the TTL). With
 // req.Wait it waits up to that long for the lock (see acquireWaiting).
-// Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL or wait,
+// Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL, wait or owner,
 // a *HeldError (ErrConflict) when another token holds the lock (after the
 // wait), a *ModeError (ErrConflict) when req.Fair differs from the lock's
 // mode, ctx's error when ctx ends first, or an error wrapping
@@ -105,6 +112,9 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 		req.TTL = s.cfg.DefaultTTL
 	}
 	if err := s.checkTTL("ttl", req.TTL); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidateOwner(req.Owner); err != nil {
 		return Lease{}, err
 	}
 	switch {
@@ -361,7 +371,7 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		return LockState{}, err
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 12 {
+	if !ok || len(arr) != 14 {
 		return LockState{}, fmt.Errorf("inspect: unexpected reply %T %v", res, res)
 	}
 	v, err := store.Int64s("inspect", arr[:11], 11)
@@ -372,6 +382,10 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		Waiters: v[6], Fair: truth(v[7])}
 	st.LostReason, _ = arr[11].(string)
 	if st.Held {
+		st.Owner, _ = arr[12].(string)
+		if us, ok := arr[13].(int64); ok && us > 0 {
+			st.GrantedAt = time.UnixMicro(us).UTC()
+		}
 		st.TTL = time.Duration(v[2]) * time.Millisecond
 		st.ExpiresAt = time.UnixMilli(v[5] + v[2]).UTC()
 		st.Keepalive = keepaliveOf(v[8], v[9], v[10])

@@ -26,6 +26,7 @@ func acquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout time
 		registryMember(req.Token, name), // ARGV[9] keep-alive registry member
 		cfg.LostTTL.Milliseconds(),      // ARGV[10] lost-lease reasons' retention, ms
 		flag(keepTTL),                   // ARGV[11] "1": a re-entry keeps the lease's own TTL
+		req.Owner,                       // ARGV[12] owner text of a new grant, "" for none
 	}
 }
 

@@ -347,7 +347,7 @@ func TestInspect(t *testing.T) {
 	m.FastForward(2 * time.Second)
 	m.SetTime(t0.Add(2 * time.Second))
 	held := locks.LockState{Name: "orders", Held: true, HoldCount: 1, TTL: 8 * time.Second,
-		ExpiresAt: t0.Add(10 * time.Second), Fence: l.Fence}
+		ExpiresAt: t0.Add(10 * time.Second), Fence: l.Fence, GrantedAt: t0}
 	tests := []struct {
 		desc, token string
 		owned       bool
@@ -469,6 +469,9 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 			op{"release token " + tk.desc, release("orders", tk.token), "Lock-Token", "format"},
 			op{"inspect token " + tk.desc, inspect("orders", tk.token), "Lock-Token", "format"},
 		)
+	}
+	for _, b := range badOwners {
+		ops = append(ops, op{"acquire owner " + b.desc, acquire("orders", locks.AcquireRequest{Owner: b.owner}), "owner", b.rule})
 	}
 	ops = append(ops,
 		op{"renew without token", renew("orders", "", 0), "Lock-Token", "format"},
