@@ -157,20 +157,8 @@ func newSlowEnv(t *testing.T, wrap func(testing.TB, *redis.Client) store.Client,
 	t.Helper()
 	_, url := startRedisContainer(t)
 	p, addr := newSlowProxy(t, url)
-	e := newServerOn(t, wrap(t, serverClient(t, addr, opTimeout)), withOpTimeout(opTimeout))
-	e.RDB, e.RedisURL = newClient(t, url), url
-	if err := e.Svc.LoadScripts(t.Context()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
+	e := newTestEnv(t, withRedis(url), withServerClient(opTimeout), withServerAddr(addr), withClient(wrap))
 	return e, p
-}
-
-// lockOwner reads the token and hold count of name's lock straight from
-// Redis ("" when the lock is free).
-func (e *testEnv) lockOwner(t testing.TB, name string) (token, count string) {
-	t.Helper()
-	h := e.lockHash(t, name)
-	return h["token"], h["count"]
 }
 
 // wantFreed polls Redis until name's lock and its keep-alive registry entry
@@ -181,7 +169,7 @@ func (e *testEnv) wantFreed(t *testing.T, name string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		tok, _ := e.lockOwner(t, name)
-		n, err := e.RDB.ZCard(t.Context(), e.Prefix+"keepalive").Result()
+		n, err := e.RDB.ZCard(t.Context(), e.registryKey()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

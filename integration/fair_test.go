@@ -20,8 +20,8 @@ import (
 // 60s wait.
 func TestFairOrder(t *testing.T) {
 	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	holder, _ := e.mustAcquire(t, "fifo", `{"ttl":"30s","fair":true}`)
+	e := newTestEnv(t, withRedisClient(rdb, url))
+	holder := e.acquire(t, "fifo", `{"ttl":"30s","fair":true}`).Token
 
 	const n, gone = 20, 5
 	var (
@@ -29,7 +29,7 @@ func TestFairOrder(t *testing.T) {
 		order  []int
 		wg     sync.WaitGroup
 		cancel context.CancelFunc
-		failed = make([]waitResult, n)
+		failed = make([]response, n)
 	)
 	for i := range n {
 		ctx := t.Context()
@@ -47,7 +47,7 @@ func TestFairOrder(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			failed[i] = e.send(t.Context(), "DELETE", "/v1/locks/fifo", "", "Lock-Token", r.Token)
+			failed[i] = e.send(t.Context(), "DELETE", "/v1/locks/fifo", "", "Lock-Token", r.Token())
 		}()
 		e.waitForWaiters(t, "fifo", int64(i+1)) // arrival order is queue order
 	}
@@ -55,7 +55,7 @@ func TestFairOrder(t *testing.T) {
 	e.waitForWaiters(t, "fifo", n-1)
 
 	start := time.Now()
-	e.mustRelease(t, "fifo", holder)
+	e.release(t, "fifo", holder)
 	wg.Wait()
 	elapsed := time.Since(start)
 
@@ -79,7 +79,7 @@ func TestFairOrder(t *testing.T) {
 	if elapsed > 20*time.Second {
 		t.Errorf("the queue drained in %s, want far less than the departed waiter's 60s wait", elapsed)
 	}
-	if st := e.state(t, "fifo"); st.Waiters != 0 || st.Held || st.Fair {
+	if st := e.inspect(t, "fifo"); st.Waiters != 0 || st.Held || st.Fair {
 		t.Errorf("state after the queue drained = %+v, want free, not fair, no waiters", st)
 	}
 }
@@ -89,9 +89,9 @@ func TestFairOrder(t *testing.T) {
 // owner can re-enter in either mode.
 func TestFairModeMismatch(t *testing.T) {
 	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	fairTok, _ := e.mustAcquire(t, "fair", `{"fair":true}`)
-	plainTok, _ := e.mustAcquire(t, "plain", `{}`)
+	e := newTestEnv(t, withRedisClient(rdb, url))
+	fairTok := e.acquire(t, "fair", `{"fair":true}`).Token
+	plainTok := e.acquire(t, "plain", `{}`).Token
 	tests := []struct {
 		name, body string
 		headers    []string
@@ -108,14 +108,14 @@ func TestFairModeMismatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := e.send(t.Context(), "POST", "/v1/locks/"+tt.name, tt.body, tt.headers...)
-		if r.Status != tt.status || !strings.Contains(r.Body, tt.typ) {
+		if r.Status != tt.status || !strings.Contains(string(r.Body), tt.typ) {
 			t.Errorf("%s %s: %d %s, want %d with %s", tt.name, tt.body, r.Status, r.Body, tt.status, tt.typ)
 		}
 	}
-	if st := e.state(t, "fair"); !st.Fair {
+	if st := e.inspect(t, "fair"); !st.Fair {
 		t.Errorf("GET fair lock: fair = false, want true")
 	}
-	if st := e.state(t, "plain"); st.Fair {
+	if st := e.inspect(t, "plain"); st.Fair {
 		t.Errorf("GET plain lock: fair = true, want false")
 	}
 }
@@ -130,8 +130,8 @@ func TestFairWaiterClientKilled(t *testing.T) {
 		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
 	}
 	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	holder, _ := e.mustAcquire(t, "killed-client", `{"ttl":"30s","fair":true}`)
+	e := newTestEnv(t, withRedisClient(rdb, url))
+	holder := e.acquire(t, "killed-client", `{"ttl":"30s","fair":true}`).Token
 
 	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "120", "-X", "POST", "-H", "Content-Type: application/json",
 		"-d", `{"wait":"60s","fair":true}`, e.URL+"/v1/locks/killed-client")
@@ -140,7 +140,7 @@ func TestFairWaiterClientKilled(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	e.waitForWaiters(t, "killed-client", 1)
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() {
 		got <- e.send(t.Context(), "POST", "/v1/locks/killed-client", `{"wait":"60s","fair":true}`)
 	}()
@@ -151,7 +151,7 @@ func TestFairWaiterClientKilled(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	e.waitForWaiters(t, "killed-client", 1)
-	e.mustRelease(t, "killed-client", holder)
+	e.release(t, "killed-client", holder)
 	select {
 	case r := <-got:
 		if r.Status != http.StatusCreated {
@@ -193,8 +193,8 @@ func TestFairChildInstance(t *testing.T) {
 // either: FIFO stays honest.
 func TestFairInstanceKilled(t *testing.T) {
 	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	holder, _ := e.mustAcquire(t, "dead-instance", `{"ttl":"30s","fair":true}`)
+	e := newTestEnv(t, withRedisClient(rdb, url))
+	holder := e.acquire(t, "dead-instance", `{"ttl":"30s","fair":true}`).Token
 
 	child := exec.Command(os.Args[0], "-test.run=^TestFairChildInstance$", "-test.count=1")
 	child.Env = append(os.Environ(), envChildInstance+"="+url+" "+e.Prefix+" dead-instance")
@@ -203,7 +203,7 @@ func TestFairInstanceKilled(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	e.waitForWaiters(t, "dead-instance", 1)
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() {
 		got <- e.send(t.Context(), "POST", "/v1/locks/dead-instance", `{"wait":"40s","fair":true}`)
 	}()
@@ -230,7 +230,7 @@ func TestFairInstanceKilled(t *testing.T) {
 	blockedFor := time.Duration(int64(deadline)-now.UnixMilli()) * time.Millisecond
 
 	start := time.Now()
-	e.mustRelease(t, "dead-instance", holder)
+	e.release(t, "dead-instance", holder)
 	r := <-got
 	elapsed := time.Since(start)
 	if r.Status != http.StatusCreated {

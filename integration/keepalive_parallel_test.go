@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -131,15 +131,15 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 			close(gate.open)
 		}
 	})
-	cfg := func(sc *serviceConfig, _ *handlers.Config) {
+	cfg := withServiceConfig(func(sc *serviceConfig) {
 		sc.RenewBatch, sc.RenewParallel = batch, parallel
 		sc.RenewPoll = 2 * time.Millisecond
 		sc.OpTimeout = 10 * time.Second // calls wait at the gate
-	}
+	})
 	recA := &renewRecorder{Client: rdb, gate: gate, named: map[string]int{}, renewed: map[string]int{}}
 	recB := &renewRecorder{Client: rdb, gate: gate, named: map[string]int{}, renewed: map[string]int{}}
-	a := newInstance(t, rdb, recA, prefix, cfg)
-	b := newInstance(t, rdb, recB, prefix, cfg)
+	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return recA }), cfg)
+	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return recB }), cfg)
 	for i := range leases {
 		if _, err := a.Svc.Acquire(t.Context(), fmt.Sprintf("ka-par-%03d", i),
 			locks.AcquireRequest{TTL: time.Minute, Keepalive: true}); err != nil {

@@ -48,7 +48,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newTestEnvOn(t, serverClient(t, opts.Addr, outageTimeout), url, withOpTimeout(outageTimeout))
+	e := newTestEnv(t, withRedisClient(serverClient(t, opts.Addr, outageTimeout), url), withOpTimeout(outageTimeout))
 	const name = "metered-lock"
 
 	l := e.acquire(t, name, "")                                                                   // POST 201

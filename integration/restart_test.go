@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,7 +21,7 @@ func TestRedisRestartRecovery(t *testing.T) {
 	// The server's own client settings (cmd/server openStore), with 1s bounds.
 	const opTimeout = time.Second
 	rr := newRestartableRedis(t, opTimeout)
-	e := newTestEnvOn(t, rr.Client, rr.URL, func(c *serviceConfig, _ *handlers.Config) { c.OpTimeout = opTimeout })
+	e := newTestEnv(t, withRedisClient(rr.Client, rr.URL), withServiceConfig(func(c *serviceConfig) { c.OpTimeout = opTimeout }))
 
 	r := e.do(t, "POST", "/v1/locks/before-restart", `{"ttl":"1m"}`)
 	if r.Status != http.StatusCreated {

@@ -7,18 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/redis/go-redis/v9"
 )
 
 // withRetention makes every key of a lock name short-lived: leases of up to
 // the retention, and a fence retention r (lost-lease reasons follow it).
 func withRetention(r time.Duration) envOption {
-	return func(sc *serviceConfig, _ *handlers.Config) {
+	return withServiceConfig(func(sc *serviceConfig) {
 		sc.FenceTTL, sc.MaxTTL, sc.MaxHoldCap, sc.DefaultMaxHold = r, r, r, r
 		sc.DefaultTTL = time.Second
 		sc.RenewPoll = 20 * time.Millisecond
-	}
+	})
 }
 
 // nameKeys are the per-name keys of a lock (service/keys.go).

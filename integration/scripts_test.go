@@ -28,7 +28,7 @@ import (
 func newPrivateEnv(t testing.TB, opts ...envOption) *testEnv {
 	t.Helper()
 	_, url := startRedisContainer(t)
-	return newTestEnvOn(t, newClient(t, url), url, opts...)
+	return newTestEnv(t, append(opts, withRedis(url))...)
 }
 
 // lockScripts are the sources of the lock scripts, by name.
@@ -110,7 +110,7 @@ func TestScriptsRunWithEvalSha(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
 			_, url := startRedisContainer(t)
-			testScriptsRunWithEvalSha(t, newServerOnURL(t, url, c.wrap, 2*time.Second))
+			testScriptsRunWithEvalSha(t, newTestEnv(t, withRedis(url), withServerClient(2*time.Second), withClient(c.wrap)))
 		})
 	}
 }

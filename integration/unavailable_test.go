@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
@@ -52,24 +51,6 @@ func pipelined(t testing.TB, rdb *redis.Client) *store.PipelinedClient {
 	return pc
 }
 
-// newServerOnURL starts a server on the Redis at url through wrap's client,
-// configured as cmd/server configures its own, and loads the scripts. The
-// env's RDB is a separate plain client for inspecting Redis.
-func newServerOnURL(t testing.TB, url string, wrap func(testing.TB, *redis.Client) store.Client,
-	timeout time.Duration, opts ...envOption) *testEnv {
-	t.Helper()
-	ropts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newServerOn(t, wrap(t, serverClient(t, ropts.Addr, timeout)), append(opts, withOpTimeout(timeout))...)
-	e.RDB, e.RedisURL = newClient(t, url), url
-	if err := e.Svc.LoadScripts(t.Context()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return e
-}
-
 // serverClients are the two ways cmd/server talks to Redis: one command per
 // call, or script calls pipelined (its default).
 var serverClients = []struct {
@@ -78,19 +59,6 @@ var serverClients = []struct {
 }{
 	{"plain", func(_ testing.TB, rdb *redis.Client) store.Client { return rdb }},
 	{"pipelined", func(t testing.TB, rdb *redis.Client) store.Client { return pipelined(t, rdb) }},
-}
-
-// newServerOn starts a server on rdb without loading the scripts first, as
-// cmd/server does when Redis cannot be reached at start-up (it logs and
-// serves 503 until Redis answers). The env's RDB is nil.
-func newServerOn(t testing.TB, rdb store.Client, opts ...envOption) *testEnv {
-	t.Helper()
-	srv, svc, scfg := startServer(t, rdb, false, opts...)
-	return &testEnv{URL: srv.URL, Client: newSpecClient(t), Prefix: scfg.KeyPrefix, Svc: svc}
-}
-
-func withOpTimeout(d time.Duration) envOption {
-	return func(s *serviceConfig, _ *handlers.Config) { s.OpTimeout = d }
 }
 
 // closedPort returns a loopback address where nothing listens.
@@ -191,8 +159,7 @@ func checkOutage(t *testing.T, e *testEnv) {
 func TestRedisDown(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := c.wrap(t, serverClient(t, closedPort(t), outageTimeout))
-			checkOutage(t, newServerOn(t, rdb, withOpTimeout(outageTimeout)))
+			checkOutage(t, newTestEnv(t, unreachable(closedPort(t)), withServerClient(outageTimeout), withClient(c.wrap)))
 		})
 	}
 }
@@ -200,8 +167,7 @@ func TestRedisDown(t *testing.T) {
 func TestRedisSilent(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := c.wrap(t, serverClient(t, silentRedis(t), outageTimeout))
-			checkOutage(t, newServerOn(t, rdb, withOpTimeout(outageTimeout)))
+			checkOutage(t, newTestEnv(t, unreachable(silentRedis(t)), withServerClient(outageTimeout), withClient(c.wrap)))
 		})
 	}
 }
@@ -211,7 +177,7 @@ func TestRedisSilent(t *testing.T) {
 // server pipelines its scripts, as cmd/server does by default.
 func TestRedisPaused(t *testing.T) {
 	_, url := startRedisContainer(t)
-	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout)
+	e := newTestEnv(t, withRedis(url), withServerClient(outageTimeout), withClient(serverClients[1].wrap))
 	held := e.acquire(t, "paused", `{"ttl":"30s"}`)
 
 	pause := 3 * time.Second
