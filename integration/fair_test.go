@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestFairOrder: 20 fair waiters arriving in a known order acquire in that
@@ -175,15 +174,10 @@ func TestFairChildInstance(t *testing.T) {
 		t.Skip("runs only as the child process of TestFairInstanceKilled")
 	}
 	parts := strings.SplitN(spec, " ", 3)
-	opts, err := redis.ParseURL(parts[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: parts[1]}})
+	svc := newTestEnv(t, withRedis(parts[0]), withPrefix(parts[1])).Svc
 	// Long enough for the parent to queue its own waiter behind this one and
 	// kill this process, however slowly the machine runs.
-	_, err = svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 10 * time.Second, Fair: true})
+	_, err := svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 10 * time.Second, Fair: true})
 	t.Fatalf("the child instance was not killed while it waited: %v", err)
 }
 
@@ -214,7 +208,7 @@ func TestFairInstanceKilled(t *testing.T) {
 	_ = child.Wait()
 
 	// The dead waiter is the queue's head; its deadline is its score.
-	queue, waiters := e.Prefix+"queue:{dead-instance}", e.Prefix+"waiters:{dead-instance}"
+	queue, waiters := e.lockKeys("dead-instance").Queue, e.lockKeys("dead-instance").Waiters
 	head, err := rdb.LIndex(t.Context(), queue, 0).Result()
 	if err != nil {
 		t.Fatalf("queue head: %v", err)

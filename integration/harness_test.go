@@ -124,6 +124,13 @@ func newTestEnvs(t testing.TB, n int, opts ...envOption) []*testEnv {
 	return es
 }
 
+// remoteEnv is a testEnv for a Latchkey server running elsewhere (a
+// container) at url: requests only, no Redis, no service, nothing to kill.
+func remoteEnv(t testing.TB, url string) *testEnv {
+	t.Helper()
+	return &testEnv{URL: url, Client: newSpecClient(t)}
+}
+
 // kill stops the server the hard way, as a crash would: its renewer is
 // cancelled mid-flight and every connection cut, nothing drained.
 func (e *testEnv) kill() {
@@ -182,6 +189,12 @@ func unreachable(addr string) envOption {
 	return func(c *envConfig) { c.serverAddr, c.noRedis, c.noLoad = addr, true, true }
 }
 
+// unloaded starts the server without loading the scripts: the test loads
+// them itself, or sees them loaded on first use.
+func unloaded() envOption {
+	return func(c *envConfig) { c.noLoad = true }
+}
+
 // withClient wraps the client the service uses (the env's RDB, or its own
 // from withServerClient).
 func withClient(wrap func(testing.TB, *redis.Client) store.Client) envOption {
@@ -193,10 +206,15 @@ func withClientOf(wrap func(*redis.Client) store.Client) envOption {
 	return withClient(func(_ testing.TB, rdb *redis.Client) store.Client { return wrap(rdb) })
 }
 
-// withRenewer runs the service's keep-alive renewer, polling every poll,
-// until t ends or the env is killed.
+// withRenewer runs the service's keep-alive renewer, polling every poll (0:
+// the default), until t ends or the env is killed.
 func withRenewer(poll time.Duration) envOption {
-	return func(c *envConfig) { c.renewer, c.svc.RenewPoll = true, poll }
+	return func(c *envConfig) {
+		c.renewer = true
+		if poll > 0 {
+			c.svc.RenewPoll = poll
+		}
+	}
 }
 
 // withServiceConfig adjusts the services' config.
@@ -280,7 +298,7 @@ type services struct {
 }
 
 // newServices builds the store and both domains on client, as cmd/server
-// does. Tests of the services without a server call it directly.
+// does.
 func newServices(t testing.TB, client store.Client, cfg serviceConfig) *services {
 	t.Helper()
 	cfg.locksConfig.Registerer = cfg.storeConfig.Registerer // one registry, as in cmd/server

@@ -42,14 +42,11 @@ func (e *testEnv) metric(t testing.TB, sample string) float64 {
 // acquireKeepalive takes a keep-alive lease through e and returns its token.
 func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {
 	t.Helper()
-	r := e.do(t, "POST", "/v1/locks/"+name, body)
-	if r.Status != http.StatusCreated {
-		t.Fatalf("acquire %s %s = %d %s, want 201", name, body, r.Status, r.Body)
+	l := e.acquire(t, name, body)
+	if l.Keepalive == nil {
+		t.Fatalf("acquire %s %s: no keepalive in the lease", name, body)
 	}
-	if r.JSON(t)["keepalive"] == nil {
-		t.Fatalf("acquire %s %s: no keepalive in %s", name, body, r.Body)
-	}
-	return r.Header.Get("Lock-Token")
+	return l.Token
 }
 
 // waitFree polls name until it is not held, failing after within.
@@ -57,12 +54,12 @@ func (e *testEnv) waitFree(t testing.TB, name string, within time.Duration) time
 	t.Helper()
 	start := time.Now()
 	for {
-		r := e.do(t, "GET", "/v1/locks/"+name, "")
-		if r.JSON(t)["held"] == false {
+		st := e.inspect(t, name)
+		if !st.Held {
 			return time.Since(start)
 		}
 		if time.Since(start) > within {
-			t.Fatalf("%s still held after %s: %s", name, within, r.Body)
+			t.Fatalf("%s still held after %s: %v", name, within, st)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

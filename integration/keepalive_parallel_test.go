@@ -82,7 +82,7 @@ func (r *renewRecorder) busy() int {
 func makeAllDue(t *testing.T, rdb *redis.Client, prefix string) []string {
 	t.Helper()
 	ctx := t.Context()
-	registry := prefix + "keepalive"
+	registry := locks.RegistryKey(prefix)
 	members, err := rdb.ZRange(ctx, registry, 0, -1).Result()
 	if err != nil {
 		t.Fatalf("ZRANGE: %v", err)
@@ -108,7 +108,7 @@ func noneDue(t *testing.T, rdb *redis.Client, prefix string) bool {
 	if err != nil {
 		t.Fatalf("TIME: %v", err)
 	}
-	n, err := rdb.ZCount(t.Context(), prefix+"keepalive", "-inf", fmt.Sprint(now.UnixMilli())).Result()
+	n, err := rdb.ZCount(t.Context(), locks.RegistryKey(prefix), "-inf", fmt.Sprint(now.UnixMilli())).Result()
 	if err != nil {
 		t.Fatalf("ZCOUNT: %v", err)
 	}
@@ -166,7 +166,7 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 			}
 			close(gate.open)
 		}
-		waitFor(t, 30*time.Second, "every lease renewed and no renewal call in flight", func() bool {
+		eventually(t, 30*time.Second, "every lease renewed and no renewal call in flight", func() bool {
 			return noneDue(t, rdb, prefix) && recA.busy() == 0 && recB.busy() == 0
 		})
 		namedA, renewedA := recA.take()

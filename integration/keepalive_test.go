@@ -88,7 +88,7 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 	if !st.ownedIs(false) || st.LostReason != "heartbeat_missed" {
 		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat_missed", st)
 	}
-	waitFor(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
+	eventually(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
 	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
 		t.Errorf(`renewal failures{reason="heartbeat_missed"} = %v, want at least 1`, got)
 	}
@@ -129,10 +129,11 @@ func TestKeepaliveMaxHold(t *testing.T) {
 		t.Fatalf("acquire = %d %s", r.Status, r.Body)
 	}
 	tok := r.Header.Get("Lock-Token")
-	until, err := time.Parse(time.RFC3339Nano, r.JSON(t)["keepalive"].(map[string]any)["max_hold_until"].(string))
-	if err != nil {
-		t.Fatal(err)
+	l := decodeAs[leaseJSON](t, r)
+	if l.Keepalive == nil {
+		t.Fatalf("acquire answered no keepalive: %s", r.Body)
 	}
+	until := l.Keepalive.MaxHoldUntil
 	for time.Since(start) < 2*time.Second {
 		st := a.inspectAs(t, "ka-max", tok)
 		if !st.ownedIs(true) {
@@ -274,7 +275,7 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ks, err := rdb.Keys(t.Context(), prefix+"lock:*").Result()
+	ks, err := rdb.Keys(t.Context(), locks.KeysOf(prefix, "*").Lock).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
 	tok := a.acquireKeepalive(t, "ka-down", `{"ttl":"400ms","keepalive":true}`)
 	a.waitFree(t, "ka-down", 2*time.Second)
 	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll))
-	waitFor(t, 2*time.Second, "lost_reason expired", func() bool {
+	eventually(t, 2*time.Second, "lost_reason expired", func() bool {
 		return b.inspectAs(t, "ka-down", tok).LostReason == locks.LostExpired
 	})
 	if got := b.metric(t, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
@@ -375,18 +376,6 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every 20ms until it holds, failing after within.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Two instances polling flat out renew a lease once per due time between
 // them, never twice.
 func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
@@ -413,7 +402,7 @@ func TestKeepaliveForeignKeyDoesNotStopTheBatch(t *testing.T) {
 	a := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
 	a.acquireKeepalive(t, "ka-foreign", `{"ttl":"600ms","keepalive":true}`)
 	tok := a.acquireKeepalive(t, "ka-neighbour", `{"ttl":"600ms","keepalive":true}`)
-	if err := rdb.Set(t.Context(), a.Prefix+"lock:{ka-foreign}", "not a lock", 0).Err(); err != nil {
+	if err := rdb.Set(t.Context(), a.lockKey("ka-foreign"), "not a lock", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)

@@ -16,12 +16,12 @@ func (e *testEnv) loseToMaxHold(t *testing.T, name, token string) {
 	t.Helper()
 	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s","keepalive":true,"max_hold":"1s"}`, "Lock-Token", token),
 		http.StatusCreated)
-	waitFor(t, 5*time.Second, name+"'s TTL to run", func() bool {
+	eventually(t, 5*time.Second, name+"'s TTL to run", func() bool {
 		pttl, err := e.RDB.PTTL(t.Context(), e.lockKey(name)).Result()
 		return err == nil && pttl < time.Second
 	})
 	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s"}`, "Lock-Token", token), http.StatusOK)
-	waitFor(t, 5*time.Second, token+" lost to max_hold", func() bool {
+	eventually(t, 5*time.Second, token+" lost to max_hold", func() bool {
 		return e.inspectAs(t, name, token).LostReason == locks.LostMaxHold
 	})
 }

@@ -197,7 +197,8 @@ func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.String
 
 func TestBrokenScriptStopsStartup(t *testing.T) {
 	rdb, url := newRedis(t)
-	svc := newServices(t, brokenScripts{Client: rdb, target: lua.Renew}, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix()}})
+	svc := newTestEnv(t, withRedisClient(rdb, url), unloaded(),
+		withClientOf(func(c *redis.Client) store.Client { return brokenScripts{Client: c, target: lua.Renew} })).Svc
 	// cmd/server stops with "start-up: <err>" on any LoadScripts error that
 	// is not ErrUnavailable.
 	err := svc.LoadScripts(t.Context())

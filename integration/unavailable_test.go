@@ -41,8 +41,8 @@ func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Clien
 	return rdb
 }
 
-// pipelined wraps rdb as cmd/server does by default (-redis-pipeline).
-func pipelined(t testing.TB, rdb *redis.Client) *store.PipelinedClient {
+// pipelinedClient wraps rdb as cmd/server does by default (-redis-pipeline).
+func pipelinedClient(t testing.TB, rdb *redis.Client) store.Client {
 	t.Helper()
 	pc, err := store.NewPipelinedClient(rdb, 0)
 	if err != nil {
@@ -58,7 +58,7 @@ var serverClients = []struct {
 	wrap func(testing.TB, *redis.Client) store.Client
 }{
 	{"plain", func(_ testing.TB, rdb *redis.Client) store.Client { return rdb }},
-	{"pipelined", func(t testing.TB, rdb *redis.Client) store.Client { return pipelined(t, rdb) }},
+	{"pipelined", pipelinedClient},
 }
 
 // closedPort returns a loopback address where nothing listens.

@@ -108,7 +108,7 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 					}()
 				}
 				if during == "waiting" {
-					waitFor(t, 30*time.Second, "every waiter registered", func() bool {
+					eventually(t, 30*time.Second, "every waiter registered", func() bool {
 						_, listeners := e.Svc.Subscriptions()
 						return listeners == n && e.registeredWaiters(t, names) == n
 					})
@@ -150,14 +150,14 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 				// Back to normal: a release wakes a new waiter at once
 				// (the holder's TTL is ten minutes, the wait half a
 				// minute: a 201 means it was woken).
-				waitFor(t, 30*time.Second, "Redis answers again", func() bool {
+				eventually(t, 30*time.Second, "Redis answers again", func() bool {
 					return e.send(t.Context(), "GET", "/v1/locks/shared", "").Status == http.StatusOK
 				})
 				woken := make(chan response, 1)
 				go func() {
 					woken <- e.send(t.Context(), "POST", "/v1/locks/shared", fmt.Sprintf(`{"wait":"30s","fair":%v}`, fair))
 				}()
-				waitFor(t, 30*time.Second, "the new waiter registered", func() bool { return e.registeredWaiters(t, []string{"shared"}) == 1 })
+				eventually(t, 30*time.Second, "the new waiter registered", func() bool { return e.registeredWaiters(t, []string{"shared"}) == 1 })
 				e.release(t, "shared", shared.Token)
 				if r := <-woken; r.Status != http.StatusCreated {
 					t.Errorf("waiter after the outage, on release: %d %s %v; want 201", r.Status, r.Body, r.Err)
@@ -178,7 +178,7 @@ func (e *testEnv) registeredWaiters(t testing.TB, names []string) int64 {
 			continue
 		}
 		seen[name] = true
-		n, err := e.RDB.ZCard(t.Context(), e.Prefix+"waiters:{"+name+"}").Result()
+		n, err := e.RDB.ZCard(t.Context(), e.lockKeys(name).Waiters).Result()
 		if err != nil {
 			t.Fatalf("ZCARD waiters of %s: %v", name, err)
 		}
@@ -215,7 +215,7 @@ func TestLostReasonAfterRedisPause(t *testing.T) {
 	}
 
 	startRenewer(t, in.Svc)
-	waitFor(t, 30*time.Second, "a renewer visited the lease", func() bool { return in.registrySize(t) == 0 })
+	eventually(t, 30*time.Second, "a renewer visited the lease", func() bool { return in.registrySize(t) == 0 })
 	if st := in.inspectAs(t, "ka-frozen", tok); st.LostReason != locks.LostExpired {
 		t.Errorf("after a renewer visited it: %v, want lost_reason %q", st, locks.LostExpired)
 	}
