@@ -28,7 +28,7 @@ func withLimits(maxTTL time.Duration, maxBody int64) envOption {
 // content of the victim lock.
 type redisSnapshot struct {
 	Keys  []string
-	Lock  map[string]string
+	Lock  redisLock
 	Fence string
 }
 

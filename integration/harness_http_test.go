@@ -3,11 +3,13 @@ package integration
 // The harness's requests (send, do) and the assertions on their answers.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,4 +256,34 @@ func (e *testEnv) waitForWaiters(t testing.TB, name string, n int64) {
 	eventually(t, 5*time.Second, fmt.Sprintf("%s has %d waiters", name, n), func() bool {
 		return e.inspect(t, name).Waiters == n
 	})
+}
+
+// metrics fetches /metrics over HTTP and returns every sample by its series,
+// written as in the exposition format: name{label="value",...}, labels in
+// alphabetical order except a histogram's le, which comes last.
+func metrics(t testing.TB, e *testEnv) map[string]float64 {
+	t.Helper()
+	r := e.do(t, "GET", "/metrics", "")
+	wantStatus(t, r, http.StatusOK)
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(r.Body)))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("/metrics: cannot parse %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// metricValue returns one sample from /metrics; a missing series is 0.
+func metricValue(t testing.TB, e *testEnv, series string) float64 {
+	t.Helper()
+	return metrics(t, e)[series]
 }

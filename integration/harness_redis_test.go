@@ -31,37 +31,36 @@ func (e *testEnv) keys(t testing.TB) []string {
 	return ks
 }
 
-// lockHashFields names the lock hash's short field names (see acquire.lua).
-var lockHashFields = map[string]string{
-	"t": "token", "n": "count", "f": "fence", "l": "ttl", "m": "fair",
-	"ku": "ka_until", "kh": "ka_hb", "kb": "ka_hb_at",
+// redisLock is the lock hash of one lock as Redis holds it (see
+// acquire.lua), its fields under their long names, as stored (strings);
+// "" when absent.
+type redisLock struct {
+	Token, Count, Fence, TTL, Fair string
+	KeepaliveUntil                 string // ku: max-hold deadline
+	Heartbeat, HeartbeatAt         string // kh, kb: heartbeat interval and last heartbeat
 }
 
-// lockHash reads the lock hash of name straight from Redis, with its fields
-// under their long names (token, count, fence, ...).
-func (e *testEnv) lockHash(t testing.TB, name string) map[string]string {
+// lockHash reads the lock hash of name straight from Redis; an unknown
+// field fails t.
+func (e *testEnv) lockHash(t testing.TB, name string) redisLock {
 	t.Helper()
 	h, err := e.RDB.HGetAll(t.Context(), e.lockKey(name)).Result()
 	if err != nil {
 		t.Fatalf("HGETALL %s: %v", e.lockKey(name), err)
 	}
-	out := make(map[string]string, len(h))
+	var l redisLock
+	fields := map[string]*string{
+		"t": &l.Token, "n": &l.Count, "f": &l.Fence, "l": &l.TTL, "m": &l.Fair,
+		"ku": &l.KeepaliveUntil, "kh": &l.Heartbeat, "kb": &l.HeartbeatAt,
+	}
 	for k, v := range h {
-		long, ok := lockHashFields[k]
+		f, ok := fields[k]
 		if !ok {
 			t.Fatalf("lock hash %s has an unknown field %q", e.lockKey(name), k)
 		}
-		out[long] = v
+		*f = v
 	}
-	return out
-}
-
-// lockOwner reads the token and hold count of name's lock straight from
-// Redis ("" when the lock is free).
-func (e *testEnv) lockOwner(t testing.TB, name string) (token, count string) {
-	t.Helper()
-	h := e.lockHash(t, name)
-	return h["token"], h["count"]
+	return l
 }
 
 // registrySize is the number of keep-alive leases registered under e's prefix.

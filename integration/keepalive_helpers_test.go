@@ -1,13 +1,9 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,27 +13,6 @@ import (
 
 // instancePoll is how often the renewer of a keep-alive test instance polls.
 const instancePoll = 20 * time.Millisecond
-
-// metric reads one sample of the instance's /metrics (name with its labels,
-// as printed, e.g. `x_total{reason="max_hold"}`); absent counts as 0.
-func (e *testEnv) metric(t testing.TB, sample string) float64 {
-	t.Helper()
-	r := e.do(t, "GET", "/metrics", "")
-	if r.Status != http.StatusOK {
-		t.Fatalf("GET /metrics = %d", r.Status)
-	}
-	sc := bufio.NewScanner(strings.NewReader(string(r.Body)))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("metric %s = %q: %v", sample, v, err)
-			}
-			return f
-		}
-	}
-	return 0
-}
 
 // acquireKeepalive takes a keep-alive lease through e and returns its token.
 func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {

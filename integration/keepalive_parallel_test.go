@@ -187,11 +187,11 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 		}
 		t.Logf("round %d: %d renewals, %d leases named by both instances", round, total, raced)
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total") + b.metric(t, "latchkey_keepalive_renewals_total"); got != 3*leases {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total") + metricValue(t, b, "latchkey_keepalive_renewals_total"); got != 3*leases {
 		t.Errorf("renewals by both instances = %v, want %d (one per lease and due time)", got, 3*leases)
 	}
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`) +
-		b.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="store"}`) +
+		metricValue(t, b, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want 0`, got)
 	}
 }

@@ -77,7 +77,7 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 			t.Fatalf("while heartbeating: keepalive %v, want heartbeat_ms 1000, heartbeat_due and max_hold_until", ka)
 		}
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got < 5 {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got < 5 {
 		t.Errorf("renewals = %v after 10s of a 2s lease, want at least 5", got)
 	}
 
@@ -89,7 +89,7 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat_missed", st)
 	}
 	eventually(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
 		t.Errorf(`renewal failures{reason="heartbeat_missed"} = %v, want at least 1`, got)
 	}
 }
@@ -181,13 +181,13 @@ func TestKeepaliveReleaseStopsRenewal(t *testing.T) {
 	if n := a.registrySize(t); n != 0 {
 		t.Errorf("registry after release = %d entries, want 0", n)
 	}
-	renewals := a.metric(t, "latchkey_keepalive_renewals_total")
+	renewals := metricValue(t, a, "latchkey_keepalive_renewals_total")
 	time.Sleep(time.Second)
 	st := a.inspectAs(t, "ka-rel", tok)
 	if st.Held || st.LostReason != "" {
 		t.Errorf("after release: %v, want not held and no lost_reason", st)
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got != renewals {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got != renewals {
 		t.Errorf("renewals went from %v to %v after the release, want none", renewals, got)
 	}
 }
@@ -238,7 +238,7 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 	if st := slow.inspectAs(t, "ka-race", tok); st.Held || st.LostReason != "" {
 		t.Errorf("released owner sees %v, want not held and no lost_reason", st)
 	}
-	if got := slow.metric(t, "latchkey_keepalive_renewals_total"); got != 0 {
+	if got := metricValue(t, slow, "latchkey_keepalive_renewals_total"); got != 0 {
 		t.Errorf("renewals = %v, want 0", got)
 	}
 }
@@ -285,7 +285,7 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 	if n := a.registrySize(t); n != 0 {
 		t.Errorf("registry = %d entries after every lease was released, want 0", n)
 	}
-	if a.metric(t, "latchkey_keepalive_renewals_total")+b.metric(t, "latchkey_keepalive_renewals_total") == 0 {
+	if metricValue(t, a, "latchkey_keepalive_renewals_total")+metricValue(t, b, "latchkey_keepalive_renewals_total") == 0 {
 		t.Error("no renewal happened: the race was not exercised")
 	}
 }
@@ -299,13 +299,13 @@ func TestKeepaliveSurvivesInstanceCrash(t *testing.T) {
 	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-crash", `{"ttl":"1s","keepalive":true}`)
 	a.kill()
-	before := b.metric(t, "latchkey_keepalive_renewals_total")
+	before := metricValue(t, b, "latchkey_keepalive_renewals_total")
 	time.Sleep(3 * time.Second)
 	st := b.inspectAs(t, "ka-crash", tok)
 	if !st.Held || !st.ownedIs(true) {
 		t.Fatalf("3 TTLs after A died: %v, want held and owned", st)
 	}
-	if got := b.metric(t, "latchkey_keepalive_renewals_total") - before; got < 3 {
+	if got := metricValue(t, b, "latchkey_keepalive_renewals_total") - before; got < 3 {
 		t.Errorf("B renewed %v times in 3s of a 1s lease, want at least 3", got)
 	}
 }
@@ -323,7 +323,7 @@ func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
 	eventually(t, 2*time.Second, "lost_reason expired", func() bool {
 		return b.inspectAs(t, "ka-down", tok).LostReason == locks.LostExpired
 	})
-	if got := b.metric(t, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
+	if got := metricValue(t, b, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
 		t.Errorf(`renewal failures{reason="expired"} = %v, want 1`, got)
 	}
 }
@@ -387,7 +387,7 @@ func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
 	start := time.Now()
 	a.acquireKeepalive(t, "ka-once", `{"ttl":"600ms","keepalive":true}`)
 	time.Sleep(3 * time.Second)
-	total := a.metric(t, "latchkey_keepalive_renewals_total") + b.metric(t, "latchkey_keepalive_renewals_total")
+	total := metricValue(t, a, "latchkey_keepalive_renewals_total") + metricValue(t, b, "latchkey_keepalive_renewals_total")
 	// One renewal per ttl/3 = 200ms at most, plus one in flight at each end.
 	if most := float64(time.Since(start)/(200*time.Millisecond)) + 2; total > most || total < 5 {
 		t.Errorf("renewals by both instances in %s = %v, want between 5 and %v (one per due time)", time.Since(start), total, most)
@@ -412,7 +412,7 @@ func TestKeepaliveForeignKeyDoesNotStopTheBatch(t *testing.T) {
 	if n := a.registrySize(t); n != 1 {
 		t.Errorf("registry = %d entries, want 1 (the foreign key's entry dropped)", n)
 	}
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want 0`, got)
 	}
 }
@@ -439,15 +439,15 @@ func TestKeepaliveSurvivesShortRedisOutage(t *testing.T) {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
 	time.Sleep(2500 * time.Millisecond)
-	renewals := a.metric(t, "latchkey_keepalive_renewals_total")
+	renewals := metricValue(t, a, "latchkey_keepalive_renewals_total")
 	time.Sleep(3 * time.Second) // past the TTL of the last renewal before the pause
 	if st := a.inspectAs(t, "ka-outage", tok); !st.ownedIs(true) {
 		t.Fatalf("after a 2s outage and 3s more: %v, want owned", st)
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got <= renewals {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got <= renewals {
 		t.Errorf("renewals after the outage: %v, then %v; want more", renewals, got)
 	}
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got < 1 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got < 1 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want the outage counted`, got)
 	}
 }

@@ -33,8 +33,8 @@ func TestLockLifecycle(t *testing.T) {
 	if d := time.Until(l.ExpiresAt); d < 8*time.Second || d > 12*time.Second {
 		t.Errorf("expires_at %s is %s away, want about 10s", l.ExpiresAt, d)
 	}
-	if got := e.lockHash(t, name); got["token"] != tok || got["count"] != "1" || got["fence"] != strconv.FormatInt(l.Fence, 10) {
-		t.Errorf("lock hash in Redis = %v, want the token, count 1 and fence %d", got, l.Fence)
+	if got := e.lockHash(t, name); got.Token != tok || got.Count != "1" || got.Fence != strconv.FormatInt(l.Fence, 10) {
+		t.Errorf("lock hash in Redis = %+v, want the token, count 1 and fence %d", got, l.Fence)
 	}
 
 	// Reentrant acquire with the token: 200, hold_count 2, the same fence.
@@ -152,7 +152,7 @@ func TestAcquireWithClientToken(t *testing.T) {
 	if got := r.Header.Get("Lock-Token"); got != tok {
 		t.Errorf("Lock-Token = %q, want the client's %q", got, tok)
 	}
-	if got := e.lockHash(t, "jobs.42")["token"]; got != tok {
+	if got := e.lockHash(t, "jobs.42").Token; got != tok {
 		t.Errorf("token in Redis = %q, want %q", got, tok)
 	}
 	// The same token re-enters; a second client with its own token is refused.
@@ -206,7 +206,7 @@ func TestForceRelease(t *testing.T) {
 				t.Errorf("Authorization %q: detail %q does not say which credential is needed", auth, p.Detail)
 			}
 		}
-		if got := e.lockHash(t, name)["token"]; got != held.Token {
+		if got := e.lockHash(t, name).Token; got != held.Token {
 			t.Fatalf("a refused force-release changed the lock: token %q", got)
 		}
 
@@ -241,7 +241,7 @@ func TestForceRelease(t *testing.T) {
 		if !strings.Contains(p.Detail, "no admin key configured") || !strings.Contains(p.Detail, "LATCHKEY_ADMIN_KEY") {
 			t.Errorf("detail = %q, want it to say no admin key is configured (LATCHKEY_ADMIN_KEY)", p.Detail)
 		}
-		if got := e.lockHash(t, "stuck-job")["token"]; got != held.Token {
+		if got := e.lockHash(t, "stuck-job").Token; got != held.Token {
 			t.Errorf("lock changed by a refused force-release: token %q", got)
 		}
 	})
