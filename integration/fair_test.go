@@ -18,8 +18,7 @@ import (
 // order; one that disconnects mid-queue is skipped at once, not after its
 // 60s wait.
 func TestFairOrder(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	holder := e.acquire(t, "fifo", `{"ttl":"30s","fair":true}`).Token
 
 	const n, gone = 20, 5
@@ -87,8 +86,7 @@ func TestFairOrder(t *testing.T) {
 // for it; asking for the other mode is a 409 lock-mode-mismatch, while the
 // owner can re-enter in either mode.
 func TestFairModeMismatch(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	fairTok := e.acquire(t, "fair", `{"fair":true}`).Token
 	plainTok := e.acquire(t, "plain", `{}`).Token
 	tests := []struct {
@@ -128,8 +126,7 @@ func TestFairWaiterClientKilled(t *testing.T) {
 	if err != nil {
 		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
 	}
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	holder := e.acquire(t, "killed-client", `{"ttl":"30s","fair":true}`).Token
 
 	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "120", "-X", "POST", "-H", "Content-Type: application/json",
@@ -186,12 +183,11 @@ func TestFairChildInstance(t *testing.T) {
 // blocked beyond the dead waiter's deadline, and not let past it earlier
 // either: FIFO stays honest.
 func TestFairInstanceKilled(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	holder := e.acquire(t, "dead-instance", `{"ttl":"30s","fair":true}`).Token
 
 	child := exec.Command(os.Args[0], "-test.run=^TestFairChildInstance$", "-test.count=1")
-	child.Env = append(os.Environ(), envChildInstance+"="+url+" "+e.Prefix+" dead-instance")
+	child.Env = append(os.Environ(), envChildInstance+"="+e.RedisURL+" "+e.Prefix+" dead-instance")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +205,15 @@ func TestFairInstanceKilled(t *testing.T) {
 
 	// The dead waiter is the queue's head; its deadline is its score.
 	queue, waiters := e.lockKeys("dead-instance").Queue, e.lockKeys("dead-instance").Waiters
-	head, err := rdb.LIndex(t.Context(), queue, 0).Result()
+	head, err := e.RDB.LIndex(t.Context(), queue, 0).Result()
 	if err != nil {
 		t.Fatalf("queue head: %v", err)
 	}
-	deadline, err := rdb.ZScore(t.Context(), waiters, head).Result()
+	deadline, err := e.RDB.ZScore(t.Context(), waiters, head).Result()
 	if err != nil {
 		t.Fatalf("dead waiter's deadline: %v", err)
 	}
-	now, err := rdb.Time(t.Context()).Result()
+	now, err := e.RDB.Time(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,17 +113,6 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	return e
 }
 
-// newTestEnvs starts n instances of one deployment: the first as
-// newTestEnv(t, opts...), the others beside it with the same opts.
-func newTestEnvs(t testing.TB, n int, opts ...envOption) []*testEnv {
-	t.Helper()
-	es := []*testEnv{newTestEnv(t, opts...)}
-	for len(es) < n {
-		es = append(es, newTestEnv(t, append(opts, beside(es[0]))...))
-	}
-	return es
-}
-
 // remoteEnv is a testEnv for a Latchkey server running elsewhere (a
 // container) at url: requests only, no Redis, no service, nothing to kill.
 func remoteEnv(t testing.TB, url string) *testEnv {

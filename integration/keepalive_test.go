@@ -56,9 +56,7 @@ func TestKeepaliveValidation(t *testing.T) {
 // A keep-alive lease with ttl 2s stays held while its holder heartbeats,
 // and is lost (heartbeat_missed) once the heartbeats stop.
 func TestKeepaliveHeartbeat(t *testing.T) {
-	rdb, url := newRedis(t)
-	a := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
-	a.RedisURL = url
+	a := newTestEnv(t, withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-hb", `{"ttl":"2s","keepalive":true,"heartbeat":"1s"}`)
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -96,8 +94,7 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 
 // A late heartbeat, while the lease still lives, resumes the renewals.
 func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
-	rdb, _ := newRedis(t)
-	a := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
+	a := newTestEnv(t, withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-late", `{"ttl":"3s","keepalive":true,"heartbeat":"300ms"}`)
 	time.Sleep(1500 * time.Millisecond) // heartbeat missed, lease still alive (ttl 3s)
 	if st := a.inspectAs(t, "ka-late", tok); !st.ownedIs(true) {
@@ -118,11 +115,9 @@ func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
 // A keep-alive lease is renewed past its TTL but never past max_hold, even
 // with two instances racing to renew it.
 func TestKeepaliveMaxHold(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
 	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond })
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
-	newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	start := time.Now()
 	r := a.do(t, "POST", "/v1/locks/ka-max", `{"ttl":"1s","keepalive":true,"max_hold":"2500ms"}`)
 	if r.Status != http.StatusCreated {
@@ -168,8 +163,7 @@ func TestKeepaliveMaxHold(t *testing.T) {
 // Release stops the renewals at once: no renewal follows it, and the owner
 // is not told it lost anything.
 func TestKeepaliveReleaseStopsRenewal(t *testing.T) {
-	rdb, _ := newRedis(t)
-	a := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
+	a := newTestEnv(t, withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-rel", `{"ttl":"300ms","keepalive":true}`)
 	time.Sleep(700 * time.Millisecond) // renewed at least once
 	if st := a.inspectAs(t, "ka-rel", tok); !st.ownedIs(true) {
@@ -246,11 +240,9 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 // Acquire, renew and release hammered from many goroutines while two
 // renewers run flat out: when the dust settles no lease is left behind.
 func TestKeepaliveReleaseRaceHammer(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
 	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond })
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
-	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -275,7 +267,7 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ks, err := rdb.Keys(t.Context(), locks.KeysOf(prefix, "*").Lock).Result()
+	ks, err := a.RDB.Keys(t.Context(), locks.KeysOf(a.Prefix, "*").Lock).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,10 +285,8 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 // Two instances on one Redis: the lease taken through A outlives A's hard
 // death, renewed by B.
 func TestKeepaliveSurvivesInstanceCrash(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll))
-	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll))
+	a := newTestEnv(t, withRenewer(instancePoll))
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-crash", `{"ttl":"1s","keepalive":true}`)
 	a.kill()
 	before := metricValue(t, b, "latchkey_keepalive_renewals_total")
@@ -313,13 +303,11 @@ func TestKeepaliveSurvivesInstanceCrash(t *testing.T) {
 // With no instance running, nothing renews: the lease expires after its TTL,
 // and the owner learns why once an instance is back.
 func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll))
+	a := newTestEnv(t, withRenewer(instancePoll))
 	a.stopRenewer()
 	tok := a.acquireKeepalive(t, "ka-down", `{"ttl":"400ms","keepalive":true}`)
 	a.waitFree(t, "ka-down", 2*time.Second)
-	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll))
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll))
 	eventually(t, 2*time.Second, "lost_reason expired", func() bool {
 		return b.inspectAs(t, "ka-down", tok).LostReason == locks.LostExpired
 	})
@@ -331,11 +319,9 @@ func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
 // A lease force-released while two renewers renew hundreds of others stays
 // released, and its owner learns it was force-released.
 func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
 	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond; sc.RenewBatch = 50 })
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
-	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	tokens := map[string]string{}
 	for i := range 300 {
 		name := fmt.Sprintf("ka-storm-%d", i)
@@ -379,11 +365,9 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 // Two instances polling flat out renew a lease once per due time between
 // them, never twice.
 func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
 	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond })
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
-	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), fast)
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	start := time.Now()
 	a.acquireKeepalive(t, "ka-once", `{"ttl":"600ms","keepalive":true}`)
 	time.Sleep(3 * time.Second)
@@ -398,11 +382,10 @@ func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
 // from the registry; it does not stop the renewal of the leases batched
 // with it.
 func TestKeepaliveForeignKeyDoesNotStopTheBatch(t *testing.T) {
-	rdb, _ := newRedis(t)
-	a := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
+	a := newTestEnv(t, withRenewer(instancePoll))
 	a.acquireKeepalive(t, "ka-foreign", `{"ttl":"600ms","keepalive":true}`)
 	tok := a.acquireKeepalive(t, "ka-neighbour", `{"ttl":"600ms","keepalive":true}`)
-	if err := rdb.Set(t.Context(), a.lockKey("ka-foreign"), "not a lock", 0).Err(); err != nil {
+	if err := a.RDB.Set(t.Context(), a.lockKey("ka-foreign"), "not a lock", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)

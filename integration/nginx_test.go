@@ -44,8 +44,7 @@ func TestNginxGateway(t *testing.T) {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}
 	checkNginxFailModes(t, pol)
-	rdb, _ := newRedis(t)
-	latchkey := newTestEnv(t, withRedisClient(rdb, ""), withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+	latchkey := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
 
 	var upstreamHits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -311,8 +310,7 @@ func TestNginxKeepsUpstreamConnections(t *testing.T) {
 			pol[i].Limit.Limit = 1000 // every request to / is allowed: the answer nginx must not choke on is the 200
 		}
 	}
-	rdb, _ := newRedis(t)
-	latchkey := newTestEnv(t, withRedisClient(rdb, ""), withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+	latchkey := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
 	// The same handler behind a server that counts the connections it accepts.
 	var accepted atomic.Int64
 	counted := httptest.NewUnstartedServer(latchkey.srv.Config.Handler)

@@ -13,8 +13,7 @@ import (
 // outlives that ttl many times over; the renewal answers the lease's
 // keep-alive bounds, as the acquire did.
 func TestRenewShorterTTLOfKeepaliveLease(t *testing.T) {
-	rdb, _ := newRedis(t)
-	in := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
+	in := newTestEnv(t, withRenewer(instancePoll))
 	acq := in.do(t, "POST", "/v1/locks/shortened", `{"ttl":"6s","keepalive":true,"max_hold":"1m"}`)
 	wantStatus(t, acq, http.StatusCreated)
 	token := acq.Header.Get("Lock-Token")

@@ -196,14 +196,14 @@ func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.String
 }
 
 func TestBrokenScriptStopsStartup(t *testing.T) {
-	rdb, url := newRedis(t)
-	svc := newTestEnv(t, withRedisClient(rdb, url), unloaded(),
-		withClientOf(func(c *redis.Client) store.Client { return brokenScripts{Client: c, target: lua.Renew} })).Svc
+	e := newTestEnv(t, unloaded(),
+		withClientOf(func(c *redis.Client) store.Client { return brokenScripts{Client: c, target: lua.Renew} }))
+	svc := e.Svc
 	// cmd/server stops with "start-up: <err>" on any LoadScripts error that
 	// is not ErrUnavailable.
 	err := svc.LoadScripts(t.Context())
 	if err == nil {
-		t.Fatalf("LoadScripts with a broken renew script on %s succeeded", url)
+		t.Fatalf("LoadScripts with a broken renew script on %s succeeded", e.RedisURL)
 	}
 	if errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("LoadScripts error %q wraps ErrUnavailable: the server would start and serve 503 instead of stopping", err)

@@ -20,8 +20,7 @@ import (
 // increase, no two hold at once, and afterwards no subscription and no
 // waiter is left behind.
 func TestWaitStorm(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	const n = 200
 	var (
 		holding atomic.Int32
@@ -96,8 +95,7 @@ func TestWaitStorm(t *testing.T) {
 // lock-held with Retry-After, after the wait and not before, and leaves no
 // waiter registered.
 func TestWaitEndsWithLockHeld(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	e.acquire(t, "busy", `{"ttl":"10s"}`)
 	start := time.Now()
 	r := e.send(t.Context(), "POST", "/v1/locks/busy", `{"wait":"300ms"}`)
@@ -119,8 +117,7 @@ func TestWaitEndsWithLockHeld(t *testing.T) {
 // TestWaitValidation: a wait beyond the server's bound or of the wrong form
 // is a 400 naming the field and rule, and registers nothing.
 func TestWaitValidation(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url), withServiceConfig(func(c *serviceConfig) { c.MaxWait = 5 * time.Second }))
+	e := newTestEnv(t, withServiceConfig(func(c *serviceConfig) { c.MaxWait = 5 * time.Second }))
 	tests := []struct {
 		body, rule string
 	}{
@@ -143,8 +140,7 @@ func TestWaitValidation(t *testing.T) {
 // the lock when the holder's TTL runs out, without any message, not at the
 // end of its own wait.
 func TestWaiterTakesExpiredLease(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	f1 := e.acquire(t, "exp", `{"ttl":"700ms"}`).Fence
 	start := time.Now()
 	r := e.send(t.Context(), "POST", "/v1/locks/exp", `{"wait":"60s"}`)
@@ -232,8 +228,7 @@ func TestSubscriberConnectionKilled(t *testing.T) {
 // TestWaiterDisconnectTakesNothing: a waiting client that goes away stops
 // waiting at once, leaves no waiter behind, and never takes the lock.
 func TestWaiterDisconnectTakesNothing(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	l := e.acquire(t, "gone", `{"ttl":"10s"}`)
 	token, fence := l.Token, l.Fence
 	ctx, cancel := context.WithCancel(t.Context())
@@ -338,8 +333,7 @@ func TestWaitingCostsNothing(t *testing.T) {
 // it renewed and its wait ends with 409. Once released, a waiter asking for
 // a kept-alive lease itself gets one.
 func TestWaitForKeepaliveLease(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newTestEnv(t, withRedisClient(rdb, url))
+	e := newTestEnv(t)
 	startRenewer(t, e.Svc)
 	// A 1s TTL is renewed every 333ms: a renewal can be late by 600ms on a
 	// busy machine before the lease runs out.
