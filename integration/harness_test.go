@@ -80,17 +80,18 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	case c.rdb == nil && !c.noRedis:
 		c.rdb, c.url = newRedis(t)
 	}
-	var client store.Client = c.rdb
+	base := c.rdb
 	if c.serverTO > 0 {
 		addr := c.serverAddr
 		if addr == "" {
 			addr = c.rdb.Options().Addr
 		}
 		c.svc.OpTimeout = c.serverTO
-		client = serverClient(t, addr, c.serverTO)
+		base = serverClient(t, addr, c.serverTO)
 	}
+	var client store.Client = base
 	if c.wrap != nil {
-		client = c.wrap(t, client.(*redis.Client))
+		client = c.wrap(t, base)
 	}
 	svc := newServices(t, client, c.svc)
 	t.Cleanup(func() { _ = svc.Close() })

@@ -3,8 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -37,11 +35,6 @@ var lockScripts = map[string]string{
 	"inspect": lua.Inspect, "force_release": lua.ForceRelease,
 }
 
-func sha1Hex(src string) string {
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:])
-}
-
 // loadedScripts reports, per lock script name, whether Redis has it cached.
 func loadedScripts(t testing.TB, rdb *redis.Client) map[string]bool {
 	t.Helper()
@@ -49,7 +42,7 @@ func loadedScripts(t testing.TB, rdb *redis.Client) map[string]bool {
 	shas := make([]string, 0, len(lockScripts))
 	for name, src := range lockScripts {
 		names = append(names, name)
-		shas = append(shas, sha1Hex(src))
+		shas = append(shas, scriptSHA(src))
 	}
 	exists, err := rdb.ScriptExists(t.Context(), shas...).Result()
 	if err != nil {

@@ -1,5 +1,8 @@
 package integration
 
+// The harness's client of hold streams (POST /v1/locks/{name}/hold):
+// Server-Sent Events read in the background, each checked against its schema.
+
 import (
 	"bufio"
 	"context"
