@@ -287,3 +287,38 @@ func metricValue(t testing.TB, e *testEnv, series string) float64 {
 	t.Helper()
 	return metrics(t, e)[series]
 }
+
+func retryAfter(t testing.TB, r response) int {
+	t.Helper()
+	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if err != nil {
+		t.Fatalf("Retry-After = %q, want whole seconds", r.Header.Get("Retry-After"))
+	}
+	return n
+}
+
+// acquireKeepalive takes a keep-alive lease through e and returns its token.
+func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {
+	t.Helper()
+	l := e.acquire(t, name, body)
+	if l.Keepalive == nil {
+		t.Fatalf("acquire %s %s: no keepalive in the lease", name, body)
+	}
+	return l.Token
+}
+
+// waitFree polls name until it is not held, failing after within.
+func (e *testEnv) waitFree(t testing.TB, name string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		st := e.inspect(t, name)
+		if !st.Held {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s still held after %s: %v", name, within, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -306,4 +307,59 @@ func newServices(t testing.TB, client store.Client, cfg serviceConfig) *services
 		t.Fatalf("ratelimit.New: %v", err)
 	}
 	return &services{Store: st, lockService: lk, limitService: rl}
+}
+
+// serverClient returns a go-redis client for addr configured as cmd/server
+// configures its own (openStore): every timeout is the Redis timeout, request
+// deadlines reach the socket, no automatic resend.
+func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// pipelinedClient wraps rdb as cmd/server does by default (-redis-pipeline).
+func pipelinedClient(t testing.TB, rdb *redis.Client) store.Client {
+	t.Helper()
+	pc, err := store.NewPipelinedClient(rdb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// serverClients are the two ways cmd/server talks to Redis: one command per
+// call, or script calls pipelined (its default).
+var serverClients = []struct {
+	name string
+	wrap func(testing.TB, *redis.Client) store.Client
+}{
+	{"plain", func(_ testing.TB, rdb *redis.Client) store.Client { return rdb }},
+	{"pipelined", pipelinedClient},
+}
+
+// closedPort returns a loopback address where nothing listens.
+func closedPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// policy is a rate-limit policy of the given algorithm, limit and window.
+func policy(name string, alg ratelimit.Algorithm, limit int64, window time.Duration) ratelimit.Policy {
+	return ratelimit.Policy{Name: name, Limit: ratelimit.Limit{Algorithm: alg, Limit: limit, Window: window}}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
@@ -13,32 +12,6 @@ import (
 
 // instancePoll is how often the renewer of a keep-alive test instance polls.
 const instancePoll = 20 * time.Millisecond
-
-// acquireKeepalive takes a keep-alive lease through e and returns its token.
-func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {
-	t.Helper()
-	l := e.acquire(t, name, body)
-	if l.Keepalive == nil {
-		t.Fatalf("acquire %s %s: no keepalive in the lease", name, body)
-	}
-	return l.Token
-}
-
-// waitFree polls name until it is not held, failing after within.
-func (e *testEnv) waitFree(t testing.TB, name string, within time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		st := e.inspect(t, name)
-		if !st.Held {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("%s still held after %s: %v", name, within, st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // scriptSHA is the EVALSHA digest of a script source.
 func scriptSHA(src string) string {

@@ -13,10 +13,6 @@ import (
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
-func policy(name string, alg ratelimit.Algorithm, limit int64, window time.Duration) ratelimit.Policy {
-	return ratelimit.Policy{Name: name, Limit: ratelimit.Limit{Algorithm: alg, Limit: limit, Window: window}}
-}
-
 // decision is the JSON body of a rate-limit decision.
 type decision struct {
 	Allowed      bool   `json:"allowed"`
@@ -50,15 +46,6 @@ func (e *testEnv) check(t testing.TB, body string) (response, decision) {
 		t.Fatalf("check %s: status %d with allowed=%v", body, r.Status, d.Allowed)
 	}
 	return r, d
-}
-
-func retryAfter(t testing.TB, r response) int {
-	t.Helper()
-	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
-	if err != nil {
-		t.Fatalf("Retry-After = %q, want whole seconds", r.Header.Get("Retry-After"))
-	}
-	return n
 }
 
 // TestRateLimitThreePerTenSeconds is the reference case: a fixed window of 3
