@@ -215,6 +215,16 @@ func (e *testEnv) acquire(t testing.TB, name, body string, headerPairs ...string
 	return l
 }
 
+// acquireKeepalive takes a keep-alive lease through e and returns its token.
+func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {
+	t.Helper()
+	l := e.acquire(t, name, body)
+	if l.Keepalive == nil {
+		t.Fatalf("acquire %s %s: no keepalive in the lease", name, body)
+	}
+	return l.Token
+}
+
 // release releases one hold of name (200 required).
 func (e *testEnv) release(t testing.TB, name, token string) releaseJSON {
 	t.Helper()
@@ -288,6 +298,7 @@ func metricValue(t testing.TB, e *testEnv, series string) float64 {
 	return metrics(t, e)[series]
 }
 
+// retryAfter is the Retry-After header of r in whole seconds.
 func retryAfter(t testing.TB, r response) int {
 	t.Helper()
 	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
@@ -295,16 +306,6 @@ func retryAfter(t testing.TB, r response) int {
 		t.Fatalf("Retry-After = %q, want whole seconds", r.Header.Get("Retry-After"))
 	}
 	return n
-}
-
-// acquireKeepalive takes a keep-alive lease through e and returns its token.
-func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {
-	t.Helper()
-	l := e.acquire(t, name, body)
-	if l.Keepalive == nil {
-		t.Fatalf("acquire %s %s: no keepalive in the lease", name, body)
-	}
-	return l.Token
 }
 
 // waitFree polls name until it is not held, failing after within.
