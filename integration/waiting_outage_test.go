@@ -193,8 +193,7 @@ func (e *testEnv) registeredWaiters(t testing.TB, names []string) int64 {
 // still does once a renewer has.
 func TestLostReasonAfterRedisPause(t *testing.T) {
 	rc, url := startRedisContainer(t)
-	rdb := newClient(t, url)
-	in := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll))
+	in := newTestEnv(t, withRedis(url), withRenewer(instancePoll))
 	tok := in.acquireKeepalive(t, "ka-frozen", `{"ttl":"1s","keepalive":true}`)
 	if st := in.inspectAs(t, "ka-frozen", tok); !st.ownedIs(true) {
 		t.Fatalf("before the freeze: %v, want owned", st)
