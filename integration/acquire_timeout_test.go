@@ -157,20 +157,8 @@ func newSlowEnv(t *testing.T, wrap func(testing.TB, *redis.Client) store.Client,
 	t.Helper()
 	_, url := startRedisContainer(t)
 	p, addr := newSlowProxy(t, url)
-	e := newServerOn(t, wrap(t, serverClient(t, addr, opTimeout)), withOpTimeout(opTimeout))
-	e.RDB, e.RedisURL = newClient(t, url), url
-	if err := e.Svc.LoadScripts(t.Context()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
+	e := newTestEnv(t, withRedis(url), withServerClient(opTimeout), withServerAddr(addr), withClient(wrap))
 	return e, p
-}
-
-// lockOwner reads the token and hold count of name's lock straight from
-// Redis ("" when the lock is free).
-func (e *testEnv) lockOwner(t testing.TB, name string) (token, count string) {
-	t.Helper()
-	h := e.lockHash(t, name)
-	return h["token"], h["count"]
 }
 
 // wantFreed polls Redis until name's lock and its keep-alive registry entry
@@ -180,8 +168,8 @@ func (e *testEnv) wantFreed(t *testing.T, name string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		tok, _ := e.lockOwner(t, name)
-		n, err := e.RDB.ZCard(t.Context(), e.Prefix+"keepalive").Result()
+		tok := e.lockHash(t, name).Token
+		n, err := e.RDB.ZCard(t.Context(), e.registryKey()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,9 +251,9 @@ func TestAcquireTimeoutKeepsTheClientsHolds(t *testing.T) {
 	p.setDelay(slowReply)
 	wantStoreUnavailable(t, e, "POST", "/v1/locks/mine", `{"ttl":"30s"}`, "Lock-Token", held.Token)
 	time.Sleep(slowReply) // a release of the re-entry, had one been sent, has run by now
-	if tok, count := e.lockOwner(t, "mine"); tok != held.Token || count != "2" {
+	if h := e.lockHash(t, "mine"); h.Token != held.Token || h.Count != "2" {
 		t.Fatalf("after a timed-out re-entry: token %q, hold count %q; want the client's token, "+
-			"its hold and the re-entry's (the client releases what it does not want)", tok, count)
+			"its hold and the re-entry's (the client releases what it does not want)", h.Token, h.Count)
 	}
 	p.setDelay(0)
 	for range 2 {
@@ -294,8 +282,7 @@ func TestAcquireCancelledMidScriptLeavesNoLease(t *testing.T) {
 				}()
 				// Once Redis has run the script, the client gives up.
 				eventually(t, 5*time.Second, "the acquire script ran", func() bool {
-					tok, _ := e.lockOwner(t, "gone")
-					return tok != ""
+					return e.lockHash(t, "gone").Token != ""
 				})
 				cancel()
 				if err := <-done; !errors.Is(err, context.Canceled) {

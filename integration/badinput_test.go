@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/latchkey/latchkey/handlers"
 )
 
 // badInputMaxTTL and badInputMaxBody are the bounds of the bad-input server.
@@ -18,10 +17,10 @@ const (
 )
 
 func withLimits(maxTTL time.Duration, maxBody int64) envOption {
-	return func(s *serviceConfig, h *handlers.Config) {
-		s.MaxTTL = maxTTL
-		s.DefaultTTL = maxTTL / 2
-		h.MaxBodyBytes = maxBody
+	return func(c *envConfig) {
+		c.svc.MaxTTL = maxTTL
+		c.svc.DefaultTTL = maxTTL / 2
+		c.router.MaxBodyBytes = maxBody
 	}
 }
 
@@ -29,7 +28,7 @@ func withLimits(maxTTL time.Duration, maxBody int64) envOption {
 // content of the victim lock.
 type redisSnapshot struct {
 	Keys  []string
-	Lock  map[string]string
+	Lock  redisLock
 	Fence string
 }
 

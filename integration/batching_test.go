@@ -13,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// newScriptService returns a service on the Redis at url with the server's
-// client settings (no resend of a failed command), its scripts riding
-// go-redis's autopipeliner when pipelined, as cmd/server runs it by default.
+// newScriptService returns the services of a server on the Redis at url with
+// the server's client settings (no resend of a failed command), its scripts
+// riding go-redis's autopipeliner when pipelined, as cmd/server runs it by
+// default.
 func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.Duration) *services {
 	tb.Helper()
 	opts, err := redis.ParseURL(url)
@@ -25,17 +26,11 @@ func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.
 	opts.MaxRetries = -1
 	rdb := redis.NewClient(opts)
 	tb.Cleanup(func() { _ = rdb.Close() })
-	var client store.Client = rdb
+	env := []envOption{withRedisClient(rdb, url), withOpTimeout(opTimeout)}
 	if pipelined {
-		if client, err = store.NewPipelinedClient(rdb, 0); err != nil {
-			tb.Fatal(err)
-		}
+		env = append(env, withClient(pipelinedClient))
 	}
-	svc := newServices(tb, client, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix(), OpTimeout: opTimeout}})
-	if err := svc.LoadScripts(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	return svc
+	return newTestEnv(tb, env...).Svc
 }
 
 // Every concurrent caller gets its own reply: leases name the lock and token
@@ -95,7 +90,7 @@ func TestPipelinedErrorsStayWithTheirRequest(t *testing.T) {
 	const n = 200
 	for i := 0; i < n; i += 4 {
 		// Every fourth lock key is a plain string: the acquire script hits WRONGTYPE.
-		if err := rdb.Set(t.Context(), fmt.Sprintf("%slock:{mixed-%d}", prefix, i), "x", time.Minute).Err(); err != nil {
+		if err := rdb.Set(t.Context(), locks.KeysOf(prefix, fmt.Sprintf("mixed-%d", i)).Lock, "x", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/client"
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -25,8 +24,7 @@ const doneGuard = 15 * time.Second
 // clientEnv is a server on a real Redis and a client of it.
 type clientEnv struct {
 	*testEnv
-	srv *httptest.Server
-	c   *client.Client
+	c *client.Client
 }
 
 // fastRetry retries quickly, so tests of retries do not wait for the defaults.
@@ -34,11 +32,8 @@ var fastRetry = client.WithRetry(client.Retry{Attempts: 3, MinBackoff: 10 * time
 
 func newClientEnv(t *testing.T, opts ...envOption) *clientEnv {
 	t.Helper()
-	rdb, url := newRedis(t)
-	srv, svc, scfg := startServer(t, rdb, true, opts...)
-	t.Cleanup(func() { _ = svc.Close() })
-	e := &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, RedisURL: url, Prefix: scfg.KeyPrefix, Svc: svc}
-	return &clientEnv{testEnv: e, srv: srv, c: mustClient(t, srv.URL, fastRetry)}
+	e := newTestEnv(t, opts...)
+	return &clientEnv{testEnv: e, c: mustClient(t, e.URL, fastRetry)}
 }
 
 func mustClient(t *testing.T, url string, opts ...client.Option) *client.Client {
@@ -48,12 +43,6 @@ func mustClient(t *testing.T, url string, opts ...client.Option) *client.Client 
 		t.Fatal(err)
 	}
 	return c
-}
-
-// kill ends the server as a crash would: every connection is cut at once.
-func (e *clientEnv) kill() {
-	e.srv.CloseClientConnections()
-	e.srv.Close()
 }
 
 // waitDone waits for l's Done and returns its Err.
@@ -199,7 +188,7 @@ func TestClientErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLost(t, waitDone(t, l, "lease past its TTL"), client.ReasonValidityElapsed)
-	eventually(t, doneGuard, "the lease expires on the server", func() bool { return !e.state(t, "taken").Held })
+	eventually(t, doneGuard, "the lease expires on the server", func() bool { return !e.inspect(t, "taken").Held })
 	other, err := e.c.Lock(ctx, "taken", client.LockOptions{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +196,7 @@ func TestClientErrors(t *testing.T) {
 	if err := l.Unlock(ctx); !errors.Is(err, client.ErrNotOwner) {
 		t.Fatalf("unlock of a lease taken over: %v, want ErrNotOwner", err)
 	}
-	if st := e.state(t, "taken"); !st.Held || st.Fence != other.Fence {
+	if st := e.inspect(t, "taken"); !st.Held || st.Fence != other.Fence {
 		t.Fatalf("after the old holder's unlock: %+v, want still held by fence %d", st, other.Fence)
 	}
 
@@ -315,7 +304,7 @@ func TestClientServerKilled(t *testing.T) {
 // TestClientRedisPausedPastLease: while Redis does not answer for longer
 // than the TTL, a keep-alive lease and a hold are both reported lost.
 func TestClientRedisPausedPastLease(t *testing.T) {
-	e := newClientEnv(t, func(sc *serviceConfig, _ *handlers.Config) { sc.OpTimeout = 200 * time.Millisecond })
+	e := newClientEnv(t, withServiceConfig(func(sc *serviceConfig) { sc.OpTimeout = 200 * time.Millisecond }))
 	ctx := t.Context()
 	ka, err := e.c.Lock(ctx, "paused-ka", client.LockOptions{TTL: time.Second, KeepAlive: true,
 		Heartbeat: 600 * time.Millisecond, MaxHold: time.Minute})
@@ -426,7 +415,7 @@ func TestClientAcquireUnknownOutcome(t *testing.T) {
 	if _, err := c.Lock(tctx, "timeout", client.LockOptions{TTL: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock with no answer: %v, want the deadline", err)
 	}
-	if f.seen.Load() == 0 || e.state(t, "timeout").Fence == 0 {
+	if f.seen.Load() == 0 || e.inspect(t, "timeout").Fence == 0 {
 		t.Fatal("the acquire never reached the server: the test proves nothing")
 	}
 	wantFree(t, e.c, "timeout")

@@ -20,7 +20,7 @@ func TestMutualExclusion(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
 			_, url := newRedis(t)
-			testMutualExclusion(t, newServerOnURL(t, url, c.wrap, 2*time.Second))
+			testMutualExclusion(t, newTestEnv(t, withRedis(url), withServerClient(2*time.Second), withClient(c.wrap)))
 		})
 	}
 }

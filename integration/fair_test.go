@@ -12,16 +12,14 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestFairOrder: 20 fair waiters arriving in a known order acquire in that
 // order; one that disconnects mid-queue is skipped at once, not after its
 // 60s wait.
 func TestFairOrder(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	holder, _ := e.mustAcquire(t, "fifo", `{"ttl":"30s","fair":true}`)
+	e := newTestEnv(t)
+	holder := e.acquire(t, "fifo", `{"ttl":"30s","fair":true}`).Token
 
 	const n, gone = 20, 5
 	var (
@@ -29,7 +27,7 @@ func TestFairOrder(t *testing.T) {
 		order  []int
 		wg     sync.WaitGroup
 		cancel context.CancelFunc
-		failed = make([]waitResult, n)
+		failed = make([]response, n)
 	)
 	for i := range n {
 		ctx := t.Context()
@@ -47,7 +45,7 @@ func TestFairOrder(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			failed[i] = e.send(t.Context(), "DELETE", "/v1/locks/fifo", "", "Lock-Token", r.Token)
+			failed[i] = e.send(t.Context(), "DELETE", "/v1/locks/fifo", "", "Lock-Token", r.Token())
 		}()
 		e.waitForWaiters(t, "fifo", int64(i+1)) // arrival order is queue order
 	}
@@ -55,7 +53,7 @@ func TestFairOrder(t *testing.T) {
 	e.waitForWaiters(t, "fifo", n-1)
 
 	start := time.Now()
-	e.mustRelease(t, "fifo", holder)
+	e.release(t, "fifo", holder)
 	wg.Wait()
 	elapsed := time.Since(start)
 
@@ -79,7 +77,7 @@ func TestFairOrder(t *testing.T) {
 	if elapsed > 20*time.Second {
 		t.Errorf("the queue drained in %s, want far less than the departed waiter's 60s wait", elapsed)
 	}
-	if st := e.state(t, "fifo"); st.Waiters != 0 || st.Held || st.Fair {
+	if st := e.inspect(t, "fifo"); st.Waiters != 0 || st.Held || st.Fair {
 		t.Errorf("state after the queue drained = %+v, want free, not fair, no waiters", st)
 	}
 }
@@ -88,10 +86,9 @@ func TestFairOrder(t *testing.T) {
 // for it; asking for the other mode is a 409 lock-mode-mismatch, while the
 // owner can re-enter in either mode.
 func TestFairModeMismatch(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	fairTok, _ := e.mustAcquire(t, "fair", `{"fair":true}`)
-	plainTok, _ := e.mustAcquire(t, "plain", `{}`)
+	e := newTestEnv(t)
+	fairTok := e.acquire(t, "fair", `{"fair":true}`).Token
+	plainTok := e.acquire(t, "plain", `{}`).Token
 	tests := []struct {
 		name, body string
 		headers    []string
@@ -108,14 +105,14 @@ func TestFairModeMismatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := e.send(t.Context(), "POST", "/v1/locks/"+tt.name, tt.body, tt.headers...)
-		if r.Status != tt.status || !strings.Contains(r.Body, tt.typ) {
+		if r.Status != tt.status || !strings.Contains(string(r.Body), tt.typ) {
 			t.Errorf("%s %s: %d %s, want %d with %s", tt.name, tt.body, r.Status, r.Body, tt.status, tt.typ)
 		}
 	}
-	if st := e.state(t, "fair"); !st.Fair {
+	if st := e.inspect(t, "fair"); !st.Fair {
 		t.Errorf("GET fair lock: fair = false, want true")
 	}
-	if st := e.state(t, "plain"); st.Fair {
+	if st := e.inspect(t, "plain"); st.Fair {
 		t.Errorf("GET plain lock: fair = true, want false")
 	}
 }
@@ -129,9 +126,8 @@ func TestFairWaiterClientKilled(t *testing.T) {
 	if err != nil {
 		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
 	}
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	holder, _ := e.mustAcquire(t, "killed-client", `{"ttl":"30s","fair":true}`)
+	e := newTestEnv(t)
+	holder := e.acquire(t, "killed-client", `{"ttl":"30s","fair":true}`).Token
 
 	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "120", "-X", "POST", "-H", "Content-Type: application/json",
 		"-d", `{"wait":"60s","fair":true}`, e.URL+"/v1/locks/killed-client")
@@ -140,7 +136,7 @@ func TestFairWaiterClientKilled(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	e.waitForWaiters(t, "killed-client", 1)
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() {
 		got <- e.send(t.Context(), "POST", "/v1/locks/killed-client", `{"wait":"60s","fair":true}`)
 	}()
@@ -151,7 +147,7 @@ func TestFairWaiterClientKilled(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	e.waitForWaiters(t, "killed-client", 1)
-	e.mustRelease(t, "killed-client", holder)
+	e.release(t, "killed-client", holder)
 	select {
 	case r := <-got:
 		if r.Status != http.StatusCreated {
@@ -175,15 +171,10 @@ func TestFairChildInstance(t *testing.T) {
 		t.Skip("runs only as the child process of TestFairInstanceKilled")
 	}
 	parts := strings.SplitN(spec, " ", 3)
-	opts, err := redis.ParseURL(parts[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: parts[1]}})
+	svc := newTestEnv(t, withRedis(parts[0]), withPrefix(parts[1])).Svc
 	// Long enough for the parent to queue its own waiter behind this one and
 	// kill this process, however slowly the machine runs.
-	_, err = svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 10 * time.Second, Fair: true})
+	_, err := svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 10 * time.Second, Fair: true})
 	t.Fatalf("the child instance was not killed while it waited: %v", err)
 }
 
@@ -192,18 +183,17 @@ func TestFairChildInstance(t *testing.T) {
 // blocked beyond the dead waiter's deadline, and not let past it earlier
 // either: FIFO stays honest.
 func TestFairInstanceKilled(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	holder, _ := e.mustAcquire(t, "dead-instance", `{"ttl":"30s","fair":true}`)
+	e := newTestEnv(t)
+	holder := e.acquire(t, "dead-instance", `{"ttl":"30s","fair":true}`).Token
 
 	child := exec.Command(os.Args[0], "-test.run=^TestFairChildInstance$", "-test.count=1")
-	child.Env = append(os.Environ(), envChildInstance+"="+url+" "+e.Prefix+" dead-instance")
+	child.Env = append(os.Environ(), envChildInstance+"="+e.RedisURL+" "+e.Prefix+" dead-instance")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	e.waitForWaiters(t, "dead-instance", 1)
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() {
 		got <- e.send(t.Context(), "POST", "/v1/locks/dead-instance", `{"wait":"40s","fair":true}`)
 	}()
@@ -214,23 +204,23 @@ func TestFairInstanceKilled(t *testing.T) {
 	_ = child.Wait()
 
 	// The dead waiter is the queue's head; its deadline is its score.
-	queue, waiters := e.Prefix+"queue:{dead-instance}", e.Prefix+"waiters:{dead-instance}"
-	head, err := rdb.LIndex(t.Context(), queue, 0).Result()
+	queue, waiters := e.lockKeys("dead-instance").Queue, e.lockKeys("dead-instance").Waiters
+	head, err := e.RDB.LIndex(t.Context(), queue, 0).Result()
 	if err != nil {
 		t.Fatalf("queue head: %v", err)
 	}
-	deadline, err := rdb.ZScore(t.Context(), waiters, head).Result()
+	deadline, err := e.RDB.ZScore(t.Context(), waiters, head).Result()
 	if err != nil {
 		t.Fatalf("dead waiter's deadline: %v", err)
 	}
-	now, err := rdb.Time(t.Context()).Result()
+	now, err := e.RDB.Time(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	blockedFor := time.Duration(int64(deadline)-now.UnixMilli()) * time.Millisecond
 
 	start := time.Now()
-	e.mustRelease(t, "dead-instance", holder)
+	e.release(t, "dead-instance", holder)
 	r := <-got
 	elapsed := time.Since(start)
 	if r.Status != http.StatusCreated {

@@ -12,19 +12,19 @@ import (
 // waiter takes the lock before the hold looks again; a force-release still
 // ends it with "lost" (force_released).
 func TestHoldEndsWithAWaiter(t *testing.T) {
-	e := holdEnv(t, nil)
+	e := newTestEnv(t, withShortStreams())
 	tests := []struct {
 		desc   string
 		lock   string
-		end    func(name, token string) waitResult
+		end    func(name, token string) response
 		status int
 		event  string
 		reason string
 	}{
-		{"release by the owner", "handover", func(name, token string) waitResult {
+		{"release by the owner", "handover", func(name, token string) response {
 			return e.send(t.Context(), "DELETE", "/v1/locks/"+name, "", "Lock-Token", token)
 		}, http.StatusOK, "released", ""},
-		{"force-release", "evicted", func(name, _ string) waitResult {
+		{"force-release", "evicted", func(name, _ string) response {
 			return e.send(t.Context(), "DELETE", "/v1/locks/"+name+"?force=true", "", "Authorization", "Bearer "+testAdminKey)
 		}, http.StatusNoContent, "lost", "force_released"},
 	}
@@ -38,7 +38,7 @@ func TestHoldEndsWithAWaiter(t *testing.T) {
 				if ev := h.next(t, time.Second, false); ev.Name != "acquired" {
 					t.Fatalf("first event %+v, want acquired", ev)
 				}
-				got := make(chan waitResult, 1)
+				got := make(chan response, 1)
 				go func() { got <- e.send(t.Context(), "POST", "/v1/locks/"+name, `{"wait":"10s"}`) }()
 				e.waitForWaiters(t, name, 1)
 				if r := tt.end(name, h.Header.Get("Lock-Token")); r.Status != tt.status {
@@ -55,7 +55,7 @@ func TestHoldEndsWithAWaiter(t *testing.T) {
 				if w.Status != http.StatusCreated {
 					t.Fatalf("%d: waiter: %d %s, want 201", i, w.Status, w.Body)
 				}
-				e.mustRelease(t, name, w.Token)
+				e.release(t, name, w.Token())
 			}
 		})
 	}

@@ -13,27 +13,21 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// holdEnv is a server whose HTTP read and write timeouts are far shorter
-// than the streams it serves, and whose hold streams ping every 100ms.
-func holdEnv(t *testing.T, client func(*redis.Client) store.Client) *testEnv {
-	t.Helper()
-	rdb, url := newRedis(t)
-	return newWaitEnv(t, rdb, url, waitEnvConfig{
-		client: client,
-		server: func(s *http.Server) {
+// withShortStreams makes a server whose HTTP read and write timeouts are far
+// shorter than the streams it serves, and whose hold streams ping every 100ms.
+func withShortStreams() envOption {
+	return func(c *envConfig) {
+		c.server = func(s *http.Server) {
 			s.ReadTimeout = 300 * time.Millisecond
 			s.WriteTimeout = 500 * time.Millisecond
-		},
-		router: func(c *handlers.Config) {
-			c.HoldPing = 100 * time.Millisecond
-			c.StreamWriteTimeout = time.Second
-		},
-	})
+		}
+		c.router.HoldPing = 100 * time.Millisecond
+		c.router.StreamWriteTimeout = time.Second
+	}
 }
 
 // eventGuard bounds the wait for a hold event that is due: it fails only a
@@ -45,7 +39,7 @@ const eventGuard = 10 * time.Second
 // when the client disconnects, the lease is released (not left to expire)
 // and a waiter gets the lock.
 func TestHoldStream(t *testing.T) {
-	e := holdEnv(t, nil)
+	e := newTestEnv(t, withShortStreams())
 	const ttl = 600 * time.Millisecond
 	h := e.openHold(t, "held", `{"ttl":"`+ttl.String()+`"}`)
 	if h.Status != http.StatusOK || !strings.HasPrefix(h.Header.Get("Content-Type"), "text/event-stream") {
@@ -80,16 +74,16 @@ func TestHoldStream(t *testing.T) {
 			t.Fatalf("unexpected event %+v while held", ev)
 		}
 	}
-	if st := e.state(t, "held"); !st.Held || st.Fence != int64(fence) {
+	if st := e.inspect(t, "held"); !st.Held || st.Fence != int64(fence) {
 		t.Fatalf("state while held = %+v, want held with fence %v", st, fence)
 	}
 
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() { got <- e.send(t.Context(), "POST", "/v1/locks/held", `{"wait":"30s"}`) }()
 	e.waitForWaiters(t, "held", 1)
 	h.close()
 	r := <-got
-	if r.Status != http.StatusCreated || r.Fence <= int64(fence) {
+	if r.Status != http.StatusCreated || r.Fence() <= int64(fence) {
 		t.Fatalf("waiter: %d %s, want 201 with a fence above %v", r.Status, r.Body, fence)
 	}
 	// The TTL would have let the waiter in too: the release is what counts.
@@ -102,18 +96,18 @@ func TestHoldStream(t *testing.T) {
 // and with "released" when its owner releases it through the API, at once:
 // its next renewal is 20s away.
 func TestHoldEnds(t *testing.T) {
-	e := holdEnv(t, nil)
+	e := newTestEnv(t, withShortStreams())
 	tests := []struct {
 		desc   string
-		end    func(token string) waitResult
+		end    func(token string) response
 		status int
 		event  string
 		reason string
 	}{
-		{"force-release", func(string) waitResult {
+		{"force-release", func(string) response {
 			return e.send(t.Context(), "DELETE", "/v1/locks/ends?force=true", "", "Authorization", "Bearer "+testAdminKey)
 		}, http.StatusNoContent, "lost", "force_released"},
-		{"release by the owner", func(token string) waitResult {
+		{"release by the owner", func(token string) response {
 			return e.send(t.Context(), "DELETE", "/v1/locks/ends", "", "Lock-Token", token)
 		}, http.StatusOK, "released", ""},
 	}
@@ -138,8 +132,8 @@ func TestHoldEnds(t *testing.T) {
 // TestHoldWaitFails: a hold that cannot get the lock within its wait is an
 // ordinary 409 lock-held answer, not a stream.
 func TestHoldWaitFails(t *testing.T) {
-	e := holdEnv(t, nil)
-	e.mustAcquire(t, "taken", `{"ttl":"10s"}`)
+	e := newTestEnv(t, withShortStreams())
+	e.acquire(t, "taken", `{"ttl":"10s"}`)
 	h := e.openHold(t, "taken", `{"wait":"200ms"}`)
 	if h.Status != http.StatusConflict || !strings.Contains(h.Body, `"lock-held"`) || h.Header.Get("Retry-After") == "" {
 		t.Errorf("hold of a held lock: %d %s, want 409 lock-held with Retry-After", h.Status, h.Body)
@@ -168,7 +162,7 @@ func (o outageClient) EvalSha(ctx context.Context, sha string, keys []string, ar
 // every ttl/3.
 func TestHoldLostInOutage(t *testing.T) {
 	var down atomic.Bool
-	e := holdEnv(t, func(c *redis.Client) store.Client { return outageClient{Client: c, down: &down} })
+	e := newTestEnv(t, withShortStreams(), withClientOf(func(c *redis.Client) store.Client { return outageClient{Client: c, down: &down} }))
 	const ttl = 3 * time.Second
 	h := e.openHold(t, "outage", `{"ttl":"`+ttl.String()+`"}`)
 	ev := h.next(t, eventGuard, false)
@@ -214,7 +208,7 @@ func eventExpiry(t testing.TB, ev sseEvent) time.Time {
 func TestHoldForceReleaseUnheard(t *testing.T) {
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
-	e := holdEnv(t, func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} })
+	e := newTestEnv(t, withShortStreams(), withClientOf(func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
 	h := e.openHold(t, "unheard", `{"ttl":"600ms"}`)
 	if ev := h.next(t, eventGuard, false); ev.Name != "acquired" {
 		t.Fatalf("first event %+v, want acquired", ev)
@@ -242,7 +236,7 @@ func TestHoldWithCurl(t *testing.T) {
 	if err != nil {
 		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
 	}
-	e := holdEnv(t, nil)
+	e := newTestEnv(t, withShortStreams())
 	// --max-time ends curl, and with it the read below, if the stream hangs.
 	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "60", "-X", "POST", "-H", "Content-Type: application/json",
 		"-d", `{"ttl":"600ms"}`, e.URL+"/v1/locks/curl/hold")
@@ -264,7 +258,7 @@ func TestHoldWithCurl(t *testing.T) {
 	if !slices.Equal(seen, []string{"acquired", "renewed", "renewed"}) {
 		t.Fatalf("curl -N printed events %v, want acquired, renewed, renewed as they happen", seen)
 	}
-	if !e.state(t, "curl").Held {
+	if !e.inspect(t, "curl").Held {
 		t.Fatal("lock not held while curl streams the hold")
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -277,7 +271,7 @@ func TestHoldWithCurl(t *testing.T) {
 		return metricValue(t, e, `latchkey_lock_releases_total{kind="final"}`) == 1
 	})
 	t.Logf("lease released %s after curl was killed", time.Since(start))
-	if e.state(t, "curl").Held {
+	if e.inspect(t, "curl").Held {
 		t.Error("lock still held after its hold was released")
 	}
 }

@@ -141,7 +141,7 @@ func TestImageStack(t *testing.T) {
 		"LATCHKEY_REDIS_TIMEOUT": "1s",
 		"LATCHKEY_LOG_LEVEL":     "debug",
 	})
-	e := &testEnv{URL: lk.URL, Client: newSpecClient(t)}
+	e := remoteEnv(t, lk.URL)
 
 	t.Run("published on loopback only", func(t *testing.T) {
 		wantLoopbackPorts(t, lk)
@@ -184,9 +184,8 @@ func TestImageStack(t *testing.T) {
 		if got := r.JSON(t)["released"]; got != true {
 			t.Errorf("released = %v, want true", got)
 		}
-		r = e.do(t, "GET", "/v1/locks/image-stack", "")
-		if r.Status != http.StatusOK || r.JSON(t)["held"] != false {
-			t.Errorf("after release: %d %s, want 200 and held false", r.Status, r.Body)
+		if st := e.inspect(t, "image-stack"); st.Held {
+			t.Errorf("after release: %v, want held false", st)
 		}
 	})
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,12 +86,9 @@ func BenchmarkKeepalive10kLeases(b *testing.B) {
 	_, url := startRedisContainer(b)
 	rdb := newClient(b, url)
 	rec := &lagRecorder{Client: rdb}
-	svc := newServices(b, rec, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix()}})
-	if err := svc.LoadScripts(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	stop := startRenewer(b, svc)
-	defer stop()
+	e := newTestEnv(b, withRedisClient(rdb, url), withClientOf(func(*redis.Client) store.Client { return rec }), withRenewer(0))
+	defer e.stopRenewer()
+	svc := e.Svc
 	for i := range leases {
 		if _, err := svc.Acquire(b.Context(), fmt.Sprintf("bench-%d", i), locks.AcquireRequest{TTL: ttl, Keepalive: true}); err != nil {
 			b.Fatal(err)
@@ -111,7 +109,7 @@ func BenchmarkKeepalive10kLeases(b *testing.B) {
 	info1, cmd1 := redisInfo(b, rdb, "cpu"), redisInfo(b, rdb, "stats")
 	lags, batches := rec.take()
 
-	n, err := rdb.ZCard(context.Background(), svc.Store.Config().KeyPrefix+"keepalive").Result()
+	n, err := rdb.ZCard(context.Background(), e.registryKey()).Result()
 	if err != nil || n != leases {
 		b.Fatalf("registry holds %d leases (%v), want %d: leases were lost", n, err, leases)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -82,7 +82,7 @@ func (r *renewRecorder) busy() int {
 func makeAllDue(t *testing.T, rdb *redis.Client, prefix string) []string {
 	t.Helper()
 	ctx := t.Context()
-	registry := prefix + "keepalive"
+	registry := locks.RegistryKey(prefix)
 	members, err := rdb.ZRange(ctx, registry, 0, -1).Result()
 	if err != nil {
 		t.Fatalf("ZRANGE: %v", err)
@@ -108,7 +108,7 @@ func noneDue(t *testing.T, rdb *redis.Client, prefix string) bool {
 	if err != nil {
 		t.Fatalf("TIME: %v", err)
 	}
-	n, err := rdb.ZCount(t.Context(), prefix+"keepalive", "-inf", fmt.Sprint(now.UnixMilli())).Result()
+	n, err := rdb.ZCount(t.Context(), locks.RegistryKey(prefix), "-inf", fmt.Sprint(now.UnixMilli())).Result()
 	if err != nil {
 		t.Fatalf("ZCOUNT: %v", err)
 	}
@@ -131,15 +131,15 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 			close(gate.open)
 		}
 	})
-	cfg := func(sc *serviceConfig, _ *handlers.Config) {
+	cfg := withServiceConfig(func(sc *serviceConfig) {
 		sc.RenewBatch, sc.RenewParallel = batch, parallel
 		sc.RenewPoll = 2 * time.Millisecond
 		sc.OpTimeout = 10 * time.Second // calls wait at the gate
-	}
+	})
 	recA := &renewRecorder{Client: rdb, gate: gate, named: map[string]int{}, renewed: map[string]int{}}
 	recB := &renewRecorder{Client: rdb, gate: gate, named: map[string]int{}, renewed: map[string]int{}}
-	a := newInstance(t, rdb, recA, prefix, cfg)
-	b := newInstance(t, rdb, recB, prefix, cfg)
+	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return recA }), cfg)
+	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return recB }), cfg)
 	for i := range leases {
 		if _, err := a.Svc.Acquire(t.Context(), fmt.Sprintf("ka-par-%03d", i),
 			locks.AcquireRequest{TTL: time.Minute, Keepalive: true}); err != nil {
@@ -166,7 +166,7 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 			}
 			close(gate.open)
 		}
-		waitFor(t, 30*time.Second, "every lease renewed and no renewal call in flight", func() bool {
+		eventually(t, 30*time.Second, "every lease renewed and no renewal call in flight", func() bool {
 			return noneDue(t, rdb, prefix) && recA.busy() == 0 && recB.busy() == 0
 		})
 		namedA, renewedA := recA.take()
@@ -187,11 +187,11 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 		}
 		t.Logf("round %d: %d renewals, %d leases named by both instances", round, total, raced)
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total") + b.metric(t, "latchkey_keepalive_renewals_total"); got != 3*leases {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total") + metricValue(t, b, "latchkey_keepalive_renewals_total"); got != 3*leases {
 		t.Errorf("renewals by both instances = %v, want %d (one per lease and due time)", got, 3*leases)
 	}
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`) +
-		b.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="store"}`) +
+		metricValue(t, b, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want 0`, got)
 	}
 }

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestKeepaliveValidation(t *testing.T) {
-	e := newTestEnv(t, func(sc *serviceConfig, _ *handlers.Config) { sc.MaxHoldCap = time.Hour })
+	e := newTestEnv(t, withServiceConfig(func(sc *serviceConfig) { sc.MaxHoldCap = time.Hour }))
 	tests := []struct {
 		body, field, rule, detail string
 	}{
@@ -56,9 +56,7 @@ func TestKeepaliveValidation(t *testing.T) {
 // A keep-alive lease with ttl 2s stays held while its holder heartbeats,
 // and is lost (heartbeat_missed) once the heartbeats stop.
 func TestKeepaliveHeartbeat(t *testing.T) {
-	rdb, url := newRedis(t)
-	a := newInstance(t, rdb, rdb, uniquePrefix())
-	a.RedisURL = url
+	a := newTestEnv(t, withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-hb", `{"ttl":"2s","keepalive":true,"heartbeat":"1s"}`)
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -68,39 +66,38 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 			t.Fatalf("heartbeat = %d %s, want 200", r.Status, r.Body)
 		}
 		time.Sleep(300 * time.Millisecond)
-		st := a.lockState(t, "ka-hb", tok)
-		if st["held"] != true || st["owned"] != true {
+		st := a.inspectAs(t, "ka-hb", tok)
+		if !st.Held || !st.ownedIs(true) {
 			t.Fatalf("while heartbeating: state %v, want held and owned", st)
 		}
-		ka, _ := st["keepalive"].(map[string]any)
-		if ka == nil || ka["heartbeat_ms"] != float64(1000) || ka["heartbeat_due"] == nil || ka["max_hold_until"] == nil {
+		ka := st.Keepalive
+		if ka == nil || ka.HeartbeatMS != 1000 || ka.HeartbeatDue == nil || ka.MaxHoldUntil.IsZero() {
 			t.Fatalf("while heartbeating: keepalive %v, want heartbeat_ms 1000, heartbeat_due and max_hold_until", ka)
 		}
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got < 5 {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got < 5 {
 		t.Errorf("renewals = %v after 10s of a 2s lease, want at least 5", got)
 	}
 
 	// Heartbeats stop: renewals stop within the heartbeat, then the TTL runs out.
 	took := a.waitFree(t, "ka-hb", 1*time.Second+2*time.Second+2*time.Second)
 	t.Logf("lease gone %s after the last heartbeat", took)
-	st := a.lockState(t, "ka-hb", tok)
-	if st["owned"] != false || st["lost_reason"] != "heartbeat_missed" {
+	st := a.inspectAs(t, "ka-hb", tok)
+	if !st.ownedIs(false) || st.LostReason != "heartbeat_missed" {
 		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat_missed", st)
 	}
-	waitFor(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
+	eventually(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
 		t.Errorf(`renewal failures{reason="heartbeat_missed"} = %v, want at least 1`, got)
 	}
 }
 
 // A late heartbeat, while the lease still lives, resumes the renewals.
 func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
-	rdb, _ := newRedis(t)
-	a := newInstance(t, rdb, rdb, uniquePrefix())
+	a := newTestEnv(t, withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-late", `{"ttl":"3s","keepalive":true,"heartbeat":"300ms"}`)
 	time.Sleep(1500 * time.Millisecond) // heartbeat missed, lease still alive (ttl 3s)
-	if st := a.lockState(t, "ka-late", tok); st["owned"] != true {
+	if st := a.inspectAs(t, "ka-late", tok); !st.ownedIs(true) {
 		t.Fatalf("before the late heartbeat: %v, want owned", st)
 	}
 	for range 15 { // 3s of heartbeats: the lease is renewed past its TTL
@@ -109,8 +106,8 @@ func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	st := a.lockState(t, "ka-late", tok)
-	if st["owned"] != true || st["lost_reason"] != nil {
+	st := a.inspectAs(t, "ka-late", tok)
+	if !st.ownedIs(true) || st.LostReason != "" {
 		t.Fatalf("after resumed heartbeats: %v, want owned and no lost_reason", st)
 	}
 }
@@ -118,29 +115,28 @@ func TestKeepaliveLateHeartbeatResumes(t *testing.T) {
 // A keep-alive lease is renewed past its TTL but never past max_hold, even
 // with two instances racing to renew it.
 func TestKeepaliveMaxHold(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
-	a := newInstance(t, rdb, rdb, prefix, fast)
-	newInstance(t, rdb, rdb, prefix, fast)
+	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond })
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	start := time.Now()
 	r := a.do(t, "POST", "/v1/locks/ka-max", `{"ttl":"1s","keepalive":true,"max_hold":"2500ms"}`)
 	if r.Status != http.StatusCreated {
 		t.Fatalf("acquire = %d %s", r.Status, r.Body)
 	}
 	tok := r.Header.Get("Lock-Token")
-	until, err := time.Parse(time.RFC3339Nano, r.JSON(t)["keepalive"].(map[string]any)["max_hold_until"].(string))
-	if err != nil {
-		t.Fatal(err)
+	l := decodeAs[leaseJSON](t, r)
+	if l.Keepalive == nil {
+		t.Fatalf("acquire answered no keepalive: %s", r.Body)
 	}
+	until := l.Keepalive.MaxHoldUntil
 	for time.Since(start) < 2*time.Second {
-		st := a.lockState(t, "ka-max", tok)
-		if st["owned"] != true {
+		st := a.inspectAs(t, "ka-max", tok)
+		if !st.ownedIs(true) {
 			t.Fatalf("at %s: %v, want owned (renewed past its 1s TTL)", time.Since(start), st)
 		}
 		// expires_at is the store's clock plus PTTL, both in whole
 		// milliseconds: allow it 1ms of rounding.
-		exp, _ := time.Parse(time.RFC3339Nano, st["expires_at"].(string))
+		exp := *st.ExpiresAt
 		if exp.After(until.Add(time.Millisecond)) {
 			t.Fatalf("expires_at %s is past max_hold_until %s", exp, until)
 		}
@@ -158,8 +154,8 @@ func TestKeepaliveMaxHold(t *testing.T) {
 	if held := time.Since(start); held > 2500*time.Millisecond+500*time.Millisecond {
 		t.Errorf("held for %s, want about max_hold 2.5s", held)
 	}
-	st := a.lockState(t, "ka-max", tok)
-	if st["owned"] != false || st["lost_reason"] != "max_hold" {
+	st := a.inspectAs(t, "ka-max", tok)
+	if !st.ownedIs(false) || st.LostReason != "max_hold" {
 		t.Errorf("after max_hold: %v, want owned false, lost_reason max_hold", st)
 	}
 }
@@ -167,11 +163,10 @@ func TestKeepaliveMaxHold(t *testing.T) {
 // Release stops the renewals at once: no renewal follows it, and the owner
 // is not told it lost anything.
 func TestKeepaliveReleaseStopsRenewal(t *testing.T) {
-	rdb, _ := newRedis(t)
-	a := newInstance(t, rdb, rdb, uniquePrefix())
+	a := newTestEnv(t, withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-rel", `{"ttl":"300ms","keepalive":true}`)
 	time.Sleep(700 * time.Millisecond) // renewed at least once
-	if st := a.lockState(t, "ka-rel", tok); st["owned"] != true {
+	if st := a.inspectAs(t, "ka-rel", tok); !st.ownedIs(true) {
 		t.Fatalf("before release: %v, want owned", st)
 	}
 	if r := a.do(t, "DELETE", "/v1/locks/ka-rel", "", "Lock-Token", tok); r.Status != http.StatusOK {
@@ -180,13 +175,13 @@ func TestKeepaliveReleaseStopsRenewal(t *testing.T) {
 	if n := a.registrySize(t); n != 0 {
 		t.Errorf("registry after release = %d entries, want 0", n)
 	}
-	renewals := a.metric(t, "latchkey_keepalive_renewals_total")
+	renewals := metricValue(t, a, "latchkey_keepalive_renewals_total")
 	time.Sleep(time.Second)
-	st := a.lockState(t, "ka-rel", tok)
-	if st["held"] != false || st["lost_reason"] != nil {
+	st := a.inspectAs(t, "ka-rel", tok)
+	if st.Held || st.LostReason != "" {
 		t.Errorf("after release: %v, want not held and no lost_reason", st)
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got != renewals {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got != renewals {
 		t.Errorf("renewals went from %v to %v after the release, want none", renewals, got)
 	}
 }
@@ -197,7 +192,7 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
 	gc := &gatedClient{Client: rdb, entered: make(chan []any, 1), gate: make(chan struct{})}
-	slow := newInstance(t, rdb, gc, prefix, func(sc *serviceConfig, _ *handlers.Config) { sc.OpTimeout = 10 * time.Second })
+	slow := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return gc }), withServiceConfig(func(sc *serviceConfig) { sc.OpTimeout = 10 * time.Second }))
 	t.Cleanup(func() {
 		select {
 		case <-gc.gate:
@@ -234,10 +229,10 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 	if n := slow.registrySize(t); n != 0 {
 		t.Errorf("registry = %d entries, want 0", n)
 	}
-	if st := slow.lockState(t, "ka-race", tok); st["held"] != false || st["lost_reason"] != nil {
+	if st := slow.inspectAs(t, "ka-race", tok); st.Held || st.LostReason != "" {
 		t.Errorf("released owner sees %v, want not held and no lost_reason", st)
 	}
-	if got := slow.metric(t, "latchkey_keepalive_renewals_total"); got != 0 {
+	if got := metricValue(t, slow, "latchkey_keepalive_renewals_total"); got != 0 {
 		t.Errorf("renewals = %v, want 0", got)
 	}
 }
@@ -245,11 +240,9 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 // Acquire, renew and release hammered from many goroutines while two
 // renewers run flat out: when the dust settles no lease is left behind.
 func TestKeepaliveReleaseRaceHammer(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
-	a := newInstance(t, rdb, rdb, prefix, fast)
-	b := newInstance(t, rdb, rdb, prefix, fast)
+	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond })
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -274,7 +267,7 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ks, err := rdb.Keys(t.Context(), prefix+"lock:*").Result()
+	ks, err := a.RDB.Keys(t.Context(), locks.KeysOf(a.Prefix, "*").Lock).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +277,7 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 	if n := a.registrySize(t); n != 0 {
 		t.Errorf("registry = %d entries after every lease was released, want 0", n)
 	}
-	if a.metric(t, "latchkey_keepalive_renewals_total")+b.metric(t, "latchkey_keepalive_renewals_total") == 0 {
+	if metricValue(t, a, "latchkey_keepalive_renewals_total")+metricValue(t, b, "latchkey_keepalive_renewals_total") == 0 {
 		t.Error("no renewal happened: the race was not exercised")
 	}
 }
@@ -292,19 +285,17 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 // Two instances on one Redis: the lease taken through A outlives A's hard
 // death, renewed by B.
 func TestKeepaliveSurvivesInstanceCrash(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	a := newInstance(t, rdb, rdb, prefix)
-	b := newInstance(t, rdb, rdb, prefix)
+	a := newTestEnv(t, withRenewer(instancePoll))
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll))
 	tok := a.acquireKeepalive(t, "ka-crash", `{"ttl":"1s","keepalive":true}`)
 	a.kill()
-	before := b.metric(t, "latchkey_keepalive_renewals_total")
+	before := metricValue(t, b, "latchkey_keepalive_renewals_total")
 	time.Sleep(3 * time.Second)
-	st := b.lockState(t, "ka-crash", tok)
-	if st["held"] != true || st["owned"] != true {
+	st := b.inspectAs(t, "ka-crash", tok)
+	if !st.Held || !st.ownedIs(true) {
 		t.Fatalf("3 TTLs after A died: %v, want held and owned", st)
 	}
-	if got := b.metric(t, "latchkey_keepalive_renewals_total") - before; got < 3 {
+	if got := metricValue(t, b, "latchkey_keepalive_renewals_total") - before; got < 3 {
 		t.Errorf("B renewed %v times in 3s of a 1s lease, want at least 3", got)
 	}
 }
@@ -312,17 +303,15 @@ func TestKeepaliveSurvivesInstanceCrash(t *testing.T) {
 // With no instance running, nothing renews: the lease expires after its TTL,
 // and the owner learns why once an instance is back.
 func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	a := newInstance(t, rdb, rdb, prefix)
+	a := newTestEnv(t, withRenewer(instancePoll))
 	a.stopRenewer()
 	tok := a.acquireKeepalive(t, "ka-down", `{"ttl":"400ms","keepalive":true}`)
 	a.waitFree(t, "ka-down", 2*time.Second)
-	b := newInstance(t, rdb, rdb, prefix)
-	waitFor(t, 2*time.Second, "lost_reason expired", func() bool {
-		return b.lockState(t, "ka-down", tok)["lost_reason"] == "expired"
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll))
+	eventually(t, 2*time.Second, "lost_reason expired", func() bool {
+		return b.inspectAs(t, "ka-down", tok).LostReason == locks.LostExpired
 	})
-	if got := b.metric(t, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
+	if got := metricValue(t, b, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
 		t.Errorf(`renewal failures{reason="expired"} = %v, want 1`, got)
 	}
 }
@@ -330,11 +319,9 @@ func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
 // A lease force-released while two renewers renew hundreds of others stays
 // released, and its owner learns it was force-released.
 func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond; sc.RenewBatch = 50 }
-	a := newInstance(t, rdb, rdb, prefix, fast)
-	b := newInstance(t, rdb, rdb, prefix, fast)
+	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond; sc.RenewBatch = 50 })
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	tokens := map[string]string{}
 	for i := range 300 {
 		name := fmt.Sprintf("ka-storm-%d", i)
@@ -356,18 +343,18 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	var gotReasons, wantReasons []string
 	for _, name := range forced {
-		st := a.lockState(t, name, tokens[name])
-		if st["held"] != false {
+		st := a.inspectAs(t, name, tokens[name])
+		if st.Held {
 			t.Errorf("%s held again after force-release: %v", name, st)
 		}
-		r, _ := st["lost_reason"].(string)
+		r := st.LostReason
 		gotReasons = append(gotReasons, r)
 		wantReasons = append(wantReasons, "force_released")
 	}
 	if diff := cmp.Diff(wantReasons, gotReasons); diff != "" {
 		t.Errorf("lost reasons of force-released leases (-want +got):\n%s", diff)
 	}
-	if st := a.lockState(t, "ka-storm-1", tokens["ka-storm-1"]); st["owned"] != true {
+	if st := a.inspectAs(t, "ka-storm-1", tokens["ka-storm-1"]); !st.ownedIs(true) {
 		t.Errorf("a lease not force-released: %v, want still owned", st)
 	}
 	if got, want := a.registrySize(t), int64(300-len(forced)); got != want {
@@ -375,30 +362,16 @@ func TestKeepaliveForceReleaseDuringRenewalStorm(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every 20ms until it holds, failing after within.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Two instances polling flat out renew a lease once per due time between
 // them, never twice.
 func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
-	rdb, _ := newRedis(t)
-	prefix := uniquePrefix()
-	fast := func(sc *serviceConfig, _ *handlers.Config) { sc.RenewPoll = time.Millisecond }
-	a := newInstance(t, rdb, rdb, prefix, fast)
-	b := newInstance(t, rdb, rdb, prefix, fast)
+	fast := withServiceConfig(func(sc *serviceConfig) { sc.RenewPoll = time.Millisecond })
+	a := newTestEnv(t, withRenewer(instancePoll), fast)
+	b := newTestEnv(t, beside(a), withRenewer(instancePoll), fast)
 	start := time.Now()
 	a.acquireKeepalive(t, "ka-once", `{"ttl":"600ms","keepalive":true}`)
 	time.Sleep(3 * time.Second)
-	total := a.metric(t, "latchkey_keepalive_renewals_total") + b.metric(t, "latchkey_keepalive_renewals_total")
+	total := metricValue(t, a, "latchkey_keepalive_renewals_total") + metricValue(t, b, "latchkey_keepalive_renewals_total")
 	// One renewal per ttl/3 = 200ms at most, plus one in flight at each end.
 	if most := float64(time.Since(start)/(200*time.Millisecond)) + 2; total > most || total < 5 {
 		t.Errorf("renewals by both instances in %s = %v, want between 5 and %v (one per due time)", time.Since(start), total, most)
@@ -409,21 +382,20 @@ func TestKeepaliveTwoInstancesRenewOncePerDueTime(t *testing.T) {
 // from the registry; it does not stop the renewal of the leases batched
 // with it.
 func TestKeepaliveForeignKeyDoesNotStopTheBatch(t *testing.T) {
-	rdb, _ := newRedis(t)
-	a := newInstance(t, rdb, rdb, uniquePrefix())
+	a := newTestEnv(t, withRenewer(instancePoll))
 	a.acquireKeepalive(t, "ka-foreign", `{"ttl":"600ms","keepalive":true}`)
 	tok := a.acquireKeepalive(t, "ka-neighbour", `{"ttl":"600ms","keepalive":true}`)
-	if err := rdb.Set(t.Context(), a.Prefix+"lock:{ka-foreign}", "not a lock", 0).Err(); err != nil {
+	if err := a.RDB.Set(t.Context(), a.lockKey("ka-foreign"), "not a lock", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)
-	if st := a.lockState(t, "ka-neighbour", tok); st["owned"] != true {
+	if st := a.inspectAs(t, "ka-neighbour", tok); !st.ownedIs(true) {
 		t.Errorf("neighbour of a foreign key: %v, want still owned", st)
 	}
 	if n := a.registrySize(t); n != 1 {
 		t.Errorf("registry = %d entries, want 1 (the foreign key's entry dropped)", n)
 	}
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got != 0 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want 0`, got)
 	}
 }
@@ -441,24 +413,24 @@ func TestKeepaliveSurvivesShortRedisOutage(t *testing.T) {
 	opts.ContextTimeoutEnabled = true // as the server sets it: deadlines reach the socket
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
-	a := newInstance(t, rdb, rdb, uniquePrefix(), func(sc *serviceConfig, _ *handlers.Config) {
+	a := newTestEnv(t, withRedisClient(rdb, ""), withRenewer(instancePoll), withServiceConfig(func(sc *serviceConfig) {
 		sc.OpTimeout = 300 * time.Millisecond
-	})
+	}))
 	tok := a.acquireKeepalive(t, "ka-outage", `{"ttl":"4s","keepalive":true}`)
 	time.Sleep(500 * time.Millisecond)
 	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 2000, "ALL").Err(); err != nil {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
 	time.Sleep(2500 * time.Millisecond)
-	renewals := a.metric(t, "latchkey_keepalive_renewals_total")
+	renewals := metricValue(t, a, "latchkey_keepalive_renewals_total")
 	time.Sleep(3 * time.Second) // past the TTL of the last renewal before the pause
-	if st := a.lockState(t, "ka-outage", tok); st["owned"] != true {
+	if st := a.inspectAs(t, "ka-outage", tok); !st.ownedIs(true) {
 		t.Fatalf("after a 2s outage and 3s more: %v, want owned", st)
 	}
-	if got := a.metric(t, "latchkey_keepalive_renewals_total"); got <= renewals {
+	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got <= renewals {
 		t.Errorf("renewals after the outage: %v, then %v; want more", renewals, got)
 	}
-	if got := a.metric(t, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got < 1 {
+	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="store"}`); got < 1 {
 		t.Errorf(`renewal failures{reason="store"} = %v, want the outage counted`, got)
 	}
 }

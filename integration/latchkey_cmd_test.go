@@ -126,10 +126,7 @@ func TestLatchkeyCommand(t *testing.T) {
 	bin := buildLatchkey(t)
 	rdb, _ := newRedis(t)
 	server := func(t *testing.T, opts ...envOption) *clientEnv {
-		srv, svc, scfg := startServer(t, rdb, true, opts...)
-		t.Cleanup(func() { _ = svc.Close() })
-		e := &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: rdb, Prefix: scfg.KeyPrefix, Svc: svc}
-		return &clientEnv{testEnv: e, srv: srv, c: mustClient(t, srv.URL, fastRetry)}
+		return newClientEnv(t, append(opts, withRedisClient(rdb, ""))...)
 	}
 
 	// Two jobs started together run one after the other, never

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -10,147 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/locks"
 )
-
-// leaseJSON is the Lease schema of api/openapi.yaml.
-type leaseJSON struct {
-	Name      string    `json:"name"`
-	Token     string    `json:"token"`
-	Fence     int64     `json:"fence"`
-	HoldCount int64     `json:"hold_count"`
-	TTLMS     int64     `json:"ttl_ms"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Reentrant bool      `json:"reentrant"`
-}
-
-// stateJSON is the LockState schema of api/openapi.yaml.
-type stateJSON struct {
-	Name      string     `json:"name"`
-	Held      bool       `json:"held"`
-	HoldCount int64      `json:"hold_count"`
-	TTLMS     int64      `json:"ttl_ms"`
-	ExpiresAt *time.Time `json:"expires_at"`
-	Fence     int64      `json:"fence"`
-	Owned     *bool      `json:"owned"`
-	Waiters   int64      `json:"waiters"`
-	Fair      bool       `json:"fair"`
-	Owner     string     `json:"owner"`
-	GrantedAt *time.Time `json:"granted_at"`
-}
-
-// releaseJSON is the ReleaseResult schema of api/openapi.yaml.
-type releaseJSON struct {
-	Released  bool  `json:"released"`
-	HoldCount int64 `json:"hold_count"`
-}
-
-// problemJSON is the Problem schema of api/openapi.yaml.
-type problemJSON struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Instance  string `json:"instance"`
-	RequestID string `json:"request_id"`
-	Errors    []struct {
-		Field  string `json:"field"`
-		Rule   string `json:"rule"`
-		Detail string `json:"detail"`
-	} `json:"errors"`
-}
-
-// decodeAs decodes a response body strictly into T.
-func decodeAs[T any](t testing.TB, r response) T {
-	t.Helper()
-	var v T
-	dec := json.NewDecoder(strings.NewReader(string(r.Body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("body %s does not decode as %T: %v", r.Body, v, err)
-	}
-	return v
-}
-
-// wantStatus fails t unless r has the wanted status.
-func wantStatus(t testing.TB, r response, want int) {
-	t.Helper()
-	if r.Status != want {
-		t.Fatalf("status = %d, want %d; body %s", r.Status, want, r.Body)
-	}
-}
-
-// wantProblem checks that r is a problem+json of the given status and type
-// and returns it.
-func wantProblem(t testing.TB, r response, status int, typ string) problemJSON {
-	t.Helper()
-	wantStatus(t, r, status)
-	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type = %q, want application/problem+json", ct)
-	}
-	p := decodeAs[problemJSON](t, r)
-	if p.Type != typ || p.Status != status {
-		t.Errorf("problem type/status = %q/%d, want %q/%d (detail %q)", p.Type, p.Status, typ, status, p.Detail)
-	}
-	return p
-}
-
-// acquire takes name for a new token and returns the lease (201 required).
-func (e *testEnv) acquire(t testing.TB, name, body string, headerPairs ...string) leaseJSON {
-	t.Helper()
-	r := e.do(t, "POST", "/v1/locks/"+name, body, headerPairs...)
-	wantStatus(t, r, http.StatusCreated)
-	l := decodeAs[leaseJSON](t, r)
-	if got := r.Header.Get("Lock-Token"); got != l.Token {
-		t.Fatalf("Lock-Token header %q differs from body token %q", got, l.Token)
-	}
-	return l
-}
-
-// inspect reads the state of name, with a token when one is given.
-func (e *testEnv) inspect(t testing.TB, name string, headerPairs ...string) stateJSON {
-	t.Helper()
-	r := e.do(t, "GET", "/v1/locks/"+name, "", headerPairs...)
-	wantStatus(t, r, http.StatusOK)
-	return decodeAs[stateJSON](t, r)
-}
-
-// lockKey is the Redis key of the lock hash of name (service/keys.go).
-func (e *testEnv) lockKey(name string) string { return e.Prefix + "lock:{" + name + "}" }
-
-// fenceKey is the Redis key of the fence counter of name (service/keys.go).
-func (e *testEnv) fenceKey(name string) string { return e.Prefix + "fence:{" + name + "}" }
-
-// lockHashFields names the lock hash's short field names (see acquire.lua).
-var lockHashFields = map[string]string{
-	"t": "token", "n": "count", "f": "fence", "l": "ttl", "m": "fair",
-	"ku": "ka_until", "kh": "ka_hb", "kb": "ka_hb_at", "o": "owner", "g": "granted_at",
-}
-
-// lockHash reads the lock hash of name straight from Redis, with its fields
-// under their long names (token, count, fence, ...).
-func (e *testEnv) lockHash(t testing.TB, name string) map[string]string {
-	t.Helper()
-	h, err := e.RDB.HGetAll(t.Context(), e.lockKey(name)).Result()
-	if err != nil {
-		t.Fatalf("HGETALL %s: %v", e.lockKey(name), err)
-	}
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		long, ok := lockHashFields[k]
-		if !ok {
-			t.Fatalf("lock hash %s has an unknown field %q", e.lockKey(name), k)
-		}
-		out[long] = v
-	}
-	return out
-}
-
-// withAdminKey sets the router's admin key ("" disables admin actions).
-func withAdminKey(key string) envOption {
-	return func(_ *serviceConfig, h *handlers.Config) { h.AdminKey = key }
-}
 
 func TestLockLifecycle(t *testing.T) {
 	e := newTestEnv(t)
@@ -173,8 +33,8 @@ func TestLockLifecycle(t *testing.T) {
 	if d := time.Until(l.ExpiresAt); d < 8*time.Second || d > 12*time.Second {
 		t.Errorf("expires_at %s is %s away, want about 10s", l.ExpiresAt, d)
 	}
-	if got := e.lockHash(t, name); got["token"] != tok || got["count"] != "1" || got["fence"] != strconv.FormatInt(l.Fence, 10) {
-		t.Errorf("lock hash in Redis = %v, want the token, count 1 and fence %d", got, l.Fence)
+	if got := e.lockHash(t, name); got.Token != tok || got.Count != "1" || got.Fence != strconv.FormatInt(l.Fence, 10) {
+		t.Errorf("lock hash in Redis = %+v, want the token, count 1 and fence %d", got, l.Fence)
 	}
 
 	// Reentrant acquire with the token: 200, hold_count 2, the same fence.
@@ -292,7 +152,7 @@ func TestAcquireWithClientToken(t *testing.T) {
 	if got := r.Header.Get("Lock-Token"); got != tok {
 		t.Errorf("Lock-Token = %q, want the client's %q", got, tok)
 	}
-	if got := e.lockHash(t, "jobs.42")["token"]; got != tok {
+	if got := e.lockHash(t, "jobs.42").Token; got != tok {
 		t.Errorf("token in Redis = %q, want %q", got, tok)
 	}
 	// The same token re-enters; a second client with its own token is refused.
@@ -346,7 +206,7 @@ func TestForceRelease(t *testing.T) {
 				t.Errorf("Authorization %q: detail %q does not say which credential is needed", auth, p.Detail)
 			}
 		}
-		if got := e.lockHash(t, name)["token"]; got != held.Token {
+		if got := e.lockHash(t, name).Token; got != held.Token {
 			t.Fatalf("a refused force-release changed the lock: token %q", got)
 		}
 
@@ -381,7 +241,7 @@ func TestForceRelease(t *testing.T) {
 		if !strings.Contains(p.Detail, "no admin key configured") || !strings.Contains(p.Detail, "LATCHKEY_ADMIN_KEY") {
 			t.Errorf("detail = %q, want it to say no admin key is configured (LATCHKEY_ADMIN_KEY)", p.Detail)
 		}
-		if got := e.lockHash(t, "stuck-job")["token"]; got != held.Token {
+		if got := e.lockHash(t, "stuck-job").Token; got != held.Token {
 			t.Errorf("lock changed by a refused force-release: token %q", got)
 		}
 	})

@@ -16,13 +16,13 @@ func (e *testEnv) loseToMaxHold(t *testing.T, name, token string) {
 	t.Helper()
 	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s","keepalive":true,"max_hold":"1s"}`, "Lock-Token", token),
 		http.StatusCreated)
-	waitFor(t, 5*time.Second, name+"'s TTL to run", func() bool {
+	eventually(t, 5*time.Second, name+"'s TTL to run", func() bool {
 		pttl, err := e.RDB.PTTL(t.Context(), e.lockKey(name)).Result()
 		return err == nil && pttl < time.Second
 	})
 	wantStatus(t, e.do(t, "POST", "/v1/locks/"+name, `{"ttl":"1s"}`, "Lock-Token", token), http.StatusOK)
-	waitFor(t, 5*time.Second, token+" lost to max_hold", func() bool {
-		return e.lockState(t, name, token)["lost_reason"] == locks.LostMaxHold
+	eventually(t, 5*time.Second, token+" lost to max_hold", func() bool {
+		return e.inspectAs(t, name, token).LostReason == locks.LostMaxHold
 	})
 }
 
@@ -39,10 +39,10 @@ func TestNewGrantClearsLostReason(t *testing.T) {
 
 			e.acquire(t, "reused", body, "Lock-Token", reused)
 			e.waitFree(t, "reused", 5*time.Second)
-			if st := e.lockState(t, "reused", reused); st["lost_reason"] != nil {
+			if st := e.inspectAs(t, "reused", reused); st.LostReason != "" {
 				t.Errorf("after a new lease that expired: %v, want no lost_reason (the max_hold loss was an earlier lease's)", st)
 			}
-			if st := e.lockState(t, "reused", other); st["lost_reason"] != locks.LostMaxHold {
+			if st := e.inspectAs(t, "reused", other); st.LostReason != locks.LostMaxHold {
 				t.Errorf("another token's state: %v, want lost_reason max_hold kept", st)
 			}
 		})

@@ -45,7 +45,7 @@ func memoryOf(t *testing.T, rdb *redis.Client, pattern string) (total int64, key
 func TestMemoryPerHeldLock(t *testing.T) {
 	_, url := startRedisContainer(t)
 	rdb := newClient(t, url)
-	svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}})
+	svc := newTestEnv(t, withRedisClient(rdb, url), withPrefix(store.DefaultKeyPrefix), unloaded()).Svc
 	cases := []struct {
 		name   string
 		req    locks.AcquireRequest
@@ -99,7 +99,9 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 	}
 	for _, p := range policies {
 		t.Run(fmt.Sprintf("%s %d per %s", p.Limit.Algorithm, p.Limit.Limit, p.Limit.Window), func(t *testing.T) {
-			svc := newServices(t, rdb, serviceConfig{storeConfig: storeConfig{KeyPrefix: store.DefaultKeyPrefix}, RateLimit: ratelimit.Config{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{p}}})
+			svc := newTestEnv(t, withRedisClient(rdb, url), withPrefix(store.DefaultKeyPrefix), unloaded(), withServiceConfig(func(s *serviceConfig) {
+				s.RateLimit = ratelimit.Config{CacheSize: ratelimit.DefaultCacheSize, Policies: []ratelimit.Policy{p}}
+			})).Svc
 			const n = 200
 			for i := range n {
 				// Clients as the gate keys them: IPv4 addresses and IPv6 /64 networks.

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,43 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// metrics fetches /metrics over HTTP and returns every sample by its series,
-// written as in the exposition format: name{label="value",...}, labels in
-// alphabetical order except a histogram's le, which comes last.
-func metrics(t testing.TB, e *testEnv) map[string]float64 {
-	t.Helper()
-	r := e.do(t, "GET", "/metrics", "")
-	wantStatus(t, r, http.StatusOK)
-	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(r.Body)))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if i < 0 || err != nil {
-			t.Fatalf("/metrics: cannot parse %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
-
-// metricValue returns one sample from /metrics; a missing series is 0.
-func metricValue(t testing.TB, e *testEnv, series string) float64 {
-	t.Helper()
-	return metrics(t, e)[series]
-}
-
 func TestMetrics(t *testing.T) {
 	c, url := startRedisContainer(t)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newTestEnvOn(t, serverClient(t, opts.Addr, outageTimeout), url, withOpTimeout(outageTimeout))
+	e := newTestEnv(t, withRedisClient(serverClient(t, opts.Addr, outageTimeout), url), withOpTimeout(outageTimeout))
 	const name = "metered-lock"
 
 	l := e.acquire(t, name, "")                                                                   // POST 201

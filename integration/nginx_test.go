@@ -44,8 +44,7 @@ func TestNginxGateway(t *testing.T) {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
 	}
 	checkNginxFailModes(t, pol)
-	rdb, _ := newRedis(t)
-	latchkey, _, _ := startServer(t, rdb, true, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+	latchkey := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
 
 	var upstreamHits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +121,7 @@ func TestNginxGateway(t *testing.T) {
 
 	// Latchkey goes away. nginx cannot reach it (connection refused): per-ip
 	// (fail: open) lets B through, api-key (fail: closed) answers 503.
-	latchkey.Close()
+	latchkey.srv.Close()
 	r = get(t, clientB, front, "X-Forwarded-For", "")
 	if r.Status != http.StatusOK || string(r.Body) != "hello from the app\n" {
 		t.Errorf("/ with Latchkey down: %d %q, want 200 from the app (per-ip fails open)", r.Status, r.Body)
@@ -311,11 +310,10 @@ func TestNginxKeepsUpstreamConnections(t *testing.T) {
 			pol[i].Limit.Limit = 1000 // every request to / is allowed: the answer nginx must not choke on is the 200
 		}
 	}
-	rdb, _ := newRedis(t)
-	latchkey, _, _ := startServer(t, rdb, true, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
+	latchkey := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
 	// The same handler behind a server that counts the connections it accepts.
 	var accepted atomic.Int64
-	counted := httptest.NewUnstartedServer(latchkey.Config.Handler)
+	counted := httptest.NewUnstartedServer(latchkey.srv.Config.Handler)
 	counted.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			accepted.Add(1)

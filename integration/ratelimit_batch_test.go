@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
@@ -60,9 +59,9 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
 	burst := policy("burst", ratelimit.FixedWindow, 60, time.Minute)
 	burst.Fail = ratelimit.FailClosed
-	e := newTestEnv(t, withPolicies(burst), func(s *serviceConfig, _ *handlers.Config) {
+	e := newTestEnv(t, withPolicies(burst), withServiceConfig(func(s *serviceConfig) {
 		s.RateLimit.Timeout, s.OpTimeout = time.Minute, time.Minute
-	})
+	}))
 	const keys, perKey = 4, 90
 	var mu sync.Mutex
 	remaining := make([][]int64, keys)
@@ -108,8 +107,8 @@ func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
 	closed := policy("closed", ratelimit.FixedWindow, 1000, time.Minute)
 	closed.Fail = ratelimit.FailClosed
 	const decisionTimeout = 200 * time.Millisecond
-	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout, withPolicies(open, closed),
-		func(s *serviceConfig, _ *handlers.Config) { s.RateLimit.Timeout = decisionTimeout })
+	e := newTestEnv(t, withRedis(url), withServerClient(outageTimeout), withClient(serverClients[1].wrap), withPolicies(open, closed),
+		withServiceConfig(func(s *serviceConfig) { s.RateLimit.Timeout = decisionTimeout }))
 	if r := e.do(t, "GET", "/v1/ratelimit/gate/closed", ""); r.Status != http.StatusOK {
 		t.Fatalf("before the pause: %d %s", r.Status, r.Body)
 	}
@@ -194,10 +193,10 @@ func TestRateLimitChecksBehindStalledCallsCountExactly(t *testing.T) {
 			p := policy("stall", ratelimit.FixedWindow, 60, time.Minute)
 			p.Fail = ratelimit.FailClosed
 			const decisionTimeout = 16 * time.Second
-			e := newServerOnURL(t, url, sc.wrap, decisionTimeout, withPolicies(p),
-				func(s *serviceConfig, _ *handlers.Config) {
+			e := newTestEnv(t, withRedis(url), withServerClient(decisionTimeout), withClient(sc.wrap), withPolicies(p),
+				withServiceConfig(func(s *serviceConfig) {
 					s.RateLimit.Timeout, s.RateLimit.Batch = decisionTimeout, 16
-				})
+				}))
 			if err := e.RDB.Do(t.Context(), "CLIENT", "PAUSE", time.Minute.Milliseconds(), "WRITE").Err(); err != nil {
 				t.Fatalf("CLIENT PAUSE: %v", err)
 			}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -60,9 +59,9 @@ func BenchmarkRateLimitDecisionsConcurrent(b *testing.B) {
 	for _, batch := range []int{1, 0} {
 		name := map[int]string{1: "one-call-each", 0: "batched"}[batch]
 		b.Run(name, func(b *testing.B) {
-			e := newServerOnURL(b, url, serverClients[1].wrap, 2*time.Second,
+			e := newTestEnv(b, withRedis(url), withServerClient(2*time.Second), withClient(serverClients[1].wrap),
 				withPolicies(policy("open", ratelimit.FixedWindow, 1_000_000_000, time.Hour)),
-				func(s *serviceConfig, _ *handlers.Config) { s.RateLimit.Batch = batch })
+				withServiceConfig(func(s *serviceConfig) { s.RateLimit.Batch = batch }))
 			ctx := context.Background()
 			var n atomic.Int64
 			calls0 := commandCalls(b, e.RDB)["evalsha"]

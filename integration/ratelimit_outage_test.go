@@ -48,11 +48,11 @@ func TestRateLimitRedisDown(t *testing.T) {
 	closed.Fail = ratelimit.FailClosed
 	logs := &syncBuffer{}
 	const decisionTimeout = 200 * time.Millisecond
-	e := newTestEnvOn(t, rdb, url, withPolicies(open, closed), func(s *serviceConfig, _ *handlers.Config) {
+	e := newTestEnv(t, withRedisClient(rdb, url), withPolicies(open, closed), withServiceConfig(func(s *serviceConfig) {
 		s.RateLimit.Timeout = decisionTimeout
 		s.RateLimit.LogInterval = time.Hour
 		s.RateLimit.Logger = slog.New(slog.NewJSONHandler(logs, nil))
-	})
+	}))
 	for _, p := range []string{"open", "closed"} {
 		if r := e.do(t, "GET", "/v1/ratelimit/gate/"+p, ""); r.Status != 200 || r.Header.Get("Latchkey-RateLimit-Degraded") != "" {
 			t.Fatalf("%s before the outage: %d %v", p, r.Status, r.Header)
@@ -103,7 +103,7 @@ func TestRateLimitRedisDown(t *testing.T) {
 // when a self policy is configured; the gate stays unaffected.
 func TestRateLimitSelfProtection(t *testing.T) {
 	e := newTestEnv(t, withPolicies(policy("api", ratelimit.FixedWindow, 2, time.Minute), policy("gw", ratelimit.FixedWindow, 10, time.Minute)),
-		func(_ *serviceConfig, h *handlers.Config) { h.RateLimit.SelfPolicy = "api" })
+		withRouterConfig(func(h *handlers.Config) { h.RateLimit.SelfPolicy = "api" }))
 	for i := 0; i < 2; i++ {
 		if r := e.do(t, "GET", "/v1/locks/self", ""); r.Status != 200 {
 			t.Fatalf("call %d: status = %d, want 200", i+1, r.Status)

@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,27 +12,6 @@ import (
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
-
-// withPolicies configures named rate-limit policies.
-func withPolicies(ps ...ratelimit.Policy) envOption {
-	return func(s *serviceConfig, _ *handlers.Config) {
-		s.RateLimit.Policies = append(s.RateLimit.Policies, ps...)
-		s.RateLimit.AllowInline = true
-	}
-}
-
-// withTrustedProxies makes the given CIDRs trusted forwarders.
-func withTrustedProxies(cidrs ...string) envOption {
-	return func(_ *serviceConfig, h *handlers.Config) {
-		for _, c := range cidrs {
-			h.RateLimit.ClientIP.TrustedProxies = append(h.RateLimit.ClientIP.TrustedProxies, netip.MustParsePrefix(c))
-		}
-	}
-}
-
-func policy(name string, alg ratelimit.Algorithm, limit int64, window time.Duration) ratelimit.Policy {
-	return ratelimit.Policy{Name: name, Limit: ratelimit.Limit{Algorithm: alg, Limit: limit, Window: window}}
-}
 
 // decision is the JSON body of a rate-limit decision.
 type decision struct {
@@ -68,15 +46,6 @@ func (e *testEnv) check(t testing.TB, body string) (response, decision) {
 		t.Fatalf("check %s: status %d with allowed=%v", body, r.Status, d.Allowed)
 	}
 	return r, d
-}
-
-func retryAfter(t testing.TB, r response) int {
-	t.Helper()
-	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
-	if err != nil {
-		t.Fatalf("Retry-After = %q, want whole seconds", r.Header.Get("Retry-After"))
-	}
-	return n
 }
 
 // TestRateLimitThreePerTenSeconds is the reference case: a fixed window of 3
@@ -560,7 +529,7 @@ func TestRateLimitCheckKeys(t *testing.T) {
 func TestRateLimitGateMethodsAndDenyStatus(t *testing.T) {
 	nginx := policy("nginx", ratelimit.FixedWindow, 2, time.Minute)
 	nginx.DenyStatus = 403
-	e := newTestEnv(t, withPolicies(nginx), func(_ *serviceConfig, h *handlers.Config) { h.RateLimit.LegacyHeaders = true })
+	e := newTestEnv(t, withPolicies(nginx), withRouterConfig(func(h *handlers.Config) { h.RateLimit.LegacyHeaders = true }))
 	// Any method, and with the original path appended (Envoy's path_prefix).
 	for _, c := range []struct{ method, path string }{{"POST", "/v1/ratelimit/gate/nginx"}, {"DELETE", "/v1/ratelimit/gate/nginx/orders"}} {
 		if r := e.do(t, c.method, c.path, ""); r.Status != 200 {

@@ -13,8 +13,7 @@ import (
 // outlives that ttl many times over; the renewal answers the lease's
 // keep-alive bounds, as the acquire did.
 func TestRenewShorterTTLOfKeepaliveLease(t *testing.T) {
-	rdb, _ := newRedis(t)
-	in := newInstance(t, rdb, rdb, uniquePrefix())
+	in := newTestEnv(t, withRenewer(instancePoll))
 	acq := in.do(t, "POST", "/v1/locks/shortened", `{"ttl":"6s","keepalive":true,"max_hold":"1m"}`)
 	wantStatus(t, acq, http.StatusCreated)
 	token := acq.Header.Get("Lock-Token")
@@ -33,11 +32,11 @@ func TestRenewShorterTTLOfKeepaliveLease(t *testing.T) {
 	// the renew; on the new one it is renewed every 200ms.
 	end := time.Now().Add(2500 * time.Millisecond)
 	for time.Now().Before(end) {
-		st := in.lockState(t, "shortened", token)
-		if st["owned"] != true {
+		st := in.inspectAs(t, "shortened", token)
+		if !st.ownedIs(true) {
 			t.Fatalf("lease lost after a renew with a shorter ttl: %v", st)
 		}
-		if ttl, _ := st["ttl_ms"].(float64); ttl > 600 {
+		if ttl := st.TTLMS; ttl > 600 {
 			t.Fatalf("lease ttl_ms = %v after a renew with ttl 600ms, want at most 600", ttl)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -48,7 +47,7 @@ func TestRenewShorterTTLOfKeepaliveLease(t *testing.T) {
 // renews its lease through the API with a shorter ttl, the stream renews the
 // lease on the new ttl's schedule instead of losing it.
 func TestHoldSurvivesRenewWithShorterTTL(t *testing.T) {
-	e := holdEnv(t, nil)
+	e := newTestEnv(t, withShortStreams())
 	h := e.openHold(t, "hold-shortened", `{"ttl":"6s"}`)
 	if ev := h.next(t, time.Second, false); ev.Name != "acquired" {
 		t.Fatalf("first event %+v, want acquired", ev)
@@ -71,7 +70,7 @@ func TestHoldSurvivesRenewWithShorterTTL(t *testing.T) {
 		}
 		renewed++
 	}
-	if st := e.lockState(t, "hold-shortened", token); st["owned"] != true {
+	if st := e.inspectAs(t, "hold-shortened", token); !st.ownedIs(true) {
 		t.Fatalf("lease after %d renewals: %v, want owned", renewed, st)
 	}
 }

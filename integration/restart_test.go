@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,7 +21,7 @@ func TestRedisRestartRecovery(t *testing.T) {
 	// The server's own client settings (cmd/server openStore), with 1s bounds.
 	const opTimeout = time.Second
 	rr := newRestartableRedis(t, opTimeout)
-	e := newTestEnvOn(t, rr.Client, rr.URL, func(c *serviceConfig, _ *handlers.Config) { c.OpTimeout = opTimeout })
+	e := newTestEnv(t, withRedisClient(rr.Client, rr.URL), withServiceConfig(func(c *serviceConfig) { c.OpTimeout = opTimeout }))
 
 	r := e.do(t, "POST", "/v1/locks/before-restart", `{"ttl":"1m"}`)
 	if r.Status != http.StatusCreated {
@@ -89,16 +88,11 @@ func (e *testEnv) doWithin(t *testing.T, d time.Duration, method, path, body str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
-	resp, err := e.Client.Do(e.newRequest(t, ctx, method, path, body, headerPairs...))
-	if err != nil {
-		t.Fatalf("%s %s: no answer within %s: %v", method, path, d, err)
+	r := e.send(ctx, method, path, body, headerPairs...)
+	if r.Err != nil {
+		t.Fatalf("%s %s: no answer within %s: %v", method, path, d, r.Err)
 	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(resp.Body); err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b.Bytes()}
+	return r
 }
 
 // scriptReloads reads latchkey_script_reloads_total from the server's /metrics.

@@ -7,27 +7,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/redis/go-redis/v9"
 )
 
 // withRetention makes every key of a lock name short-lived: leases of up to
 // the retention, and a fence retention r (lost-lease reasons follow it).
 func withRetention(r time.Duration) envOption {
-	return func(sc *serviceConfig, _ *handlers.Config) {
+	return withServiceConfig(func(sc *serviceConfig) {
 		sc.FenceTTL, sc.MaxTTL, sc.MaxHoldCap, sc.DefaultMaxHold = r, r, r, r
 		sc.DefaultTTL = time.Second
 		sc.RenewPoll = 20 * time.Millisecond
-	}
+	})
 }
 
-// nameKeys are the per-name keys of a lock (service/keys.go).
+// nameKeys are the per-name keys of a lock that hold state (the wake-up
+// channel is no key).
 func (e *testEnv) nameKeys(name string) []string {
-	var ks []string
-	for _, kind := range []string{"lock:", "fence:", "waiters:", "queue:", "lost:"} {
-		ks = append(ks, e.Prefix+kind+"{"+name+"}")
-	}
-	return ks
+	k := e.lockKeys(name)
+	return []string{k.Lock, k.Fence, k.Waiters, k.Queue, k.Lost}
 }
 
 // prefixKeys lists every key under the test's prefix with SCAN.
@@ -93,7 +90,7 @@ func TestOneOffNamesExpire(t *testing.T) {
 	// above the retention for a loaded machine.
 	start := redisMicros(t, e.RDB)
 	var left []string
-	waitFor(t, 60*time.Second, "every key of the one-off names to expire", func() bool {
+	eventually(t, 60*time.Second, "every key of the one-off names to expire", func() bool {
 		left = e.prefixKeys(t)
 		return len(left) == 0
 	})
@@ -141,7 +138,7 @@ func TestFencesIncreaseAcrossExpiredCounter(t *testing.T) {
 	var fences []int64
 	for range 3 {
 		fences = append(fences, grantAndReleaseShort(t, e, name))
-		waitFor(t, 30*time.Second, "the fence counter to expire", func() bool {
+		eventually(t, 30*time.Second, "the fence counter to expire", func() bool {
 			n, err := e.RDB.Exists(t.Context(), e.fenceKey(name)).Result()
 			if err != nil {
 				t.Fatal(err)

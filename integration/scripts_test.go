@@ -3,8 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -28,18 +26,13 @@ import (
 func newPrivateEnv(t testing.TB, opts ...envOption) *testEnv {
 	t.Helper()
 	_, url := startRedisContainer(t)
-	return newTestEnvOn(t, newClient(t, url), url, opts...)
+	return newTestEnv(t, append(opts, withRedis(url))...)
 }
 
 // lockScripts are the sources of the lock scripts, by name.
 var lockScripts = map[string]string{
 	"acquire": lua.Acquire, "release": lua.Release, "renew": lua.Renew,
 	"inspect": lua.Inspect, "force_release": lua.ForceRelease,
-}
-
-func sha1Hex(src string) string {
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:])
 }
 
 // loadedScripts reports, per lock script name, whether Redis has it cached.
@@ -49,7 +42,7 @@ func loadedScripts(t testing.TB, rdb *redis.Client) map[string]bool {
 	shas := make([]string, 0, len(lockScripts))
 	for name, src := range lockScripts {
 		names = append(names, name)
-		shas = append(shas, sha1Hex(src))
+		shas = append(shas, scriptSHA(src))
 	}
 	exists, err := rdb.ScriptExists(t.Context(), shas...).Result()
 	if err != nil {
@@ -110,7 +103,7 @@ func TestScriptsRunWithEvalSha(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
 			_, url := startRedisContainer(t)
-			testScriptsRunWithEvalSha(t, newServerOnURL(t, url, c.wrap, 2*time.Second))
+			testScriptsRunWithEvalSha(t, newTestEnv(t, withRedis(url), withServerClient(2*time.Second), withClient(c.wrap)))
 		})
 	}
 }
@@ -196,13 +189,14 @@ func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.String
 }
 
 func TestBrokenScriptStopsStartup(t *testing.T) {
-	rdb, url := newRedis(t)
-	svc := newServices(t, brokenScripts{Client: rdb, target: lua.Renew}, serviceConfig{storeConfig: storeConfig{KeyPrefix: uniquePrefix()}})
+	e := newTestEnv(t, unloaded(),
+		withClientOf(func(c *redis.Client) store.Client { return brokenScripts{Client: c, target: lua.Renew} }))
+	svc := e.Svc
 	// cmd/server stops with "start-up: <err>" on any LoadScripts error that
 	// is not ErrUnavailable.
 	err := svc.LoadScripts(t.Context())
 	if err == nil {
-		t.Fatalf("LoadScripts with a broken renew script on %s succeeded", url)
+		t.Fatalf("LoadScripts with a broken renew script on %s succeeded", e.RedisURL)
 	}
 	if errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("LoadScripts error %q wraps ErrUnavailable: the server would start and serve 503 instead of stopping", err)

@@ -17,8 +17,7 @@ func TestWaitAfterSubscriberOutage(t *testing.T) {
 	// confirmation from none.
 	const opTimeout = 20 * time.Second
 	rr := newRestartableRedis(t, opTimeout)
-	e := newTestEnvOn(t, rr.Client, rr.URL, withOpTimeout(opTimeout))
-	t.Cleanup(func() { _ = e.Svc.Close() })
+	e := newTestEnv(t, withRedisClient(rr.Client, rr.URL), withOpTimeout(opTimeout))
 
 	rr.Stop(t)
 	r := e.doWithin(t, 10*time.Second, "POST", "/v1/locks/after-outage", `{"wait":"500ms"}`)

@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/locks"
-	"github.com/latchkey/latchkey/service/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // outageTimeout is the Redis timeout of servers facing an outage. A request
@@ -23,87 +20,6 @@ const (
 	outageTimeout = 400 * time.Millisecond
 	hangFactor    = 5
 )
-
-// serverClient returns a go-redis client for addr configured as cmd/server
-// configures its own (openStore): every timeout is the Redis timeout, request
-// deadlines reach the socket, no automatic resend.
-func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Client {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		PoolTimeout:           timeout,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            -1,
-	})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
-
-// pipelined wraps rdb as cmd/server does by default (-redis-pipeline).
-func pipelined(t testing.TB, rdb *redis.Client) *store.PipelinedClient {
-	t.Helper()
-	pc, err := store.NewPipelinedClient(rdb, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pc
-}
-
-// newServerOnURL starts a server on the Redis at url through wrap's client,
-// configured as cmd/server configures its own, and loads the scripts. The
-// env's RDB is a separate plain client for inspecting Redis.
-func newServerOnURL(t testing.TB, url string, wrap func(testing.TB, *redis.Client) store.Client,
-	timeout time.Duration, opts ...envOption) *testEnv {
-	t.Helper()
-	ropts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newServerOn(t, wrap(t, serverClient(t, ropts.Addr, timeout)), append(opts, withOpTimeout(timeout))...)
-	e.RDB, e.RedisURL = newClient(t, url), url
-	if err := e.Svc.LoadScripts(t.Context()); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	return e
-}
-
-// serverClients are the two ways cmd/server talks to Redis: one command per
-// call, or script calls pipelined (its default).
-var serverClients = []struct {
-	name string
-	wrap func(testing.TB, *redis.Client) store.Client
-}{
-	{"plain", func(_ testing.TB, rdb *redis.Client) store.Client { return rdb }},
-	{"pipelined", func(t testing.TB, rdb *redis.Client) store.Client { return pipelined(t, rdb) }},
-}
-
-// newServerOn starts a server on rdb without loading the scripts first, as
-// cmd/server does when Redis cannot be reached at start-up (it logs and
-// serves 503 until Redis answers). The env's RDB is nil.
-func newServerOn(t testing.TB, rdb store.Client, opts ...envOption) *testEnv {
-	t.Helper()
-	srv, svc, scfg := startServer(t, rdb, false, opts...)
-	return &testEnv{URL: srv.URL, Client: newSpecClient(t), Prefix: scfg.KeyPrefix, Svc: svc}
-}
-
-func withOpTimeout(d time.Duration) envOption {
-	return func(s *serviceConfig, _ *handlers.Config) { s.OpTimeout = d }
-}
-
-// closedPort returns a loopback address where nothing listens.
-func closedPort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // silentRedis listens on loopback, accepts connections and reads whatever
 // arrives, but never answers: a Redis that hangs.
@@ -191,8 +107,7 @@ func checkOutage(t *testing.T, e *testEnv) {
 func TestRedisDown(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := c.wrap(t, serverClient(t, closedPort(t), outageTimeout))
-			checkOutage(t, newServerOn(t, rdb, withOpTimeout(outageTimeout)))
+			checkOutage(t, newTestEnv(t, unreachable(closedPort(t)), withServerClient(outageTimeout), withClient(c.wrap)))
 		})
 	}
 }
@@ -200,8 +115,7 @@ func TestRedisDown(t *testing.T) {
 func TestRedisSilent(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := c.wrap(t, serverClient(t, silentRedis(t), outageTimeout))
-			checkOutage(t, newServerOn(t, rdb, withOpTimeout(outageTimeout)))
+			checkOutage(t, newTestEnv(t, unreachable(silentRedis(t)), withServerClient(outageTimeout), withClient(c.wrap)))
 		})
 	}
 }
@@ -211,7 +125,7 @@ func TestRedisSilent(t *testing.T) {
 // server pipelines its scripts, as cmd/server does by default.
 func TestRedisPaused(t *testing.T) {
 	_, url := startRedisContainer(t)
-	e := newServerOnURL(t, url, serverClients[1].wrap, outageTimeout)
+	e := newTestEnv(t, withRedis(url), withServerClient(outageTimeout), withClient(serverClients[1].wrap))
 	held := e.acquire(t, "paused", `{"ttl":"30s"}`)
 
 	pause := 3 * time.Second

@@ -18,13 +18,13 @@ func BenchmarkHandoff(b *testing.B) {
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			rdb, url := newRedis(b)
-			e := newWaitEnv(b, rdb, url, waitEnvConfig{})
-			token, _ := e.mustAcquire(b, "handoff", mode.body)
+			e := newTestEnv(b, withRedisClient(rdb, url))
+			token := e.acquire(b, "handoff", mode.body).Token
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
-				got := make(chan waitResult, 1)
+				got := make(chan response, 1)
 				go func() { got <- e.send(b.Context(), "POST", "/v1/locks/handoff", mode.body) }()
 				e.waitForWaiters(b, "handoff", 1)
 				b.StartTimer()
@@ -37,7 +37,7 @@ func BenchmarkHandoff(b *testing.B) {
 				if r.Status != http.StatusCreated {
 					b.Fatalf("waiter: %d %s", r.Status, r.Body)
 				}
-				token = r.Token
+				token = r.Token()
 			}
 			b.StopTimer()
 			slices.Sort(lat)

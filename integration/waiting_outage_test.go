@@ -72,8 +72,7 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 		for _, during := range []string{"before", "waiting"} {
 			t.Run(fmt.Sprintf("fair=%v/freeze=%s", fair, during), func(t *testing.T) {
 				rc, url := startRedisContainer(t)
-				e := newServerOnURL(t, url, serverClients[1].wrap, opTimeout)
-				t.Cleanup(func() { _ = e.Svc.Close() })
+				e := newTestEnv(t, withRedis(url), withServerClient(opTimeout), withClient(serverClients[1].wrap))
 				wait := time.Second
 				if during == "waiting" {
 					wait = 3 * time.Second // room to see every waiter registered before the freeze
@@ -96,7 +95,7 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 					unpause = pauseContainer(t, rc)
 				}
 				type answer struct {
-					r          waitResult
+					r          response
 					took       time.Duration
 					afterThawn bool
 				}
@@ -109,7 +108,7 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 					}()
 				}
 				if during == "waiting" {
-					waitFor(t, 30*time.Second, "every waiter registered", func() bool {
+					eventually(t, 30*time.Second, "every waiter registered", func() bool {
 						_, listeners := e.Svc.Subscriptions()
 						return listeners == n && e.registeredWaiters(t, names) == n
 					})
@@ -123,7 +122,7 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 					select {
 					case a := <-answers:
 						took = append(took, a.took)
-						if a.r.Err != nil || a.r.Status != http.StatusServiceUnavailable || !strings.Contains(a.r.Body, "store-unavailable") {
+						if a.r.Err != nil || a.r.Status != http.StatusServiceUnavailable || !strings.Contains(string(a.r.Body), "store-unavailable") {
 							t.Errorf("answer with Redis frozen: %d %s %v; want 503 store-unavailable", a.r.Status, a.r.Body, a.r.Err)
 						}
 						if a.afterThawn {
@@ -151,15 +150,15 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 				// Back to normal: a release wakes a new waiter at once
 				// (the holder's TTL is ten minutes, the wait half a
 				// minute: a 201 means it was woken).
-				waitFor(t, 30*time.Second, "Redis answers again", func() bool {
+				eventually(t, 30*time.Second, "Redis answers again", func() bool {
 					return e.send(t.Context(), "GET", "/v1/locks/shared", "").Status == http.StatusOK
 				})
-				woken := make(chan waitResult, 1)
+				woken := make(chan response, 1)
 				go func() {
 					woken <- e.send(t.Context(), "POST", "/v1/locks/shared", fmt.Sprintf(`{"wait":"30s","fair":%v}`, fair))
 				}()
-				waitFor(t, 30*time.Second, "the new waiter registered", func() bool { return e.registeredWaiters(t, []string{"shared"}) == 1 })
-				e.mustRelease(t, "shared", shared.Token)
+				eventually(t, 30*time.Second, "the new waiter registered", func() bool { return e.registeredWaiters(t, []string{"shared"}) == 1 })
+				e.release(t, "shared", shared.Token)
 				if r := <-woken; r.Status != http.StatusCreated {
 					t.Errorf("waiter after the outage, on release: %d %s %v; want 201", r.Status, r.Body, r.Err)
 				}
@@ -179,7 +178,7 @@ func (e *testEnv) registeredWaiters(t testing.TB, names []string) int64 {
 			continue
 		}
 		seen[name] = true
-		n, err := e.RDB.ZCard(t.Context(), e.Prefix+"waiters:{"+name+"}").Result()
+		n, err := e.RDB.ZCard(t.Context(), e.lockKeys(name).Waiters).Result()
 		if err != nil {
 			t.Fatalf("ZCARD waiters of %s: %v", name, err)
 		}
@@ -194,10 +193,9 @@ func (e *testEnv) registeredWaiters(t testing.TB, names []string) int64 {
 // still does once a renewer has.
 func TestLostReasonAfterRedisPause(t *testing.T) {
 	rc, url := startRedisContainer(t)
-	rdb := newClient(t, url)
-	in := newInstance(t, rdb, rdb, uniquePrefix())
+	in := newTestEnv(t, withRedis(url), withRenewer(instancePoll))
 	tok := in.acquireKeepalive(t, "ka-frozen", `{"ttl":"1s","keepalive":true}`)
-	if st := in.lockState(t, "ka-frozen", tok); st["owned"] != true {
+	if st := in.inspectAs(t, "ka-frozen", tok); !st.ownedIs(true) {
 		t.Fatalf("before the freeze: %v, want owned", st)
 	}
 	// Nothing renews from here on (every instance stalled with Redis, or
@@ -207,8 +205,8 @@ func TestLostReasonAfterRedisPause(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // past the lease's TTL, on Redis's clock too
 	unpause()
 
-	st := in.lockState(t, "ka-frozen", tok)
-	if st["owned"] != false || st["held"] != false || st["lost_reason"] != locks.LostExpired {
+	st := in.inspectAs(t, "ka-frozen", tok)
+	if !st.ownedIs(false) || st.Held || st.LostReason != locks.LostExpired {
 		t.Errorf("after the freeze, before any renewal: %v; want held and owned false, lost_reason %q", st, locks.LostExpired)
 	}
 	if n := in.registrySize(t); n != 1 {
@@ -216,12 +214,12 @@ func TestLostReasonAfterRedisPause(t *testing.T) {
 	}
 
 	startRenewer(t, in.Svc)
-	waitFor(t, 30*time.Second, "a renewer visited the lease", func() bool { return in.registrySize(t) == 0 })
-	if st := in.lockState(t, "ka-frozen", tok); st["lost_reason"] != locks.LostExpired {
+	eventually(t, 30*time.Second, "a renewer visited the lease", func() bool { return in.registrySize(t) == 0 })
+	if st := in.inspectAs(t, "ka-frozen", tok); st.LostReason != locks.LostExpired {
 		t.Errorf("after a renewer visited it: %v, want lost_reason %q", st, locks.LostExpired)
 	}
 	// Another token learns nothing about it.
-	if st := in.lockState(t, "ka-frozen", locks.NewToken()); st["lost_reason"] != nil {
+	if st := in.inspectAs(t, "ka-frozen", locks.NewToken()); st.LostReason != "" {
 		t.Errorf("another token: %v, want no lost_reason", st)
 	}
 }

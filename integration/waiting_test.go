@@ -20,8 +20,7 @@ import (
 // increase, no two hold at once, and afterwards no subscription and no
 // waiter is left behind.
 func TestWaitStorm(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	e := newTestEnv(t)
 	const n = 200
 	var (
 		holding atomic.Int32
@@ -29,7 +28,7 @@ func TestWaitStorm(t *testing.T) {
 		mu      sync.Mutex
 		fences  []int64
 		wg      sync.WaitGroup
-		results = make([]waitResult, n)
+		results = make([]response, n)
 	)
 	start := make(chan struct{})
 	for i := range n {
@@ -46,11 +45,11 @@ func TestWaitStorm(t *testing.T) {
 				overlap.Add(1)
 			}
 			mu.Lock()
-			fences = append(fences, r.Fence)
+			fences = append(fences, r.Fence())
 			mu.Unlock()
 			time.Sleep(time.Millisecond)
 			holding.Add(-1)
-			results[i] = e.send(t.Context(), "DELETE", "/v1/locks/storm", "", "Lock-Token", r.Token)
+			results[i] = e.send(t.Context(), "DELETE", "/v1/locks/storm", "", "Lock-Token", r.Token())
 		}()
 	}
 	close(start)
@@ -87,7 +86,7 @@ func TestWaitStorm(t *testing.T) {
 			t.Errorf("%s = %v after the storm, want %v", series, got, want)
 		}
 	}
-	if st := e.state(t, "storm"); st.Waiters != 0 || st.Held {
+	if st := e.inspect(t, "storm"); st.Waiters != 0 || st.Held {
 		t.Errorf("state after the storm = %+v, want free with 0 waiters", st)
 	}
 }
@@ -96,13 +95,12 @@ func TestWaitStorm(t *testing.T) {
 // lock-held with Retry-After, after the wait and not before, and leaves no
 // waiter registered.
 func TestWaitEndsWithLockHeld(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	e.mustAcquire(t, "busy", `{"ttl":"10s"}`)
+	e := newTestEnv(t)
+	e.acquire(t, "busy", `{"ttl":"10s"}`)
 	start := time.Now()
 	r := e.send(t.Context(), "POST", "/v1/locks/busy", `{"wait":"300ms"}`)
 	elapsed := time.Since(start)
-	if r.Status != http.StatusConflict || !strings.Contains(r.Body, `"lock-held"`) {
+	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), `"lock-held"`) {
 		t.Fatalf("status = %d body %s, want 409 lock-held", r.Status, r.Body)
 	}
 	if elapsed < 300*time.Millisecond {
@@ -111,7 +109,7 @@ func TestWaitEndsWithLockHeld(t *testing.T) {
 	if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 9 || ra > 10 {
 		t.Errorf("Retry-After = %q, want the holder's remaining TTL (9-10s)", r.Header.Get("Retry-After"))
 	}
-	if st := e.state(t, "busy"); st.Waiters != 0 {
+	if st := e.inspect(t, "busy"); st.Waiters != 0 {
 		t.Errorf("waiters = %d after the wait ended, want 0", st.Waiters)
 	}
 }
@@ -119,8 +117,7 @@ func TestWaitEndsWithLockHeld(t *testing.T) {
 // TestWaitValidation: a wait beyond the server's bound or of the wrong form
 // is a 400 naming the field and rule, and registers nothing.
 func TestWaitValidation(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{svc: func(c *serviceConfig) { c.MaxWait = 5 * time.Second }})
+	e := newTestEnv(t, withServiceConfig(func(c *serviceConfig) { c.MaxWait = 5 * time.Second }))
 	tests := []struct {
 		body, rule string
 	}{
@@ -130,7 +127,7 @@ func TestWaitValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := e.send(t.Context(), "POST", "/v1/locks/v", tt.body)
-		if r.Status != http.StatusBadRequest || !strings.Contains(r.Body, `"field":"wait"`) || !strings.Contains(r.Body, tt.rule) {
+		if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), `"field":"wait"`) || !strings.Contains(string(r.Body), tt.rule) {
 			t.Errorf("%s: status %d body %s, want 400 naming wait and %s", tt.body, r.Status, r.Body, tt.rule)
 		}
 	}
@@ -143,14 +140,13 @@ func TestWaitValidation(t *testing.T) {
 // the lock when the holder's TTL runs out, without any message, not at the
 // end of its own wait.
 func TestWaiterTakesExpiredLease(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	_, f1 := e.mustAcquire(t, "exp", `{"ttl":"700ms"}`)
+	e := newTestEnv(t)
+	f1 := e.acquire(t, "exp", `{"ttl":"700ms"}`).Fence
 	start := time.Now()
 	r := e.send(t.Context(), "POST", "/v1/locks/exp", `{"wait":"60s"}`)
 	elapsed := time.Since(start)
-	if r.Status != http.StatusCreated || r.Fence <= f1 {
-		t.Fatalf("status %d fence %d body %s, want 201 with a fence above %d", r.Status, r.Fence, r.Body, f1)
+	if r.Status != http.StatusCreated || r.Fence() <= f1 {
+		t.Fatalf("status %d fence %d body %s, want 201 with a fence above %d", r.Status, r.Fence(), r.Body, f1)
 	}
 	if elapsed > 20*time.Second {
 		t.Errorf("acquired after %s, want soon after the holder's 700ms TTL, long before the 60s wait ends", elapsed)
@@ -175,15 +171,14 @@ func TestMissedMessageStillAcquires(t *testing.T) {
 	rdb, url := newRedis(t)
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{
-		client: func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} },
-	})
-	token, _ := e.mustAcquire(t, "deaf", `{"ttl":"1s"}`)
-	got := make(chan waitResult, 1)
+	e := newTestEnv(t, withRedisClient(rdb, url),
+		withClientOf(func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
+	token := e.acquire(t, "deaf", `{"ttl":"1s"}`).Token
+	got := make(chan response, 1)
 	start := time.Now()
 	go func() { got <- e.send(t.Context(), "POST", "/v1/locks/deaf", `{"wait":"60s"}`) }()
 	e.waitForWaiters(t, "deaf", 1)
-	e.mustRelease(t, "deaf", token) // publishes a wake-up the waiter never hears
+	e.release(t, "deaf", token) // publishes a wake-up the waiter never hears
 	r := <-got
 	elapsed := time.Since(start)
 	if r.Status != http.StatusCreated {
@@ -201,11 +196,11 @@ func TestMissedMessageStillAcquires(t *testing.T) {
 func TestSubscriberConnectionKilled(t *testing.T) {
 	_, url := startRedisContainer(t) // CLIENT KILL would hit other tests' subscribers
 	rdb := newClient(t, url)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	e := newTestEnv(t, withRedisClient(rdb, url))
 
 	waitOnce := func(step string, kill bool) {
-		token, _ := e.mustAcquire(t, "killed", `{"ttl":"60s"}`)
-		got := make(chan waitResult, 1)
+		token := e.acquire(t, "killed", `{"ttl":"60s"}`).Token
+		got := make(chan response, 1)
 		go func() { got <- e.send(t.Context(), "POST", "/v1/locks/killed", `{"wait":"60s"}`) }()
 		e.waitForWaiters(t, "killed", 1)
 		if kill {
@@ -215,7 +210,7 @@ func TestSubscriberConnectionKilled(t *testing.T) {
 			}
 		}
 		start := time.Now()
-		e.mustRelease(t, "killed", token)
+		e.release(t, "killed", token)
 		r := <-got
 		if r.Status != http.StatusCreated {
 			t.Fatalf("%s: status %d body %s, want 201", step, r.Status, r.Body)
@@ -223,7 +218,7 @@ func TestSubscriberConnectionKilled(t *testing.T) {
 		if elapsed := time.Since(start); elapsed > 20*time.Second {
 			t.Errorf("%s: acquired %s after the release, want well before the holder's 60s TTL", step, elapsed)
 		}
-		e.mustRelease(t, "killed", r.Token)
+		e.release(t, "killed", r.Token())
 	}
 	waitOnce("release right after CLIENT KILL", true)
 	eventually(t, 10*time.Second, "subscriptions are dropped", func() bool { return e.channelSubscribers(t, "killed") == 0 })
@@ -233,11 +228,11 @@ func TestSubscriberConnectionKilled(t *testing.T) {
 // TestWaiterDisconnectTakesNothing: a waiting client that goes away stops
 // waiting at once, leaves no waiter behind, and never takes the lock.
 func TestWaiterDisconnectTakesNothing(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	token, fence := e.mustAcquire(t, "gone", `{"ttl":"10s"}`)
+	e := newTestEnv(t)
+	l := e.acquire(t, "gone", `{"ttl":"10s"}`)
+	token, fence := l.Token, l.Fence
 	ctx, cancel := context.WithCancel(t.Context())
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() { got <- e.send(ctx, "POST", "/v1/locks/gone", `{"wait":"20s"}`) }()
 	e.waitForWaiters(t, "gone", 1)
 	cancel()
@@ -246,8 +241,8 @@ func TestWaiterDisconnectTakesNothing(t *testing.T) {
 	}
 	e.waitForWaiters(t, "gone", 0)
 	eventually(t, 10*time.Second, "no listener is left", func() bool { _, l := e.Svc.Subscriptions(); return l == 0 })
-	e.mustRelease(t, "gone", token)
-	if st := e.state(t, "gone"); st.Held || st.Fence != fence {
+	e.release(t, "gone", token)
+	if st := e.inspect(t, "gone"); st.Held || st.Fence != fence {
 		t.Errorf("state after release = %+v, want free with the last fence %d (nobody else took it)", st, fence)
 	}
 }
@@ -292,15 +287,15 @@ func serverRequests(m map[string]int64) int64 {
 func TestWaitingCostsNothing(t *testing.T) {
 	_, url := startRedisContainer(t) // a private Redis: its command counts are ours alone
 	rdb := newClient(t, url)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
-	e.mustAcquire(t, "cost", `{"ttl":"20s"}`)
+	e := newTestEnv(t, withRedisClient(rdb, url))
+	e.acquire(t, "cost", `{"ttl":"20s"}`)
 
 	const n, wait = 20, 3 * time.Second
 	if err := rdb.ConfigResetStat(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	results := make([]waitResult, n)
+	results := make([]response, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -338,27 +333,26 @@ func TestWaitingCostsNothing(t *testing.T) {
 // it renewed and its wait ends with 409. Once released, a waiter asking for
 // a kept-alive lease itself gets one.
 func TestWaitForKeepaliveLease(t *testing.T) {
-	rdb, url := newRedis(t)
-	e := newWaitEnv(t, rdb, url, waitEnvConfig{})
+	e := newTestEnv(t)
 	startRenewer(t, e.Svc)
 	// A 1s TTL is renewed every 333ms: a renewal can be late by 600ms on a
 	// busy machine before the lease runs out.
-	holder, _ := e.mustAcquire(t, "kept", `{"ttl":"1s","keepalive":true,"max_hold":"1m"}`)
+	holder := e.acquire(t, "kept", `{"ttl":"1s","keepalive":true,"max_hold":"1m"}`).Token
 	r := e.send(t.Context(), "POST", "/v1/locks/kept", `{"wait":"3s"}`)
-	if r.Status != http.StatusConflict || !strings.Contains(r.Body, `"lock-held"`) {
+	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), `"lock-held"`) {
 		t.Fatalf("waiting for a kept-alive lease: %d %s, want 409 lock-held after the wait", r.Status, r.Body)
 	}
-	got := make(chan waitResult, 1)
+	got := make(chan response, 1)
 	go func() {
 		got <- e.send(t.Context(), "POST", "/v1/locks/kept", `{"ttl":"1s","wait":"30s","keepalive":true,"max_hold":"1m"}`)
 	}()
 	e.waitForWaiters(t, "kept", 1)
-	e.mustRelease(t, "kept", holder)
-	if r := <-got; r.Status != http.StatusCreated || !strings.Contains(r.Body, `"keepalive"`) {
+	e.release(t, "kept", holder)
+	if r := <-got; r.Status != http.StatusCreated || !strings.Contains(string(r.Body), `"keepalive"`) {
 		t.Fatalf("waiter: %d %s, want 201 with a kept-alive lease", r.Status, r.Body)
 	}
 	time.Sleep(3 * time.Second) // three TTLs: only renewals keep it
-	if st := e.state(t, "kept"); !st.Held {
+	if st := e.inspect(t, "kept"); !st.Held {
 		t.Errorf("the waiter's kept-alive lease expired: %+v", st)
 	}
 }

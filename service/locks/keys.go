@@ -99,3 +99,23 @@ func (s *Service) keys(name string) lockKeys {
 	key := func(i int) string { return all[ends[i]:ends[i+1]] }
 	return lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name}
 }
+
+// Keys are the Redis keys of one lock, as the service names them: for
+// whoever looks at a lock's state in Redis from outside the service.
+type Keys struct {
+	Lock    string // hash: token, count, fence, ttl
+	Fence   string // fence counter
+	Channel string // pub/sub channel for wake-ups
+	Waiters string // zset: waiter token -> deadline
+	Queue   string // list: fair waiters in arrival order
+	Lost    string // hash: token -> why that token lost its keep-alive lease
+}
+
+// KeysOf names the keys of the lock called name under the key prefix.
+func KeysOf(prefix, name string) Keys {
+	k := (&Service{prefix: prefix}).keys(name)
+	return Keys{Lock: k.lock, Fence: k.fence, Channel: k.channel, Waiters: k.waiters, Queue: k.queue, Lost: k.lost}
+}
+
+// RegistryKey names the keep-alive registry under the key prefix.
+func RegistryKey(prefix string) string { return prefix + "keepalive" }

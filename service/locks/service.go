@@ -43,7 +43,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	m := newMetrics(cfg.Registerer)
 	sc := st.Config()
-	s := &Service{st: st, cfg: cfg, metrics: m, regKey: sc.KeyPrefix + "keepalive",
+	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)

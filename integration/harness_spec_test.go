@@ -1,5 +1,8 @@
 package integration
 
+// The harness's HTTP client: every response it carries is checked against
+// api/openapi.yaml.
+
 import (
 	"bytes"
 	"context"
