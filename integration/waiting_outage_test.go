@@ -75,7 +75,9 @@ func TestWaitersAnswerWhileRedisPaused(t *testing.T) {
 				e := newTestEnv(t, withRedis(url), withServerClient(opTimeout), withClient(serverClients[1].wrap))
 				wait := time.Second
 				if during == "waiting" {
-					wait = 3 * time.Second // room to see every waiter registered before the freeze
+					// Room to see every waiter registered, and Redis frozen,
+					// before any wait ends, however loaded the machine.
+					wait = 20 * time.Second
 				}
 				body := fmt.Sprintf(`{"wait":%q,"fair":%v}`, wait, fair)
 				holdBody := fmt.Sprintf(`{"ttl":"10m","fair":%v}`, fair)
