@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,5 +136,12 @@ func TestMultiLimitExactCountsAcrossInstances(t *testing.T) {
 	}
 	if ks := e.keys(t); len(ks) != 10 {
 		t.Errorf("keys %v, want 10 (8 API keys, one address, one global)", ks)
+	}
+	// The policies listing shows the limits (its shape checked against
+	// api/openapi.yaml by the client).
+	r = e.do(t, http.MethodGet, "/v1/ratelimit/policies", "")
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body),
+		`"limits":[{"name":"per-ip","key":"ip","limit":100000,"window":"1h0m0s","algorithm":"sliding_window"},`) {
+		t.Errorf("policies: %d %s", r.Status, r.Body)
 	}
 }
