@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -263,5 +265,78 @@ func TestMultiScriptCopiesHelpersVerbatim(t *testing.T) {
 		if !strings.Contains(lua.RateLimitMulti, b) {
 			t.Errorf("ratelimit_multi.lua lacks this block of a single script:\n%s", b)
 		}
+	}
+}
+
+// TestMultiLimitFailModesAndShadow: a multi-limit policy fails open or
+// closed as a whole, and a shadow one allows what it would deny, marked,
+// consuming nothing.
+func TestMultiLimitFailModesAndShadow(t *testing.T) {
+	two := func(name string) ratelimit.Policy {
+		return multi(name, nl("a", "ip", ratelimit.FixedWindow, 1, time.Minute), nl("b", "const", ratelimit.TokenBucket, 5, time.Minute))
+	}
+	shadow := two("shadow")
+	shadow.Shadow = true
+	reg := prometheus.NewRegistry()
+	cfg := rlConfig(0, shadow)
+	cfg.Registerer = reg
+	svc, m := newTestService(t, cfg)
+	p, _ := svc.Policy("shadow")
+	keys := svc.MultiKeys(p, []string{"k", ratelimit.ConstKey})
+	mustCheck(t, svc, ratelimit.Request{Policy: "shadow", Key: "k"})
+	before := counts(m, keys)
+	d := mustCheck(t, svc, ratelimit.Request{Policy: "shadow", Key: "k"})
+	if !d.Allowed || !d.WouldDeny || d.Binding != "a" || d.RetryAfter != 0 {
+		t.Fatalf("shadow would-deny: %+v", d)
+	}
+	if after := counts(m, keys); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a shadow would-deny changed the counts: %q, then %q", before, after)
+	}
+	if got := counterValue(t, reg, "latchkey_ratelimit_shadow_would_deny_total", "policy", "shadow"); got != 1 {
+		t.Errorf("would-deny metric %v, want 1", got)
+	}
+
+	closed := two("closed")
+	closed.Fail = ratelimit.FailClosed
+	cfg = rlConfig(0, two("open"), closed)
+	cfg.RateLimit.Timeout = 100 * time.Millisecond
+	m2, rdb := newTestRedis(t)
+	svc = mustNew(t, rdb, cfg)
+	m2.Close()
+	d, err := svc.Check(t.Context(), ratelimit.Request{Policy: "open", Key: "k"})
+	if err != nil || !d.Allowed || !d.Degraded || len(d.Limits) != 2 || d.Limits[0].Remaining != 0 || d.Limits[1].Remaining != 4 || d.Binding != "a" {
+		t.Errorf("fail-open: %+v, %v; want allowed, degraded, every limit listed", d, err)
+	}
+	if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "closed", Key: "k"}); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("fail-closed error = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestMultiLimitMetricsFollowReloads: a limit removed by a reload takes its
+// metric series with it; the others stay.
+func TestMultiLimitMetricsFollowReloads(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	pol := multi("p", nl("a", "ip", ratelimit.FixedWindow, 5, time.Minute), nl("b", "ip", ratelimit.FixedWindow, 5, time.Minute))
+	cfg := rlConfig(0, pol)
+	cfg.Registerer = reg
+	svc, _ := newTestService(t, cfg)
+	mustCheck(t, svc, ratelimit.Request{Policy: "p", Key: "k"})
+	if _, _, err := svc.SetPolicies([]ratelimit.Policy{multi("p", pol.Limits[0])}); err != nil {
+		t.Fatal(err)
+	}
+	series := func() (n int) {
+		fs, _ := reg.Gather()
+		for _, f := range fs {
+			if f.GetName() == "latchkey_ratelimit_limit_decisions_total" {
+				n = len(f.GetMetric())
+			}
+		}
+		return n
+	}
+	if n := series(); n != 3 {
+		t.Errorf("%d series after removing limit b, want limit a's 3", n)
+	}
+	if got := counterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "p", "limit", "a", "result", "allowed"); got != 1 {
+		t.Errorf("limit a allowed %v, want 1 carried over", got)
 	}
 }
