@@ -42,7 +42,7 @@ func (s *Service) checkMulti(ctx context.Context, set *policySet, pol Policy, re
 	for i, l := range pol.Limits {
 		d.Limits[i] = LimitDecision{Name: l.Name, Key: keys[i], Limit: l.Limit.Limit, Window: l.Window}
 	}
-	v, err := s.runMulti(ctx, pol, keys, req.Cost)
+	v, err := s.runMulti(ctx, set, pol, keys, req.Cost)
 	if err != nil {
 		if !errors.Is(err, store.ErrUnavailable) || pol.Fail == FailClosed {
 			return Decision{}, err
@@ -178,21 +178,35 @@ func (s *Service) MultiKeys(pol Policy, keys []string) []string {
 	return out
 }
 
-// runMulti runs ratelimit_multi.lua for one decision, bounded by the
-// decision timeout. The reply is four entries per limit.
-func (s *Service) runMulti(ctx context.Context, pol Policy, keys []string, cost int64) ([]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
-	defer cancel()
-	rkeys := s.MultiKeys(pol, keys)
-	argv := make([]any, 1, 1+4*len(pol.Limits))
-	argv[0] = cost
-	for _, l := range pol.Limits {
+// multiArgs are ratelimit_multi.lua's ARGV entries of limits: algorithm,
+// limit, window in milliseconds and burst, four per limit.
+func multiArgs(ls []NamedLimit) []any {
+	args := make([]any, 0, 4*len(ls))
+	for _, l := range ls {
 		burst := l.Burst
 		if burst == 0 {
 			burst = l.Limit.Limit
 		}
-		argv = append(argv, keyCode[l.Algorithm], l.Limit.Limit, l.Window.Milliseconds(), burst)
+		args = append(args, keyCode[l.Algorithm], l.Limit.Limit, l.Window.Milliseconds(), burst)
 	}
+	return args
+}
+
+// runMulti runs ratelimit_multi.lua for one decision under pol, taken from
+// set or from a caller's Request.Using, bounded by the decision timeout. The reply is four entries per limit.
+func (s *Service) runMulti(ctx context.Context, set *policySet, pol Policy, keys []string, cost int64) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
+	defer cancel()
+	rkeys := s.MultiKeys(pol, keys)
+	// The set's arguments are pol's when pol is the set's policy itself
+	// (its limits the same array), as a looked-up policy is.
+	args, ok := set.args[pol.Name]
+	if ls := set.byName[pol.Name].Limits; !ok || len(ls) != len(pol.Limits) || &ls[0] != &pol.Limits[0] {
+		args = multiArgs(pol.Limits)
+	}
+	argv := make([]any, 1, 1+len(args))
+	argv[0] = cost
+	argv = append(argv, args...)
 	sc := rateLimitMultiScript
 	res, err := s.st.Run(ctx, sc, rkeys, argv...)
 	if err != nil {

@@ -31,6 +31,9 @@ type policySet struct {
 	byName map[string]Policy
 	// counters holds each policy's metrics, looked up once per set.
 	counters map[string]*decisionCounters
+	// args are ratelimit_multi.lua's ARGV of each multi-limit policy,
+	// after the cost (see multiArgs), built once per set.
+	args map[string][]any
 }
 
 // newPolicySet builds a set of policies (already validated) with their
@@ -43,6 +46,12 @@ func (rl *rateLimiter) newPolicySet(ps []Policy, now time.Time) *policySet {
 		s.Policies[i] = p
 		s.byName[p.Name] = p
 		s.counters[p.Name] = rl.newCounters(p)
+		if p.Multi() {
+			if s.args == nil {
+				s.args = map[string][]any{}
+			}
+			s.args[p.Name] = multiArgs(p.Limits)
+		}
 	}
 	slices.SortFunc(s.Policies, func(a, b Policy) int {
 		if a.Name < b.Name {
