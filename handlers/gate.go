@@ -60,10 +60,19 @@ func (a *api) writeGateDecision(w http.ResponseWriter, r *http.Request, denyStat
 		w.WriteHeader(status)
 	default:
 		return &httpError{typ: rateLimited, status: denyStatus,
-			detail: "rate limit " + strconv.Quote(d.Policy) + " of " + strconv.FormatInt(d.Limit, 10) + " per " +
+			detail: "rate limit " + strconv.Quote(d.Policy) + bindingDetail(d) + " of " + strconv.FormatInt(d.Limit, 10) + " per " +
 				strconv.FormatInt(ceilSeconds(d.Window), 10) + "s reached; retry after " + retryAfterSeconds(d.RetryAfter) + "s"}
 	}
 	return nil
+}
+
+// bindingDetail names the binding limit of a multi-limit decision in a
+// denial's detail; "" for a single-limit one.
+func bindingDetail(d ratelimit.Decision) string {
+	if d.Binding == "" {
+		return ""
+	}
+	return " (limit " + strconv.Quote(d.Binding) + ")"
 }
 
 // acceptsJSON reports whether Accept header values list application/json

@@ -43,7 +43,10 @@ type decisionResponse struct {
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Policy       string `json:"policy"`
 	Key          string `json:"key"`
-	Degraded     bool   `json:"degraded,omitempty"`
+	// Binding names the limit of a multi-limit policy the other fields
+	// describe; absent for a single-limit policy.
+	Binding  string `json:"binding,omitempty"`
+	Degraded bool   `json:"degraded,omitempty"`
 }
 
 // toServiceRequest turns a check body into a service request. An inline
@@ -142,6 +145,6 @@ func toDecisionResponse(d ratelimit.Decision) decisionResponse {
 	return decisionResponse{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetMS: ceilMillis(d.ResetAfter), RetryAfterMS: ceilMillis(d.RetryAfter),
-		Policy: d.Policy, Key: d.Key, Degraded: d.Degraded,
+		Policy: d.Policy, Key: d.Key, Binding: d.Binding, Degraded: d.Degraded,
 	}
 }

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
@@ -18,7 +19,14 @@ var wouldDeny = []string{"would-deny"}
 // cost come from the request as the policy says, and the decision is taken
 // under pol itself, so a reload in between cannot mix two policy sets.
 func (a *api) gateRequest(r *http.Request, pol ratelimit.Policy) (ratelimit.Request, error) {
-	key, err := a.identity(r, pol)
+	var key string
+	var keys []string
+	var err error
+	if pol.Multi() {
+		keys, err = a.limitKeys(r, pol, true)
+	} else {
+		key, err = a.identity(r, pol)
+	}
 	if err != nil {
 		return ratelimit.Request{}, err
 	}
@@ -26,7 +34,57 @@ func (a *api) gateRequest(r *http.Request, pol ratelimit.Policy) (ratelimit.Requ
 	if err != nil {
 		return ratelimit.Request{}, err
 	}
-	return ratelimit.Request{Policy: pol.Name, Using: pol, Key: key, Cost: cost}, nil
+	return ratelimit.Request{Policy: pol.Name, Using: pol, Key: key, Keys: keys, Cost: cost}, nil
+}
+
+// limitKeys are the keys of a multi-limit policy's limits, taken from the
+// request as each limit says: the client's address (found once), a
+// header's value, the constant key, or the gate path's remainder after
+// /v1/ratelimit/gate/{policy}/ (gate requests only).
+func (a *api) limitKeys(r *http.Request, pol ratelimit.Policy, gate bool) ([]string, error) {
+	keys := make([]string, len(pol.Limits))
+	var ip string
+	for i, l := range pol.Limits {
+		switch l.Key {
+		case ratelimit.KeyConst:
+			keys[i] = ratelimit.ConstKey
+		case ratelimit.KeyIP:
+			if ip == "" {
+				k, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
+				if err != nil {
+					return nil, badRequest("client", "address", err.Error())
+				}
+				ip = k
+			}
+			keys[i] = ip
+		case ratelimit.KeyPath:
+			prefix := "/v1/ratelimit/gate/" + pol.Name + "/"
+			rest, ok := strings.CutPrefix(r.URL.Path, prefix)
+			if !gate {
+				return nil, badRequest("key", "required", "limit "+l.Name+" of policy "+pol.Name+
+					" takes its key from the gate path (/v1/ratelimit/gate/"+pol.Name+"/KEY): give key in the body")
+			}
+			if !ok || rest == "" {
+				return nil, badRequest("path", "required", "limit "+l.Name+" of policy "+pol.Name+
+					" takes its key from the path after "+prefix+", which is missing")
+			}
+			if err := ratelimit.ValidateRateLimitKey("path", rest); err != nil {
+				return nil, err
+			}
+			keys[i] = rest
+		default:
+			h := l.KeyHeader()
+			v := r.Header.Get(h)
+			if v == "" {
+				return nil, badRequest(h, "required", "limit "+l.Name+" of policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
+			}
+			if err := ratelimit.ValidateRateLimitKey(h, v); err != nil {
+				return nil, err
+			}
+			keys[i] = v
+		}
+	}
+	return keys, nil
 }
 
 // policyRequest completes a check request naming a policy: looked up once,
@@ -37,7 +95,14 @@ func (a *api) policyRequest(r *http.Request, req ratelimit.Request) (ratelimit.R
 	if err != nil {
 		return req, err
 	}
-	if req.Key == "" {
+	switch {
+	case req.Key != "":
+		// A key in the body is every limit's but a "const" one's.
+	case pol.Multi():
+		if req.Keys, err = a.limitKeys(r, pol, false); err != nil {
+			return req, err
+		}
+	default:
 		if req.Key, err = a.identity(r, pol); err != nil {
 			return req, err
 		}
@@ -61,15 +126,28 @@ type policiesResponse struct {
 // policyResponse is one policy as the policy file spells it.
 type policyResponse struct {
 	Name       string        `json:"name"`
-	Limit      int64         `json:"limit"`
-	Window     string        `json:"window"`
-	Algorithm  string        `json:"algorithm"`
+	Limit      int64         `json:"limit,omitempty"`
+	Window     string        `json:"window,omitempty"`
+	Algorithm  string        `json:"algorithm,omitempty"`
 	Burst      int64         `json:"burst,omitempty"`
-	Key        string        `json:"key"`
+	Key        string        `json:"key,omitempty"`
 	DenyStatus int           `json:"deny_status"`
 	Fail       string        `json:"fail"`
 	Shadow     bool          `json:"shadow"`
 	Cost       *costResponse `json:"cost,omitempty"`
+	// Limits are a multi-limit policy's limits; limit, window, algorithm
+	// and key are then absent.
+	Limits []limitResponse `json:"limits,omitempty"`
+}
+
+// limitResponse is one limit of a multi-limit policy.
+type limitResponse struct {
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	Limit     int64  `json:"limit"`
+	Window    string `json:"window"`
+	Algorithm string `json:"algorithm"`
+	Burst     int64  `json:"burst,omitempty"`
 }
 
 type costResponse struct {
@@ -85,9 +163,16 @@ func (a *api) handleListPolicies(w http.ResponseWriter, r *http.Request) error {
 	out := policiesResponse{Version: set.Version, LoadedAt: set.LoadedAt.UTC().Truncate(time.Millisecond),
 		Policies: make([]policyResponse, len(set.Policies))}
 	for i, p := range set.Policies {
-		out.Policies[i] = policyResponse{Name: p.Name, Limit: p.Limit.Limit, Window: p.Window.String(),
-			Algorithm: string(p.Algorithm), Burst: p.Burst, Key: p.Key, DenyStatus: p.DenyStatus,
-			Fail: string(p.Fail), Shadow: p.Shadow}
+		out.Policies[i] = policyResponse{Name: p.Name, DenyStatus: p.DenyStatus, Fail: string(p.Fail), Shadow: p.Shadow}
+		if p.Multi() {
+			for _, l := range p.Limits {
+				out.Policies[i].Limits = append(out.Policies[i].Limits, limitResponse{Name: l.Name, Key: l.Key,
+					Limit: l.Limit.Limit, Window: l.Window.String(), Algorithm: string(l.Algorithm), Burst: l.Burst})
+			}
+		} else {
+			pr := &out.Policies[i]
+			pr.Limit, pr.Window, pr.Algorithm, pr.Burst, pr.Key = p.Limit.Limit, p.Window.String(), string(p.Algorithm), p.Burst, p.Key
+		}
 		if p.Cost.Header != "" {
 			out.Policies[i].Cost = &costResponse{Header: p.Cost.Header, Max: p.Cost.Max, Default: p.Cost.Default}
 		}

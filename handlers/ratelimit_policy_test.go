@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestGateCostHeader(t *testing.T) {
 	h := newTestRouter(t, fake, handlers.Config{})
 	req := newRequest("GET", "/v1/ratelimit/gate/per-ip", "")
 	req.Header.Set("X-Tokens", "2")
-	if rec := serve(t, h, req); rec.Code != http.StatusOK || got.Cost != 2 || got.Using != pol {
+	if rec := serve(t, h, req); rec.Code != http.StatusOK || got.Cost != 2 || !reflect.DeepEqual(got.Using, pol) {
 		t.Fatalf("status %d, request %+v, want cost 2 under the looked-up policy", rec.Code, got)
 	}
 	req = newRequest("GET", "/v1/ratelimit/gate/per-ip", "")

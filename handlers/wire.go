@@ -110,6 +110,10 @@ func appendDecisionJSON(b []byte, d decisionResponse) []byte {
 	b = appendJSONString(b, d.Policy)
 	b = append(b, `,"key":`...)
 	b = appendJSONString(b, d.Key)
+	if d.Binding != "" {
+		b = append(b, `,"binding":`...)
+		b = appendJSONString(b, d.Binding)
+	}
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
@@ -148,17 +152,41 @@ func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
 // X-RateLimit-* headers when asked to. Every gateway request answers the
 // first two, so they are built in one buffer and go in under their
 // canonical names.
+//
+// A multi-limit decision lists every limit in RateLimit-Policy, by the
+// limits' names, and reports its binding limit (see ratelimit.Decision) in
+// RateLimit and the legacy headers.
 func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 	reset := ceilSeconds(d.ResetAfter)
 	var buf [160]byte
-	b := strconv.AppendQuote(buf[:0], d.Policy)
-	name := len(b)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+	var b []byte
+	var name int
+	if d.Limits == nil {
+		b = strconv.AppendQuote(buf[:0], d.Policy)
+		name = len(b)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, d.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+	} else {
+		b = buf[:0]
+		for i, l := range d.Limits {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = strconv.AppendQuote(b, l.Name)
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, l.Limit, 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, ceilSeconds(l.Window), 10)
+		}
+	}
 	policyEnd := len(b)
-	b = append(b, b[:name]...)
+	if d.Limits == nil {
+		b = append(b, b[:name]...)
+	} else {
+		b = strconv.AppendQuote(b, d.Binding)
+	}
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, ";t="...)

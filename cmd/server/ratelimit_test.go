@@ -115,8 +115,8 @@ func TestLoadPoliciesExampleFile(t *testing.T) {
 	if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
 		t.Fatalf("deploy/policies.example.yaml: %v", err)
 	}
-	if len(ps) != 4 {
-		t.Errorf("deploy/policies.example.yaml holds %d policies, want 4", len(ps))
+	if len(ps) != 5 {
+		t.Errorf("deploy/policies.example.yaml holds %d policies, want 5", len(ps))
 	}
 }
 

@@ -58,3 +58,9 @@ var KeepaliveDue string
 //
 //go:embed renew_batch.lua
 var RenewBatch string
+
+// RateLimitMulti decides one request under several limits at once: all
+// allow and count it, or nothing is counted.
+//
+//go:embed ratelimit_multi.lua
+var RateLimitMulti string

@@ -87,7 +87,7 @@ func (p Policy) validateCost() error {
 	if !headerNameRE.MatchString(c.Header) {
 		return fmt.Errorf("cost: header must be a header name of 1-64 token characters, got %q", c.Header)
 	}
-	if capacity := p.capacity(); c.Max < 1 || c.Max > capacity {
+	if capacity := p.maxCost(); c.Max < 1 || c.Max > capacity {
 		return fmt.Errorf("cost: max must be between 1 and the limit's capacity (%d; a larger cost could never be allowed), got %d", capacity, c.Max)
 	}
 	if c.Default < 1 || c.Default > c.Max {

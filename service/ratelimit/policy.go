@@ -82,6 +82,63 @@ type Policy struct {
 	// Cost, when its Header is set, takes a request's cost from a header
 	// (see HeaderCost), like envoy's hits_addend.
 	Cost CostSource
+	// Limits, when set, are the policy's several limits (the policy file's
+	// "limits:" form): a request is allowed only if every one allows it, and
+	// a denied request consumes nothing from any of them. The embedded Limit
+	// and Key are then unused (zero). Nil for a single-limit policy.
+	Limits []NamedLimit `json:",omitempty"`
+}
+
+// NamedLimit is one limit of a multi-limit policy.
+type NamedLimit struct {
+	// Name names the limit in headers, keys and metrics: 1-64 characters
+	// of A-Z a-z 0-9 . _ -, unique within the policy.
+	Name string
+	Limit
+	// Key is where the limit's key comes from: "ip", "header:NAME",
+	// "const" (one counter for every request) or "path" (the gate path's
+	// remainder after /v1/ratelimit/gate/{policy}/).
+	Key string
+}
+
+// The key sources of a limit that are not a header.
+const (
+	KeyIP    = "ip"
+	KeyConst = "const"
+	KeyPath  = "path"
+)
+
+// ConstKey is the key of every request under a "const" limit.
+const ConstKey = "const"
+
+// MaxLimitsPerPolicy bounds the limits of one policy: each is a key of
+// the decision's one script call.
+const MaxLimitsPerPolicy = 8
+
+// KeyHeader returns the header a "header:NAME" limit takes its key from,
+// or "" for another source.
+func (l NamedLimit) KeyHeader() string {
+	h, _ := strings.CutPrefix(l.Key, "header:")
+	if h == l.Key {
+		return ""
+	}
+	return h
+}
+
+// Multi reports whether p is a multi-limit policy (the "limits:" form).
+func (p Policy) Multi() bool { return len(p.Limits) > 0 }
+
+// maxCost is the largest cost a request under p may have: the smallest
+// capacity of its limits, as the cost applies to every one.
+func (p Policy) maxCost() int64 {
+	if !p.Multi() {
+		return p.capacity()
+	}
+	c := p.Limits[0].capacity()
+	for _, l := range p.Limits[1:] {
+		c = min(c, l.capacity())
+	}
+	return c
 }
 
 // KeyHeader returns the header a "header:NAME" policy takes its key from,
@@ -199,13 +256,19 @@ func (c Config) validatePolicy(p Policy) error {
 	if p.Name == InlinePolicyName {
 		return fmt.Errorf("policy %q: the name is reserved for inline limits", p.Name)
 	}
-	if err := c.validateLimit("", p.Limit); err != nil {
-		var ve *store.ValidationError
-		errors.As(err, &ve)
-		return fmt.Errorf("policy %q: %s", p.Name, ve.Detail)
-	}
-	if p.Key != "ip" && !headerNameRE.MatchString(p.KeyHeader()) {
-		return fmt.Errorf("policy %q: key must be \"ip\" or \"header:NAME\", got %q", p.Name, p.Key)
+	if p.Multi() {
+		if err := c.validateLimits(p); err != nil {
+			return fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+	} else {
+		if err := c.validateLimit("", p.Limit); err != nil {
+			var ve *store.ValidationError
+			errors.As(err, &ve)
+			return fmt.Errorf("policy %q: %s", p.Name, ve.Detail)
+		}
+		if p.Key != KeyIP && !headerNameRE.MatchString(p.KeyHeader()) {
+			return fmt.Errorf("policy %q: key must be \"ip\" or \"header:NAME\", got %q", p.Name, p.Key)
+		}
 	}
 	if p.DenyStatus != 429 && p.DenyStatus != 403 && p.DenyStatus != 401 {
 		return fmt.Errorf("policy %q: deny_status must be 401, 403 or 429, got %d", p.Name, p.DenyStatus)
@@ -219,21 +282,65 @@ func (c Config) validatePolicy(p Policy) error {
 	return nil
 }
 
+// validateLimits checks the limits of a multi-limit policy.
+func (c Config) validateLimits(p Policy) error {
+	if p.Limit != (Limit{}) || p.Key != "" {
+		return errors.New("give either limits or a single limit (limit, window, algorithm, burst, key), not both")
+	}
+	if len(p.Limits) > MaxLimitsPerPolicy {
+		return fmt.Errorf("limits: at most %d limits per policy, got %d", MaxLimitsPerPolicy, len(p.Limits))
+	}
+	seen := make(map[string]bool, len(p.Limits))
+	for i, l := range p.Limits {
+		if !store.Matches(l.Name, 1, 64, store.IsAlnum, isPolicyNameByte) {
+			return fmt.Errorf("limits[%d]: name must be 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit, got %q", i, l.Name)
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("limits[%d]: name %q is given twice", i, l.Name)
+		}
+		seen[l.Name] = true
+		if err := c.validateLimit("", l.Limit); err != nil {
+			var ve *store.ValidationError
+			errors.As(err, &ve)
+			return fmt.Errorf("limit %q: %s", l.Name, ve.Detail)
+		}
+		switch l.Key {
+		case KeyIP, KeyConst, KeyPath:
+		default:
+			if !headerNameRE.MatchString(l.KeyHeader()) {
+				return fmt.Errorf("limit %q: key must be \"ip\", \"header:NAME\", \"const\" or \"path\", got %q", l.Name, l.Key)
+			}
+		}
+	}
+	return nil
+}
+
 // policyFile is the on-disk shape of a policy file (YAML or JSON).
 type policyFile struct {
 	Policies map[string]policyEntry `json:"policies" yaml:"policies"`
 }
 
 type policyEntry struct {
-	Limit      int64      `json:"limit" yaml:"limit"`
-	Window     string     `json:"window" yaml:"window"`
-	Algorithm  string     `json:"algorithm" yaml:"algorithm"`
-	Burst      int64      `json:"burst" yaml:"burst"`
-	Key        string     `json:"key" yaml:"key"`
-	DenyStatus int        `json:"deny_status" yaml:"deny_status"`
-	Fail       string     `json:"fail" yaml:"fail"`
-	Shadow     bool       `json:"shadow" yaml:"shadow"`
-	Cost       *costEntry `json:"cost" yaml:"cost"`
+	Limit      int64        `json:"limit" yaml:"limit"`
+	Window     string       `json:"window" yaml:"window"`
+	Algorithm  string       `json:"algorithm" yaml:"algorithm"`
+	Burst      int64        `json:"burst" yaml:"burst"`
+	Key        string       `json:"key" yaml:"key"`
+	DenyStatus int          `json:"deny_status" yaml:"deny_status"`
+	Fail       string       `json:"fail" yaml:"fail"`
+	Shadow     bool         `json:"shadow" yaml:"shadow"`
+	Cost       *costEntry   `json:"cost" yaml:"cost"`
+	Limits     []limitEntry `json:"limits" yaml:"limits"`
+}
+
+// limitEntry is the on-disk shape of one limit of a "limits:" list.
+type limitEntry struct {
+	Name      string `json:"name" yaml:"name"`
+	Key       string `json:"key" yaml:"key"`
+	Limit     int64  `json:"limit" yaml:"limit"`
+	Window    string `json:"window" yaml:"window"`
+	Algorithm string `json:"algorithm" yaml:"algorithm"`
+	Burst     int64  `json:"burst" yaml:"burst"`
 }
 
 // ParsePolicies parses named policies from the contents of a YAML or JSON
@@ -268,12 +375,27 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 		if e.Cost != nil {
 			p.Cost = CostSource(*e.Cost)
 		}
-		if e.Window == "" {
-			return nil, fmt.Errorf("policy %q: window is required (a duration such as 10s or 1m)", name)
+		if e.Limits != nil {
+			if len(e.Limits) == 0 {
+				return nil, fmt.Errorf("policy %q: limits must list at least one limit", name)
+			}
+			if e.Window != "" {
+				return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, key), not both", name)
+			}
+			for i, le := range e.Limits {
+				d, err := parseWindow(le.Window)
+				if err != nil {
+					return nil, fmt.Errorf("policy %q: limits[%d] (%s): %w", name, i, le.Name, err)
+				}
+				p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key,
+					Limit: Limit{Algorithm: Algorithm(le.Algorithm), Limit: le.Limit, Window: d, Burst: le.Burst}})
+			}
+			out = append(out, p.withDefaults())
+			continue
 		}
-		d, err := time.ParseDuration(e.Window)
+		d, err := parseWindow(e.Window)
 		if err != nil {
-			return nil, fmt.Errorf("policy %q: window %q is not a duration such as 10s or 1m", name, e.Window)
+			return nil, fmt.Errorf("policy %q: %w", name, err)
 		}
 		p.Window = d
 		out = append(out, p.withDefaults())
@@ -282,13 +404,39 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	return out, nil
 }
 
+// parseWindow reads a policy file's window.
+func parseWindow(w string) (time.Duration, error) {
+	if w == "" {
+		return 0, errors.New("window is required (a duration such as 10s or 1m)")
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil {
+		return 0, fmt.Errorf("window %q is not a duration such as 10s or 1m", w)
+	}
+	return d, nil
+}
+
 // withDefaults fills in the optional fields of a policy.
 func (p Policy) withDefaults() Policy {
-	if p.Algorithm == "" {
-		p.Algorithm = FixedWindow
-	}
-	if p.Key == "" {
-		p.Key = "ip"
+	if p.Multi() {
+		ls := make([]NamedLimit, len(p.Limits))
+		for i, l := range p.Limits {
+			if l.Algorithm == "" {
+				l.Algorithm = FixedWindow
+			}
+			if l.Key == "" {
+				l.Key = KeyIP
+			}
+			ls[i] = l
+		}
+		p.Limits = ls
+	} else {
+		if p.Algorithm == "" {
+			p.Algorithm = FixedWindow
+		}
+		if p.Key == "" {
+			p.Key = KeyIP
+		}
 	}
 	if p.DenyStatus == 0 {
 		p.DenyStatus = 429
@@ -301,7 +449,7 @@ func (p Policy) withDefaults() Policy {
 			p.Cost.Default = 1
 		}
 		if p.Cost.Max == 0 {
-			p.Cost.Max = p.capacity()
+			p.Cost.Max = p.maxCost()
 		}
 	}
 	return p

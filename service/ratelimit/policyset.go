@@ -31,6 +31,9 @@ type policySet struct {
 	byName map[string]Policy
 	// counters holds each policy's metrics, looked up once per set.
 	counters map[string]*decisionCounters
+	// args are ratelimit_multi.lua's ARGV of each multi-limit policy,
+	// after the cost (see multiArgs), built once per set.
+	args map[string][]any
 }
 
 // newPolicySet builds a set of policies (already validated) with their
@@ -42,7 +45,13 @@ func (rl *rateLimiter) newPolicySet(ps []Policy, now time.Time) *policySet {
 		p = p.withDefaults()
 		s.Policies[i] = p
 		s.byName[p.Name] = p
-		s.counters[p.Name] = rl.newCounters(p.Name)
+		s.counters[p.Name] = rl.newCounters(p)
+		if p.Multi() {
+			if s.args == nil {
+				s.args = map[string][]any{}
+			}
+			s.args[p.Name] = multiArgs(p.Limits)
+		}
 	}
 	slices.SortFunc(s.Policies, func(a, b Policy) int {
 		if a.Name < b.Name {
@@ -97,9 +106,11 @@ func (s *Service) SetPolicies(ps []Policy) (active PolicySet, changed bool, err 
 		return old.PolicySet, false, nil
 	}
 	s.rl.set.Store(next)
-	for name := range old.byName {
-		if _, ok := next.byName[name]; !ok {
+	for name, p := range old.byName {
+		if np, ok := next.byName[name]; !ok {
 			s.rl.deleteCounters(name)
+		} else {
+			s.rl.deleteLimitCounters(p, np)
 		}
 	}
 	// A cached denial was taken under the old limits: ask Redis again.
@@ -110,13 +121,32 @@ func (s *Service) SetPolicies(ps []Policy) (active PolicySet, changed bool, err 
 // decisionCounters are one policy's metrics.
 type decisionCounters struct {
 	allowed, denied, wouldDeny, failOpen prometheus.Counter
+	// limits are the counters of a multi-limit policy's limits, in its
+	// order.
+	limits []limitCounters
 }
 
-func (rl *rateLimiter) newCounters(policy string) *decisionCounters {
-	return &decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
+// limitCounters are one limit's metrics; see rateLimiter.limitDecisions.
+type limitCounters struct {
+	name                     string
+	allowed, denied, blocked prometheus.Counter
+}
+
+// limitResults are the result labels of limitDecisions.
+var limitResults = []string{"allowed", "denied", "blocked"}
+
+func (rl *rateLimiter) newCounters(p Policy) *decisionCounters {
+	policy := p.Name
+	c := &decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
 		denied:    rl.decisions.WithLabelValues(policy, "denied"),
 		wouldDeny: rl.wouldDeny.WithLabelValues(policy),
 		failOpen:  rl.failOpen.WithLabelValues(policy)}
+	for _, l := range p.Limits {
+		c.limits = append(c.limits, limitCounters{name: l.Name, allowed: rl.limitDecisions.WithLabelValues(policy, l.Name, "allowed"),
+			denied:  rl.limitDecisions.WithLabelValues(policy, l.Name, "denied"),
+			blocked: rl.limitDecisions.WithLabelValues(policy, l.Name, "blocked")})
+	}
+	return c
 }
 
 // deleteCounters removes a policy's series from every metric.
@@ -125,6 +155,19 @@ func (rl *rateLimiter) deleteCounters(policy string) {
 	rl.decisions.DeleteLabelValues(policy, "denied")
 	rl.wouldDeny.DeleteLabelValues(policy)
 	rl.failOpen.DeleteLabelValues(policy)
+	rl.limitDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
+}
+
+// deleteLimitCounters removes the series of old's limits that next, the
+// same policy in a new set, no longer has.
+func (rl *rateLimiter) deleteLimitCounters(old, next Policy) {
+	for _, l := range old.Limits {
+		if !slices.ContainsFunc(next.Limits, func(n NamedLimit) bool { return n.Name == l.Name }) {
+			for _, r := range limitResults {
+				rl.limitDecisions.DeleteLabelValues(old.Name, l.Name, r)
+			}
+		}
+	}
 }
 
 // detachedCounters count the decisions of a policy that left the active set

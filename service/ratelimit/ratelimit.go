@@ -31,6 +31,10 @@ type Request struct {
 	// the decision uses the same policy even when a reload replaced it in
 	// between: one request never mixes two policy sets.
 	Using Policy
+	// Keys are the keys of a multi-limit policy's limits, one per limit in
+	// the policy's order; when nil, every limit takes Key, but a "const"
+	// limit, whose key is ConstKey. Single-limit policies use Key only.
+	Keys []string
 }
 
 // Decision is the answer to a Request. A denial is a Decision with
@@ -53,6 +57,27 @@ type Decision struct {
 	// WouldDeny is true when a shadow policy would have denied the request:
 	// Allowed is true, and nothing was consumed.
 	WouldDeny bool
+	// Limits are the answers of each limit of a multi-limit policy, in the
+	// policy's order; nil for a single-limit policy. The fields above are
+	// then those of the binding limit, Binding names it, and RetryAfter is
+	// the latest RetryAfter of the limits that deny.
+	Limits []LimitDecision
+	// Binding is the name of the binding limit of a multi-limit policy:
+	// on a denial, the denying limit that frees up last; when allowed, the
+	// limit with the least remaining (ties: the one that resets last).
+	Binding string
+}
+
+// LimitDecision is one limit's part in a multi-limit decision.
+type LimitDecision struct {
+	Name       string
+	Key        string
+	Limit      int64
+	Window     time.Duration
+	Allowed    bool // this limit allows the request (counted only if all do)
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration // zero when this limit allows
 }
 
 // PolicyNotFoundError reports an unknown policy name. It wraps ErrNotFound.
@@ -88,7 +113,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 			s.rl.batchers[alg] = newDecisionBatcher(s, sc, s.rl.cfg)
 		}
 	}
-	st.Register(rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript)
+	st.Register(rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript, rateLimitMultiScript)
 	return s, nil
 }
 
@@ -108,7 +133,11 @@ type rateLimiter struct {
 	lastLog atomic.Int64 // unix nanoseconds of the last fail-open warning
 
 	decisions *prometheus.CounterVec // policy, result: allowed, denied
-	inline    *decisionCounters      // the counters of inline limits
+	// limitDecisions counts each limit of multi-limit policies: policy,
+	// limit, result (allowed: counted; denied: this limit denied; blocked:
+	// it allowed but another denied).
+	limitDecisions *prometheus.CounterVec
+	inline         *decisionCounters // the counters of inline limits
 	// batchers send concurrent decisions together, one per algorithm; nil
 	// when Batch is 1 or the client is a Cluster's.
 	batchers  map[Algorithm]*decisionBatcher
@@ -123,6 +152,10 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_decisions_total", Help: "Rate-limit decisions by policy and result (allowed, denied).",
 		}, []string{"policy", "result"}),
+		limitDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_limit_decisions_total",
+			Help: "Decisions of each limit of multi-limit policies by policy, limit and result (allowed: counted; denied: this limit denied; blocked: this limit allowed but another denied, so nothing was counted).",
+		}, []string{"policy", "limit", "result"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_cache_hits_total", Help: "Denials answered from the in-process cache without Redis.",
 		}),
@@ -134,9 +167,9 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 		}, []string{"policy"}),
 	}
 	rl.set.Store(rl.newPolicySet(cfg.Policies, time.Now()))
-	rl.inline = rl.newCounters(InlinePolicyName)
+	rl.inline = rl.newCounters(Policy{Name: InlinePolicyName})
 	if reg != nil {
-		reg.MustRegister(rl.decisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
+		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
 	}
 	return rl
 }
@@ -173,6 +206,9 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 	pol, err := s.resolvePolicy(set, req)
 	if err != nil {
 		return Decision{}, err
+	}
+	if pol.Multi() {
+		return s.checkMulti(ctx, set, pol, req)
 	}
 	if err := ValidateRateLimitKey("key", req.Key); err != nil {
 		return Decision{}, err
