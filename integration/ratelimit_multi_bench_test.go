@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -44,8 +43,8 @@ func BenchmarkMultiLimitDecision(b *testing.B) {
 		{Name: "global", Key: "const", Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1_000_000_000, Window: time.Hour}},
 	}}
 	e := newTestEnv(b, withPolicies(single, three))
-	unbatched := newTestEnvOn(b, e.RDB, e.RedisURL, withPolicies(single),
-		func(s *serviceConfig, _ *handlers.Config) { s.RateLimit.Batch = 1 })
+	unbatched := newTestEnv(b, beside(e), withPolicies(single),
+		withServiceConfig(func(s *serviceConfig) { s.RateLimit.Batch = 1 }))
 	for _, c := range []struct {
 		name string
 		e    *testEnv

@@ -10,15 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // withKeyPrefix gives a server the key prefix of another, so several
 // servers share their counters as instances of one deployment do.
-func withKeyPrefix(prefix string) envOption {
-	return func(s *serviceConfig, _ *handlers.Config) { s.KeyPrefix = prefix }
-}
 
 // multiLimitPolicy limits per client address (sliding window, never
 // binding here), per API key (fixed window, 20 per key) and in total
@@ -36,7 +32,7 @@ func threeInstances(t testing.TB, opts ...envOption) []*testEnv {
 	e0 := newTestEnv(t, opts...)
 	envs := []*testEnv{e0}
 	for range 2 {
-		envs = append(envs, newTestEnvOn(t, e0.RDB, e0.RedisURL, append(opts, withKeyPrefix(e0.Prefix))...))
+		envs = append(envs, newTestEnv(t, append(opts, beside(e0))...))
 	}
 	return envs
 }
