@@ -14,7 +14,7 @@ type holdRequest struct {
 	TTL   string `json:"ttl" validate:"omitempty,posduration"`
 	Wait  string `json:"wait" validate:"omitempty,duration"`
 	Fair  *bool  `json:"fair"`
-	Owner string `json:"owner"` // checked by locks.ValidateOwner
+	Owner string `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
 // lostEvent is the data of a hold stream's "lost" event.
@@ -43,7 +43,7 @@ type releasedEvent struct {
 // wait short); once the stream has started it returns nil.
 func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	var req holdRequest
-	name, token, err := a.decodeLockRequest(w, r, &req, &req.Owner)
+	name, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,9 @@ func TestAcquirePassesWaitAndFair(t *testing.T) {
 }
 
 // TestHoldBeforeTheStream: what goes wrong before a hold's stream starts is
-// an ordinary problem answer, and bad input never reaches the service.
+// an ordinary problem answer. A bad body never reaches the service; a bad
+// name or token does, as the client sent it, and the service's refusal is
+// the answer: the handler has written nothing before Hold returns.
 func TestHoldBeforeTheStream(t *testing.T) {
 	tests := []struct {
 		desc   string
@@ -59,8 +61,8 @@ func TestHoldBeforeTheStream(t *testing.T) {
 		typ    string
 		calls  []string
 	}{
-		{"bad name", newRequest(http.MethodPost, "/v1/locks/%7Bx%7D/hold", ""), nil, 400, "invalid-request", nil},
-		{"bad token", newRequest(http.MethodPost, "/v1/locks/orders/hold", "", "Lock-Token", "short"), nil, 400, "invalid-request", nil},
+		{"bad name", newRequest(http.MethodPost, "/v1/locks/%7Bx%7D/hold", ""), nil, 400, "invalid-request", []string{"Hold"}},
+		{"bad token", newRequest(http.MethodPost, "/v1/locks/orders/hold", "", "Lock-Token", "short"), nil, 400, "invalid-request", []string{"Hold"}},
 		{"unknown field", newRequest(http.MethodPost, "/v1/locks/orders/hold", `{"keepalive":true}`), nil, 400, "invalid-request", nil},
 		{"bad wait", newRequest(http.MethodPost, "/v1/locks/orders/hold", `{"wait":"later"}`), nil, 400, "invalid-request", nil},
 		{"held past the wait", newRequest(http.MethodPost, "/v1/locks/orders/hold", `{"wait":"1s"}`),

@@ -21,7 +21,7 @@ type acquireRequest struct {
 	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
 	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
 	Fair      *bool  `json:"fair"`
-	Owner     string `json:"owner"` // checked by locks.ValidateOwner
+	Owner     string `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.
@@ -77,19 +77,13 @@ func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
 // decodeLockRequest reads what acquiring and holding a lock share: the lock
-// name, the optional Lock-Token, the JSON body (into body) and the owner
-// text it holds (*owner, a field of body), checked in that order.
-func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any, owner *string) (name, token string, err error) {
-	if name, err = lockName(r); err != nil {
-		return "", "", err
-	}
-	if token, err = optionalToken(r); err != nil {
-		return "", "", err
-	}
+// name, the optional Lock-Token and the JSON body (into body). The name,
+// the token and the body's owner text are checked by the service.
+func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
 	if err = a.decodeJSON(w, r, body); err != nil {
 		return "", "", err
 	}
-	return name, token, locks.ValidateOwner(*owner)
+	return lockName(r), r.Header.Get("Lock-Token"), nil
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
@@ -97,7 +91,7 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &req, &req.Owner)
+	name, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
@@ -134,16 +128,9 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 }
 
 // handleGetLock implements operationId getLock. Returns the errors of
-// reading the name and token, and of locks.Service.Inspect.
+// locks.Service.Inspect, which checks the name and the optional token.
 func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
-	name, err := lockName(r)
-	if err != nil {
-		return err
-	}
-	token, err := optionalToken(r)
-	if err != nil {
-		return err
-	}
+	name, token := lockName(r), r.Header.Get("Lock-Token")
 	st, err := a.svc.Inspect(r.Context(), name, token)
 	if err != nil {
 		return err
@@ -168,10 +155,6 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 // handleRenewLock implements operationId renewLock. Returns the errors of
 // decoding the request and of locks.Service.Renew.
 func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
-	name, err := lockName(r)
-	if err != nil {
-		return err
-	}
 	var req renewRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -180,7 +163,7 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lease, err := a.svc.Renew(r.Context(), name, token, parseDuration(req.TTL))
+	lease, err := a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
 	if err != nil {
 		return err
 	}
@@ -191,12 +174,12 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 // handleReleaseLock implements operationId releaseLock, and with
 // ?force=true the admin force-release. Returns the errors of reading the
 // request, a forbidden error without the admin credential, and the errors
-// of locks.Service.Release and ForceRelease.
+// of locks.Service.Release and ForceRelease. A force-release checks the
+// credential first: without it the answer is 403 whatever the name, as a
+// service that checks access before input tells no one without access what
+// it would accept.
 func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) error {
-	name, err := lockName(r)
-	if err != nil {
-		return err
-	}
+	name := lockName(r)
 	force, err := forceParam(r)
 	if err != nil {
 		return err
@@ -237,12 +220,12 @@ func forceParam(r *http.Request) (bool, error) {
 	return b, nil
 }
 
-// lockName returns the {name} path parameter, refused before it reaches the
-// service when it is not a valid lock name. chi matches routes on the raw
-// (still percent-encoded) path when the request has one, so the parameter is
-// decoded then, once, and checked as decoded: job%3A42 is job:42, while
-// a%2Fb and %7B are still refused as a/b and {.
-func lockName(r *http.Request) (string, error) {
+// lockName returns the {name} path parameter as the client meant it; the
+// service checks it. chi matches routes on the raw (still percent-encoded)
+// path when the request has one, so the parameter is decoded then, once:
+// job%3A42 is job:42, while a%2Fb and %7B reach the service as a/b and {
+// (and are refused there), and job%253A42 as job%3A42.
+func lockName(r *http.Request) string {
 	name := chi.URLParam(r, "name")
 	if r.URL.RawPath != "" {
 		// A malformed escape stays as it is: no name has a '%'.
@@ -250,24 +233,17 @@ func lockName(r *http.Request) (string, error) {
 			name = decoded
 		}
 	}
-	return name, locks.ValidateName(name)
+	return name
 }
 
-// optionalToken returns the Lock-Token header, checked when present.
-func optionalToken(r *http.Request) (string, error) {
-	token := r.Header.Get("Lock-Token")
-	if token == "" {
-		return "", nil
-	}
-	return token, locks.ValidateToken(token)
-}
-
+// requireToken returns the Lock-Token header, which renew and release need;
+// its format is the service's to check.
 func requireToken(r *http.Request) (string, error) {
 	token := r.Header.Get("Lock-Token")
 	if token == "" {
 		return "", badRequest("Lock-Token", "required", "the Lock-Token header is required: send the token returned by acquire")
 	}
-	return token, locks.ValidateToken(token)
+	return token, nil
 }
 
 // checkAdmin requires Authorization: Bearer <admin key>.

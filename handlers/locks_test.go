@@ -84,7 +84,10 @@ func runRequestCases(t *testing.T, tests []requestCase) {
 }
 
 // TestLockRequestValidation: every bad request is a problem naming what is
-// wrong, and reaches the service only when the handler has nothing against it.
+// wrong. What is wrong with the HTTP request (its body, a missing
+// Lock-Token, force, the admin credential) is refused before the service;
+// the lock name and the token's format are the service's to check, so those
+// requests reach it (and the fake refuses them as the service does).
 func TestLockRequestValidation(t *testing.T) {
 	long := strings.Repeat("a", 129)
 	type tc = requestCase
@@ -109,10 +112,10 @@ func TestLockRequestValidation(t *testing.T) {
 		{desc: "their defaults are fine", req: newRequest("POST", "/v1/locks/orders", `{"wait":"0s","keepalive":false,"fair":false}`), status: 201, calls: []string{"Acquire"}},
 
 		// Lock-Token.
-		{desc: "acquire malformed token", req: newRequest("POST", "/v1/locks/orders", "", "Lock-Token", "short"), status: 400, typ: "invalid-request", field: "Lock-Token"},
-		{desc: "inspect malformed token", req: newRequest("GET", "/v1/locks/orders", "", "Lock-Token", "has+plus/and=pad-00000"), status: 400, typ: "invalid-request", field: "Lock-Token"},
-		{desc: "renew malformed token", req: newRequest("POST", "/v1/locks/orders/renew", "", "Lock-Token", strings.Repeat("t", 129)), status: 400, typ: "invalid-request", field: "Lock-Token"},
-		{desc: "release malformed token", req: newRequest("DELETE", "/v1/locks/orders", "", "Lock-Token", "short"), status: 400, typ: "invalid-request", field: "Lock-Token"},
+		{desc: "acquire malformed token", req: newRequest("POST", "/v1/locks/orders", "", "Lock-Token", "short"), status: 400, typ: "invalid-request", field: "Lock-Token", calls: []string{"Acquire"}},
+		{desc: "inspect malformed token", req: newRequest("GET", "/v1/locks/orders", "", "Lock-Token", "has+plus/and=pad-00000"), status: 400, typ: "invalid-request", field: "Lock-Token", calls: []string{"Inspect"}},
+		{desc: "renew malformed token", req: newRequest("POST", "/v1/locks/orders/renew", "", "Lock-Token", strings.Repeat("t", 129)), status: 400, typ: "invalid-request", field: "Lock-Token", calls: []string{"Renew"}},
+		{desc: "release malformed token", req: newRequest("DELETE", "/v1/locks/orders", "", "Lock-Token", "short"), status: 400, typ: "invalid-request", field: "Lock-Token", calls: []string{"Release"}},
 		{desc: "renew without token", req: newRequest("POST", "/v1/locks/orders/renew", ""), status: 400, typ: "invalid-request", field: "Lock-Token", inDetail: "required"},
 		{desc: "release without token", req: newRequest("DELETE", "/v1/locks/orders", ""), status: 400, typ: "invalid-request", field: "Lock-Token", inDetail: "required"},
 
@@ -135,6 +138,16 @@ func TestLockRequestValidation(t *testing.T) {
 			cfg: handlers.Config{AdminKey: adminKey}, status: 204, calls: []string{"ForceRelease"}},
 		{desc: "force=false is a normal release", req: newRequest("DELETE", "/v1/locks/orders?force=false", "", "Lock-Token", tokenA),
 			status: 200, calls: []string{"Release"}},
+		// The admin credential comes before the name: without it a force-release
+		// is refused whatever the name (access before input, as Consul and etcd
+		// check their ACLs first), and the service never sees the name.
+		{desc: "force with a bad name and no credential", req: newRequest("DELETE", "/v1/locks/%7D?force=true", ""),
+			cfg: handlers.Config{AdminKey: adminKey}, status: 403, typ: "forbidden"},
+		{desc: "force with a bad name and the right bearer", req: newRequest("DELETE", "/v1/locks/%7D?force=true", "", "Authorization", "Bearer "+adminKey),
+			cfg: handlers.Config{AdminKey: adminKey}, status: 400, typ: "invalid-request", field: "name", calls: []string{"ForceRelease"}},
+		// A missing token is the HTTP layer's to refuse, before the name.
+		{desc: "release with a bad name and no token", req: newRequest("DELETE", "/v1/locks/%7D", ""),
+			status: 400, typ: "invalid-request", field: "Lock-Token", inDetail: "required"},
 	}
 	// Bad names on every lock route.
 	badNames := []struct{ desc, path string }{
@@ -142,10 +155,12 @@ func TestLockRequestValidation(t *testing.T) {
 		{"129 characters", long}, {"leading dot", ".hidden"}, {"non-ASCII", "schl%C3%BCssel"},
 	}
 	for _, n := range badNames {
-		for _, r := range []struct{ method, suffix string }{{"POST", ""}, {"GET", ""}, {"DELETE", ""}, {"POST", "/renew"}} {
+		for _, r := range []struct{ method, suffix, call string }{
+			{"POST", "", "Acquire"}, {"GET", "", "Inspect"}, {"DELETE", "", "Release"}, {"POST", "/renew", "Renew"},
+		} {
 			tests = append(tests, tc{desc: "name " + n.desc + " " + r.method + r.suffix,
 				req:    newRequest(r.method, "/v1/locks/"+n.path+r.suffix, "", "Lock-Token", tokenA),
-				status: 400, typ: "invalid-request", field: "name"})
+				status: 400, typ: "invalid-request", field: "name", calls: []string{r.call}})
 		}
 	}
 	tests = append(tests, tc{desc: "name 128 characters", req: newRequest("GET", "/v1/locks/"+long[:128], ""), status: 200, calls: []string{"Inspect"}})

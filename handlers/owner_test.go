@@ -44,10 +44,11 @@ func TestOwnerReachesTheService(t *testing.T) {
 	}
 }
 
-// TestBadOwnerIsRefusedBeforeTheService: an owner that is too long or not
-// printable is a 400 naming owner, on acquire and on hold, and the service
-// is never called.
-func TestBadOwnerIsRefusedBeforeTheService(t *testing.T) {
+// TestBadOwnerIsRefused: an owner that is too long or not printable is a
+// 400 naming owner, on acquire and on hold. The handler passes the text to
+// the service, whose check it is (the fake makes it as the service does);
+// an owner that is not a JSON string is the handler's to refuse.
+func TestBadOwnerIsRefused(t *testing.T) {
 	bad := []struct{ desc, json, inDetail string }{
 		{"129 characters", `"` + strings.Repeat("x", 129) + `"`, "at most 128 characters"},
 		{"a newline", `"job\nforged"`, "U+000A"},
@@ -58,10 +59,14 @@ func TestBadOwnerIsRefusedBeforeTheService(t *testing.T) {
 	}
 	var tests []requestCase
 	for _, b := range bad {
-		for _, path := range []string{"/v1/locks/orders", "/v1/locks/orders/hold"} {
-			tests = append(tests, requestCase{desc: path + " owner " + b.desc,
-				req:    newRequest(http.MethodPost, path, `{"ttl":"10s","owner":`+b.json+`}`),
-				status: 400, typ: "invalid-request", field: "owner", inDetail: b.inDetail})
+		for _, r := range []struct{ path, call string }{{"/v1/locks/orders", "Acquire"}, {"/v1/locks/orders/hold", "Hold"}} {
+			tc := requestCase{desc: r.path + " owner " + b.desc,
+				req:    newRequest(http.MethodPost, r.path, `{"ttl":"10s","owner":`+b.json+`}`),
+				status: 400, typ: "invalid-request", field: "owner", inDetail: b.inDetail}
+			if b.json[0] == '"' {
+				tc.calls = []string{r.call}
+			}
+			tests = append(tests, tc)
 		}
 	}
 	tests = append(tests,

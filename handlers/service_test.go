@@ -23,7 +23,9 @@ var errUnexpectedCall = errors.New("fake service: unexpected call")
 
 // fakeService implements handlers.Locks and handlers.RateLimits with one function field per
 // method, like wtf's mock package. It records every call; a method whose
-// field is nil answers errUnexpectedCall.
+// field is nil answers errUnexpectedCall. Like *locks.Service, whose checks
+// the handlers rely on, its lock methods first refuse a bad name, token or
+// owner with the service's own checks (see checkLockInput).
 type fakeService struct {
 	AcquireFn      func(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error)
 	RenewFn        func(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error)
@@ -38,6 +40,7 @@ type fakeService struct {
 
 	mu    sync.Mutex
 	calls []string
+	names []string // the lock names the lock methods were given, in order
 }
 
 var (
@@ -45,10 +48,41 @@ var (
 	_ handlers.RateLimits = (*fakeService)(nil)
 )
 
+// checkLockInput refuses what *locks.Service refuses before it calls Redis:
+// a bad name, a bad token (when one is given) or a bad owner, with the same
+// *ValidationError. Renew and Release get their token from the handler only
+// when the request has one.
+func checkLockInput(name, token, owner string) error {
+	if err := locks.ValidateName(name); err != nil {
+		return err
+	}
+	if token != "" {
+		if err := locks.ValidateToken(token); err != nil {
+			return err
+		}
+	}
+	return locks.ValidateOwner(owner)
+}
+
 func (f *fakeService) record(method string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, method)
+}
+
+// recordLock records a call of a lock method and the lock name it was given.
+func (f *fakeService) recordLock(method, name string) {
+	f.record(method)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.names = append(f.names, name)
+}
+
+// Names returns the lock names the lock methods were given so far, in order.
+func (f *fakeService) Names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.names...)
 }
 
 // Calls returns the names of the methods called so far, in order.
@@ -59,7 +93,10 @@ func (f *fakeService) Calls() []string {
 }
 
 func (f *fakeService) Acquire(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
-	f.record("Acquire")
+	f.recordLock("Acquire", name)
+	if err := checkLockInput(name, req.Token, req.Owner); err != nil {
+		return locks.Lease{}, err
+	}
 	if f.AcquireFn == nil {
 		return locks.Lease{}, errUnexpectedCall
 	}
@@ -67,7 +104,10 @@ func (f *fakeService) Acquire(ctx context.Context, name string, req locks.Acquir
 }
 
 func (f *fakeService) Renew(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error) {
-	f.record("Renew")
+	f.recordLock("Renew", name)
+	if err := checkLockInput(name, token, ""); err != nil {
+		return locks.Lease{}, err
+	}
 	if f.RenewFn == nil {
 		return locks.Lease{}, errUnexpectedCall
 	}
@@ -75,7 +115,10 @@ func (f *fakeService) Renew(ctx context.Context, name, token string, ttl time.Du
 }
 
 func (f *fakeService) Release(ctx context.Context, name, token string) (locks.Released, error) {
-	f.record("Release")
+	f.recordLock("Release", name)
+	if err := checkLockInput(name, token, ""); err != nil {
+		return locks.Released{}, err
+	}
 	if f.ReleaseFn == nil {
 		return locks.Released{}, errUnexpectedCall
 	}
@@ -83,7 +126,10 @@ func (f *fakeService) Release(ctx context.Context, name, token string) (locks.Re
 }
 
 func (f *fakeService) ForceRelease(ctx context.Context, name string) (bool, error) {
-	f.record("ForceRelease")
+	f.recordLock("ForceRelease", name)
+	if err := checkLockInput(name, "", ""); err != nil {
+		return false, err
+	}
 	if f.ForceReleaseFn == nil {
 		return false, errUnexpectedCall
 	}
@@ -91,7 +137,10 @@ func (f *fakeService) ForceRelease(ctx context.Context, name string) (bool, erro
 }
 
 func (f *fakeService) Inspect(ctx context.Context, name, token string) (locks.LockState, error) {
-	f.record("Inspect")
+	f.recordLock("Inspect", name)
+	if err := checkLockInput(name, token, ""); err != nil {
+		return locks.LockState{}, err
+	}
 	if f.InspectFn == nil {
 		return locks.LockState{}, errUnexpectedCall
 	}
@@ -107,7 +156,10 @@ func (f *fakeService) Ready(ctx context.Context) error {
 }
 
 func (f *fakeService) Hold(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error) {
-	f.record("Hold")
+	f.recordLock("Hold", name)
+	if err := checkLockInput(name, req.Token, req.Owner); err != nil {
+		return nil, err
+	}
 	if f.HoldFn == nil {
 		return nil, errUnexpectedCall
 	}
