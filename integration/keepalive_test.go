@@ -308,9 +308,17 @@ func TestKeepaliveExpiresWhenNoInstanceRuns(t *testing.T) {
 	tok := a.acquireKeepalive(t, "ka-down", `{"ttl":"400ms","keepalive":true}`)
 	a.waitFree(t, "ka-down", 2*time.Second)
 	b := newTestEnv(t, beside(a), withRenewer(instancePoll))
-	eventually(t, 2*time.Second, "lost_reason expired", func() bool {
-		return b.inspectAs(t, "ka-down", tok).LostReason == locks.LostExpired
+	// A GET reports the loss at once (the lease is gone, its registry entry
+	// is not); b's renewer then finds it, records it and counts it.
+	eventually(t, 5*time.Second, "b's renewer counts the expiry", func() bool {
+		return metricValue(t, b, `latchkey_keepalive_renewal_failures_total{reason="expired"}`) >= 1
 	})
+	if got := b.inspectAs(t, "ka-down", tok).LostReason; got != locks.LostExpired {
+		t.Errorf("lost_reason = %q, want %q", got, locks.LostExpired)
+	}
+	if n := b.registrySize(t); n != 0 {
+		t.Errorf("the registry still holds %d leases, want the lost one dropped", n)
+	}
 	if got := metricValue(t, b, `latchkey_keepalive_renewal_failures_total{reason="expired"}`); got != 1 {
 		t.Errorf(`renewal failures{reason="expired"} = %v, want 1`, got)
 	}
