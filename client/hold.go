@@ -33,6 +33,16 @@ type HoldOptions struct {
 // (the server releases the lease then), or when ValidUntil passes without a
 // renewal reported. Unlock releases the lease and closes the connection.
 //
+// ValidUntil starts as the send time of the hold request plus the TTL. A
+// renewal reported on the stream moves it to the event's arrival plus
+// two thirds of the TTL: the server renews every TTL/3 and does not say
+// when it renewed, so an event is taken to be as old as one renewal
+// interval. ValidUntil is thus never later than the lease's expiry in Redis
+// as long as every event reaches the client within TTL/3 of
+// the renewal it reports; an event delayed longer (a buffering proxy, a
+// paused process) stands for a missed renewal, and ValidUntil may then be
+// late by the excess of that delay.
+//
 // ctx bounds the acquisition only; the hold lasts until Unlock or until it
 // is lost. Returns the errors of Lock.
 func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Lease, error) {
@@ -81,6 +91,23 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	l.bg.Add(1)
 	go l.readStream(br, resp.stream)
 	return l, nil
+}
+
+// renewInterval is how often the server renews a hold or a keep-alive lease
+// whose TTL is ttl: every ttl/3.
+func renewInterval(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
+
+// renewedUntil is the validity a "renewed" event of a hold whose TTL is ttl
+// gives when it arrives at received. When the server renewed is not known
+// here, only that it was before received: an event that was delayed on its
+// way (a proxy's buffer, a paused process) renewed a lease that ends
+// earlier than received+ttl. So the validity is counted as if the event were
+// one renewal interval old: received + ttl - renewInterval(ttl). It is never
+// later than the lease's expiry in Redis as long as each event arrives
+// within renewInterval(ttl) of the renewal it reports; an event older than
+// that is a renewal missed, and ValidUntil may then be late by the excess.
+func renewedUntil(received time.Time, ttl time.Duration) time.Time {
+	return received.Add(ttl - renewInterval(ttl))
 }
 
 // sseEvent is one Server-Sent Event.
@@ -139,9 +166,7 @@ func (l *Lease) readStream(r *bufio.Reader, body io.ReadCloser) {
 		case "renewed":
 			var lj leaseJSON
 			if json.Unmarshal([]byte(ev.data), &lj) == nil {
-				// When the server renewed is not known here, only that it
-				// was before now: the stream is the liveness signal.
-				l.extend(time.Now().Add(time.Duration(lj.TTLMS) * time.Millisecond))
+				l.extend(renewedUntil(time.Now(), time.Duration(lj.TTLMS)*time.Millisecond))
 			}
 		case "lost":
 			var lost struct {

@@ -126,7 +126,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 	}
 	l := c.newLease(name, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
 	if opts.KeepAlive {
-		period := max(time.Duration(lj.TTLMS)*time.Millisecond/3, time.Millisecond)
+		period := renewInterval(time.Duration(lj.TTLMS) * time.Millisecond)
 		if opts.Heartbeat > 0 {
 			period = opts.Heartbeat / 2
 		}
