@@ -43,6 +43,11 @@ type HoldOptions struct {
 // paused process) stands for a missed renewal, and ValidUntil may then be
 // late by the excess of that delay.
 //
+// An acquire whose outcome is unknown is settled as Lock settles it: when
+// the request sent again with the same token is granted as a re-entry, the
+// holds of the earlier attempts are given back before Hold returns, so the
+// end of the stream (whose close releases one hold) frees the lock.
+//
 // ctx bounds the acquisition only; the hold lasts until Unlock or until it
 // is lost. Returns the errors of Lock.
 func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Lease, error) {
@@ -80,6 +85,13 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	}
 	if err := json.Unmarshal([]byte(ev.data), &lj); err != nil {
 		return fail(fmt.Errorf("acquired event: %w", err))
+	}
+	if lj.Reentrant {
+		// An earlier attempt was granted too (its answer was lost): its
+		// hold would outlive this stream, whose end releases only one.
+		if err := c.giveBackExtra(ctx, name, token, lj.HoldCount); err != nil {
+			return fail(err)
+		}
 	}
 	if !unbind() { // ctx ended meanwhile: the caller no longer wants it
 		return fail(context.Cause(ctx))
