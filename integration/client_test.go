@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -214,27 +215,40 @@ func (e *clientEnv) adminClient(t *testing.T) *client.Client {
 	return mustClient(t, e.URL, client.WithAPIKey(testAdminKey))
 }
 
+// keptPast waits until l's ValidUntil has moved forward n times (each move
+// is a renewal confirmed to the client) and the clock has passed until,
+// failing if the lease ends first.
+func keptPast(t *testing.T, l *client.Lease, n int, until time.Time) {
+	t.Helper()
+	last, moves := l.ValidUntil(), 0
+	eventually(t, doneGuard, fmt.Sprintf("%d renewals move ValidUntil, and %v passes", n, until), func() bool {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease ended after %d renewals: %v", moves, l.Err())
+		default:
+		}
+		if vu := l.ValidUntil(); vu.After(last) {
+			last, moves = vu, moves+1
+		}
+		return moves >= n && time.Now().After(until)
+	})
+}
+
 // TestClientKeepalive: the client's heartbeats keep a keep-alive lease
-// (its heartbeat is shorter than the wait), each confirmed renewal moves
-// ValidUntil, and a force-release is reported as the server's reason.
+// past its first validity and its heartbeat (each confirmed renewal moves
+// ValidUntil), and a force-release is reported as the server's reason.
 func TestClientKeepalive(t *testing.T) {
 	e := newClientEnv(t)
 	ctx := t.Context()
-	l, err := e.c.Lock(ctx, "ka", client.LockOptions{TTL: time.Second, KeepAlive: true,
-		Heartbeat: 600 * time.Millisecond, MaxHold: time.Minute})
+	l, err := e.c.Lock(ctx, "ka", client.LockOptions{TTL: 3 * time.Second, KeepAlive: true,
+		Heartbeat: 3 * time.Second, MaxHold: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := l.ValidUntil()
-	// Past several heartbeats and TTLs: still owned, validity moved on.
-	eventually(t, doneGuard, "ValidUntil moves past 3 TTLs after the grant", func() bool {
-		return l.ValidUntil().After(first.Add(3 * time.Second))
-	})
-	select {
-	case <-l.Done():
-		t.Fatalf("keep-alive lease ended: %v", l.Err())
-	default:
-	}
+	// The client renews twice per heartbeat: three renewals span more than
+	// one heartbeat, and the lease lives on past its first ValidUntil.
+	keptPast(t, l, 3, first)
 	if st, err := l.Inspect(ctx); err != nil || !st.Owned || st.KeepAlive == nil {
 		t.Fatalf("inspect = %+v, %v; want owned with keep-alive", st, err)
 	}
@@ -244,20 +258,21 @@ func TestClientKeepalive(t *testing.T) {
 	wantLost(t, waitDone(t, l, "force-released keep-alive lease"), client.ReasonForceReleased)
 }
 
-// TestClientHold: a hold stays held past its TTL while its stream is open,
-// ends with the server's reason on a force-release, and Unlock frees the
-// lock before it returns.
+// TestClientHold: a hold stays held past its first validity while its
+// stream is open (each renewed event moves ValidUntil), ends with the
+// server's reason on a force-release, and Unlock frees the lock before it
+// returns.
 func TestClientHold(t *testing.T) {
 	e := newClientEnv(t)
 	ctx := t.Context()
-	h, err := e.c.Hold(ctx, "held", client.HoldOptions{TTL: 600 * time.Millisecond})
+	h, err := e.c.Hold(ctx, "held", client.HoldOptions{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := h.ValidUntil()
-	eventually(t, doneGuard, "renewed events move ValidUntil past 3 TTLs", func() bool {
-		return h.ValidUntil().After(first.Add(3 * 600 * time.Millisecond))
-	})
+	// Renewed every TTL/3: the hold lives on past its first ValidUntil,
+	// each renewed event moving it.
+	keptPast(t, h, 4, first)
 	if st, err := h.Inspect(ctx); err != nil || !st.Owned || st.Fence != h.Fence {
 		t.Fatalf("inspect = %+v, %v", st, err)
 	}
