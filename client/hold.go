@@ -33,6 +33,21 @@ type HoldOptions struct {
 // (the server releases the lease then), or when ValidUntil passes without a
 // renewal reported. Unlock releases the lease and closes the connection.
 //
+// ValidUntil starts as the send time of the hold request plus the TTL. A
+// renewal reported on the stream moves it to the event's arrival plus
+// two thirds of the TTL: the server renews every TTL/3 and does not say
+// when it renewed, so an event is taken to be as old as one renewal
+// interval. ValidUntil is thus never later than the lease's expiry in Redis
+// as long as every event reaches the client within TTL/3 of
+// the renewal it reports; an event delayed longer (a buffering proxy, a
+// paused process) stands for a missed renewal, and ValidUntil may then be
+// late by the excess of that delay.
+//
+// An acquire whose outcome is unknown is settled as Lock settles it: when
+// the request sent again with the same token is granted as a re-entry, the
+// holds of the earlier attempts are given back before Hold returns, so the
+// end of the stream (whose close releases one hold) frees the lock.
+//
 // ctx bounds the acquisition only; the hold lasts until Unlock or until it
 // is lost. Returns the errors of Lock.
 func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Lease, error) {
@@ -71,6 +86,13 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	if err := json.Unmarshal([]byte(ev.data), &lj); err != nil {
 		return fail(fmt.Errorf("acquired event: %w", err))
 	}
+	if lj.Reentrant {
+		// An earlier attempt was granted too (its answer was lost): its
+		// hold would outlive this stream, whose end releases only one.
+		if err := c.giveBackExtra(ctx, name, token, lj.HoldCount); err != nil {
+			return fail(err)
+		}
+	}
 	if !unbind() { // ctx ended meanwhile: the caller no longer wants it
 		return fail(context.Cause(ctx))
 	}
@@ -81,6 +103,23 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	l.bg.Add(1)
 	go l.readStream(br, resp.stream)
 	return l, nil
+}
+
+// renewInterval is how often the server renews a hold or a keep-alive lease
+// whose TTL is ttl: every ttl/3.
+func renewInterval(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
+
+// renewedUntil is the validity a "renewed" event of a hold whose TTL is ttl
+// gives when it arrives at received. When the server renewed is not known
+// here, only that it was before received: an event that was delayed on its
+// way (a proxy's buffer, a paused process) renewed a lease that ends
+// earlier than received+ttl. So the validity is counted as if the event were
+// one renewal interval old: received + ttl - renewInterval(ttl). It is never
+// later than the lease's expiry in Redis as long as each event arrives
+// within renewInterval(ttl) of the renewal it reports; an event older than
+// that is a renewal missed, and ValidUntil may then be late by the excess.
+func renewedUntil(received time.Time, ttl time.Duration) time.Time {
+	return received.Add(ttl - renewInterval(ttl))
 }
 
 // sseEvent is one Server-Sent Event.
@@ -139,9 +178,7 @@ func (l *Lease) readStream(r *bufio.Reader, body io.ReadCloser) {
 		case "renewed":
 			var lj leaseJSON
 			if json.Unmarshal([]byte(ev.data), &lj) == nil {
-				// When the server renewed is not known here, only that it
-				// was before now: the stream is the liveness signal.
-				l.extend(time.Now().Add(time.Duration(lj.TTLMS) * time.Millisecond))
+				l.extend(renewedUntil(time.Now(), time.Duration(lj.TTLMS)*time.Millisecond))
 			}
 		case "lost":
 			var lost struct {

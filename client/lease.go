@@ -109,7 +109,9 @@ func (c *Client) newLease(name, token string, fence int64, sent time.Time, ttl t
 // ValidUntil is when the lease ends at the latest unless it is renewed,
 // on the caller's monotonic clock: the time the request that granted (or
 // last renewed) it was sent, plus the TTL the server answered. A lease the
-// server keeps alive moves it forward with each confirmed renewal.
+// server keeps alive moves it forward with each confirmed renewal. A hold
+// moves it with each renewal its stream reports, to the event's arrival
+// plus two thirds of the TTL (see Client.Hold for the bound this keeps).
 func (l *Lease) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -96,7 +96,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts LockOptions) (*L
 // The client sends its own token, so an acquire whose outcome is unknown (a
 // 503 or a connection broken after the request was sent) is settled before
 // Lock returns: it is sent again with the same token (a grant that had
-// happened then shows as reentrant and its extra hold is given back), or,
+// happened then shows as reentrant and its extra holds are given back), or,
 // when Lock gives up, the lock is inspected with the token and released if
 // it was granted. Lock never leaves a lease behind nor a hold count off by
 // one, unless the server stays unreachable while settling (the lease then
@@ -119,14 +119,13 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 		return nil, err
 	}
 	if resp.status == http.StatusOK { // reentrant: an earlier attempt was granted too
-		if err := c.release(context.WithoutCancel(ctx), name, token); err != nil {
-			c.settle(ctx, name, token)
-			return nil, fmt.Errorf("acquire %s: give back the hold of an attempt granted twice: %w", name, err)
+		if err := c.giveBackExtra(ctx, name, token, lj.HoldCount); err != nil {
+			return nil, fmt.Errorf("acquire %s: %w", name, err)
 		}
 	}
 	l := c.newLease(name, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
 	if opts.KeepAlive {
-		period := max(time.Duration(lj.TTLMS)*time.Millisecond/3, time.Millisecond)
+		period := renewInterval(time.Duration(lj.TTLMS) * time.Millisecond)
 		if opts.Heartbeat > 0 {
 			period = opts.Heartbeat / 2
 		}
@@ -196,6 +195,21 @@ func (c *Client) acquire(ctx context.Context, name string, req request, opts Loc
 			return resp, err
 		}
 	}
+}
+
+// giveBackExtra releases the holds above the first of a lease whose grant
+// came back reentrant with holdCount holds: the token is this call's own, so
+// every hold beyond one was granted to an attempt whose answer was lost.
+// When a release fails, every hold of the token is settled (released) and
+// the error returned.
+func (c *Client) giveBackExtra(ctx context.Context, name, token string, holdCount int64) error {
+	for n := holdCount; n > 1; n-- {
+		if err := c.release(context.WithoutCancel(ctx), name, token); err != nil {
+			_ = c.settle(ctx, name, token)
+			return fmt.Errorf("give back the extra hold of an attempt granted twice: %w", err)
+		}
+	}
+	return nil
 }
 
 // settle makes sure token holds nothing on name: every hold it has is

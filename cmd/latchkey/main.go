@@ -5,8 +5,8 @@
 // Exit statuses (see ExitHeld and the others): COMMAND's own status, or
 // 75 when the lock was not acquired in time, 76 when the lease was lost
 // while COMMAND ran, 69 when the server could not be used, 2 for a usage
-// error, 126/127 when COMMAND cannot be run; `check` exits 0 when allowed
-// and 1 when denied.
+// error (a name or option the server refused as invalid included), 126/127
+// when COMMAND cannot be run; `check` exits 0 when allowed and 1 when denied.
 package main
 
 import (

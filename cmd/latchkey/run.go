@@ -18,8 +18,8 @@ import (
 const (
 	ExitOK          = 0
 	ExitDenied      = 1   // check: the rate limit denied it
-	ExitUsage       = 2   // bad command line
-	ExitUnavailable = 69  // the server could not be reached or refused the request (EX_UNAVAILABLE)
+	ExitUsage       = 2   // bad command line, or a name or option the server refused as invalid (400)
+	ExitUnavailable = 69  // the server could not be reached or refused the request otherwise (EX_UNAVAILABLE)
 	ExitHeld        = 75  // lock: not acquired within -wait (EX_TEMPFAIL: try again later)
 	ExitLost        = 76  // lock: the lease was lost while COMMAND ran; COMMAND was signalled per -on-lost
 	ExitCannotRun   = 126 // lock: COMMAND exists but could not be started
@@ -36,6 +36,13 @@ const usage = `usage: latchkey [-url URL] COMMAND ...
 
 The server is -url, else $LATCHKEY_URL, else http://127.0.0.1:8080; the API
 key is $LATCHKEY_API_KEY ($LATCHKEY_ADMIN_KEY, when set, for release -force).
+
+Exit status: lock exits with COMMAND's status, or 75 when the lock was not
+acquired within -wait, 76 when the lease was lost while COMMAND ran, 126/127
+when COMMAND could not be started/was not found; check exits 0 when allowed,
+1 when denied; every command exits 2 for a usage error or a name or option
+the server refused as invalid, and 69 when the server could not be reached
+or refused the request otherwise.
 `
 
 // env is what run needs of its surroundings.
@@ -51,10 +58,14 @@ func (e *env) fail(status int, format string, args ...any) int {
 	return status
 }
 
-// statusOf is the exit status for an error of a request.
+// statusOf is the exit status for an error of a request: a request the
+// server refused as invalid (a bad name or option) is a usage error.
 func statusOf(err error) int {
-	if errors.Is(err, client.ErrHeld) {
+	switch {
+	case errors.Is(err, client.ErrHeld):
 		return ExitHeld
+	case errors.Is(err, client.ErrInvalidRequest):
+		return ExitUsage
 	}
 	return ExitUnavailable
 }
@@ -204,7 +215,7 @@ func (e *env) check(ctx context.Context, args []string) int {
 	}
 	d, err := c.Limiter().Check(ctx, fs.Arg(0), fs.Arg(1), *cost)
 	if err != nil {
-		return e.fail(ExitUnavailable, "check %s: %v", fs.Arg(0), err)
+		return e.fail(statusOf(err), "check %s: %v", fs.Arg(0), err)
 	}
 	verdict := "allowed"
 	if !d.Allowed {
