@@ -25,8 +25,11 @@ func (s *store) write(fence int64, v string) error {
 
 // Take a lock, write with its fence while it is valid, release it.
 func Example() {
+	url, stop := exampleServer() // a Latchkey server, e.g. "http://127.0.0.1:8080"
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.New("http://127.0.0.1:8080", client.WithAPIKey("secret"))
+	c, err := client.New(url, client.WithAPIKey("secret"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,7 +42,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer lease.Unlock(ctx)
+	fmt.Println("acquired", lease.Name)
 
 	var db store
 	// Work only while the lease is valid, and let the store check the fence.
@@ -47,14 +50,26 @@ func Example() {
 		if err := db.write(lease.Fence, "run 42"); err != nil {
 			log.Fatal(err)
 		}
+		fmt.Println("written with a fence > 0:", lease.Fence > 0)
 	}
+	if err := lease.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", errors.Is(lease.Err(), client.ErrReleased))
+	// Output:
+	// acquired invoices
+	// written with a fence > 0: true
+	// released: true
 }
 
 // A lease the server keeps alive for as long as this process sends
 // heartbeats: Done tells the work to stop when the lease is lost.
 func ExampleClient_Lock_keepAlive() {
+	url, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, _ := client.New("http://127.0.0.1:8080")
+	c, _ := client.New(url)
 	lease, err := c.Lock(ctx, "reindex", client.LockOptions{
 		TTL: 15 * time.Second, KeepAlive: true, Heartbeat: 10 * time.Second, MaxHold: time.Hour,
 	})
@@ -62,7 +77,8 @@ func ExampleClient_Lock_keepAlive() {
 		log.Fatal(err)
 	}
 	defer lease.Unlock(ctx)
-	for batch := 0; batch < 100; batch++ {
+	batches := 0
+	for ; batches < 100; batches++ {
 		select {
 		case <-lease.Done():
 			log.Printf("stopping: %v", lease.Err())
@@ -71,33 +87,47 @@ func ExampleClient_Lock_keepAlive() {
 		}
 		// ... one batch of work, written with lease.Fence ...
 	}
+	fmt.Println("reindexed", batches, "batches")
+	// Output: reindexed 100 batches
 }
 
 // A lease held for as long as a connection stays open.
 func ExampleClient_Hold() {
+	url, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, _ := client.New("http://127.0.0.1:8080")
+	c, _ := client.New(url)
 	lease, err := c.Hold(ctx, "leader", client.HoldOptions{TTL: 10 * time.Second, Wait: time.Minute})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer lease.Unlock(ctx)
-	fmt.Println("leading with fence", lease.Fence)
-	<-lease.Done() // lost (force-released, the server gone) or released
-	var lost *client.LostError
-	if errors.As(lease.Err(), &lost) {
-		fmt.Println("no longer leading:", lost.Reason)
+	fmt.Println("leading:", lease.Fence > 0)
+	// ... lead, and stop as soon as lease.Done() is closed: the lease is
+	// lost then (force-released, the server gone) and lease.Err() says why.
+
+	if err := lease.Unlock(ctx); err != nil { // step down
+		log.Fatal(err)
 	}
+	<-lease.Done()
+	fmt.Println("stepped down:", errors.Is(lease.Err(), client.ErrReleased))
+	// Output:
+	// leading: true
+	// stepped down: true
 }
 
 // Wait until a rate limit allows a call, for at most 5 seconds.
 func ExampleLimiter_Wait() {
-	c, _ := client.New("http://127.0.0.1:8080")
+	url, stop := exampleServer() // with a policy "per-user" of 10 calls a minute
+	defer stop()
+
+	c, _ := client.New(url)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d, err := c.Limiter().Wait(ctx, "per-user", "user-17", 1)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("allowed,", d.Remaining, "left")
+	fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining)
+	// Output: allowed: true remaining: 9
 }
