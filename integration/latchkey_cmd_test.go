@@ -211,6 +211,56 @@ func TestLatchkeyCommand(t *testing.T) {
 		})
 	}
 
+	// -on-lost kill: a lost lease kills COMMAND with SIGKILL at once, so
+	// its TERM trap never runs; -on-lost term: COMMAND gets SIGTERM, and
+	// one that carries on past -grace is then killed. Either way latchkey
+	// exits 76. The COMMAND's sleep outlives a shell killed with SIGKILL: it
+	// is long (a COMMAND left running would reach the hang guard, not its
+	// "survived" line) and killed at the end.
+	for _, tt := range []struct {
+		name     string
+		args     []string
+		wantTerm bool
+	}{
+		{"lost with -on-lost kill", []string{"-on-lost", "kill"}, false},
+		{"lost, TERM ignored past -grace", []string{"-grace", "1s"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := server(t)
+			dir := t.TempDir()
+			log, pidFile := filepath.Join(dir, "log"), filepath.Join(dir, "sleep.pid")
+			script := fmt.Sprintf(`trap 'echo term >> %[1]s' TERM; sleep 600 & p=$!; echo $p > %[2]s; echo started >> %[1]s; `+
+				`while kill -0 $p 2>/dev/null; do wait $p; done; echo survived >> %[1]s`, log, pidFile)
+			args := append(append([]string{"lock", "-ttl", "1m"}, tt.args...), "lost", "--", "sh", "-c", script)
+			r := startCmd(t, bin, e.URL, nil, args...)
+			waitForLine(t, log, "started")
+			t.Cleanup(func() {
+				if pid, err := os.ReadFile(pidFile); err == nil {
+					if n, err := strconv.Atoi(strings.TrimSpace(string(pid))); err == nil {
+						_ = syscall.Kill(n, syscall.SIGKILL)
+					}
+				}
+			})
+			st, out, errOut := runLatchkey(t, bin, e.URL, []string{"LATCHKEY_ADMIN_KEY=" + testAdminKey}, "release", "-force", "lost")
+			if st != 0 || !strings.Contains(out, "force-released") {
+				t.Fatalf("release -force: %d %q %q", st, out, errOut)
+			}
+			st, _, errOut = r.wait(t)
+			if st != exitLost || !strings.Contains(errOut, "lease lost") {
+				t.Fatalf("exit status %d (%s), want %d and the loss on stderr", st, errOut, exitLost)
+			}
+			// latchkey exits only once COMMAND has: its log is complete.
+			raw, _ := os.ReadFile(log)
+			want := "started\n"
+			if tt.wantTerm {
+				want += "term\n"
+			}
+			if string(raw) != want {
+				t.Fatalf("COMMAND's log %q, want %q (no \"survived\": it was killed)", raw, want)
+			}
+		})
+	}
+
 	// The documented statuses, and the other commands.
 	t.Run("statuses", func(t *testing.T) {
 		e := server(t, withPolicies(policy("once", ratelimit.FixedWindow, 1, time.Hour)))
