@@ -13,15 +13,14 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 )
 
-// acquireRequest is the body of POST /v1/locks/{name}; every field is optional.
+// acquireRequest is the body of POST /v1/locks/{name}: a hold's body
+// (ttl, wait, fair, owner) and the keep-alive fields; every field is
+// optional.
 type acquireRequest struct {
-	TTL       string `json:"ttl" validate:"omitempty,posduration"`
-	Wait      string `json:"wait" validate:"omitempty,duration"`
+	holdRequest
 	Keepalive *bool  `json:"keepalive"`
 	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
 	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
-	Fair      *bool  `json:"fair"`
-	Owner     string `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.
@@ -95,25 +94,18 @@ func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	wait := parseDuration(req.Wait)
+	lr := req.lockRequest(token)
+	lr.Keepalive = req.Keepalive != nil && *req.Keepalive
+	lr.MaxHold = parseDuration(req.MaxHold)
+	lr.Heartbeat = parseDuration(req.Heartbeat)
 	ctx := r.Context()
-	if wait > 0 {
-		a.allowWait(w, wait)
+	if lr.Wait > 0 {
+		a.allowWait(w, lr.Wait)
 		var cancel context.CancelFunc
 		ctx, cancel = a.untilStopping(r)
 		defer cancel()
 	}
-	lease, err := a.svc.Acquire(ctx, name, locks.AcquireRequest{
-		Token: token,
-		TTL:   parseDuration(req.TTL),
-		Wait:  wait,
-		Fair:  req.Fair != nil && *req.Fair,
-
-		Keepalive: req.Keepalive != nil && *req.Keepalive,
-		MaxHold:   parseDuration(req.MaxHold),
-		Heartbeat: parseDuration(req.Heartbeat),
-		Owner:     req.Owner,
-	})
+	lease, err := a.svc.Acquire(ctx, name, lr)
 	if err != nil {
 		return waitError(ctx, err)
 	}
