@@ -56,11 +56,10 @@ type releasedEvent struct {
 // wait short); once the stream has started it returns nil.
 func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	var req holdRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	name, lr, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
-	lr := req.lockRequest(token)
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // the body is read; a hold outlives any read timeout
 	_ = rc.SetWriteDeadline(time.Now().Add(lr.Wait + a.cfg.StreamWriteTimeout))

@@ -75,14 +75,20 @@ func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
+// lockBody is a body that takes a lock: a hold's or an acquire's.
+type lockBody interface {
+	lockRequest(token string) locks.AcquireRequest
+}
+
 // decodeLockRequest reads what acquiring and holding a lock share: the lock
-// name, the optional Lock-Token and the JSON body (into body). The name,
-// the token and the body's owner text are checked by the service.
-func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
-	if err = a.decodeJSON(w, r, body); err != nil {
-		return "", "", err
+// name, and the JSON body (into body) with the optional Lock-Token as the
+// service request. The name, the token and the body's owner text are
+// checked by the service.
+func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body lockBody) (string, locks.AcquireRequest, error) {
+	if err := a.decodeJSON(w, r, body); err != nil {
+		return "", locks.AcquireRequest{}, err
 	}
-	return lockName(r), r.Header.Get("Lock-Token"), nil
+	return lockName(r), body.lockRequest(r.Header.Get("Lock-Token")), nil
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
@@ -90,11 +96,10 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	name, lr, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
-	lr := req.lockRequest(token)
 	lr.Keepalive = req.Keepalive != nil && *req.Keepalive
 	lr.MaxHold = parseDuration(req.MaxHold)
 	lr.Heartbeat = parseDuration(req.Heartbeat)
