@@ -65,11 +65,7 @@ func (b *bench) scenarios() []scenario {
 		{
 			name:        "gate",
 			description: "GET /v1/ratelimit/gate/{policy} with many client IPs in a trusted X-Forwarded-For",
-			op: func(ctx context.Context, w *worker) {
-				req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
-				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
-				w.do(req, false)
-			},
+			op:          b.gate,
 		},
 		{
 			name:        "check",
@@ -97,11 +93,7 @@ func (b *bench) scenarios() []scenario {
 			name:        "keepalive",
 			description: "gate traffic while keep-alive leases are held and renewed by the server",
 			setup:       b.holdKeepaliveLeases,
-			op: func(ctx context.Context, w *worker) {
-				req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
-				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
-				w.do(req, false)
-			},
+			op:          b.gate,
 		},
 		{
 			name:        "waiters",
@@ -109,6 +101,13 @@ func (b *bench) scenarios() []scenario {
 			run:         b.runWaiters,
 		},
 	}
+}
+
+// gate asks the gate policy about the next of many client IPs.
+func (b *bench) gate(ctx context.Context, w *worker) {
+	req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
+	req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
+	w.do(req, false)
 }
 
 // acquireRelease acquires name with body and, when granted, releases it
