@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -242,28 +241,6 @@ policies:
 		err := (ratelimit.Config{Policies: []ratelimit.Policy{c.p}}).Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.p, err, c.want)
-		}
-	}
-}
-
-// TestMultiScriptCopiesHelpersVerbatim: Lua scripts cannot share code, so
-// ratelimit_multi.lua holds copies of the single scripts' helpers; they
-// stay the same text.
-func TestMultiScriptCopiesHelpersVerbatim(t *testing.T) {
-	block := func(src, from, to string) string {
-		i := strings.Index(src, from)
-		j := strings.Index(src, to)
-		if i < 0 || j < i {
-			t.Fatalf("no block %q ... %q", from, to)
-		}
-		return src[i:j]
-	}
-	for _, b := range []string{
-		block(lua.RateLimitTokenBucket, "-- divmod returns", "-- decide returns the four entries"),
-		block(lua.RateLimitSlidingWindow, "-- decode returns w, c and p", "-- decide returns the four entries"),
-	} {
-		if !strings.Contains(lua.RateLimitMulti, b) {
-			t.Errorf("ratelimit_multi.lua lacks this block of a single script:\n%s", b)
 		}
 	}
 }
