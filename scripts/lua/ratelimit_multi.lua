@@ -7,25 +7,42 @@
 -- (lib/*.lua); their header comments describe the keys' values, which are
 -- the same here. The clock is read from Redis TIME once per call.
 --
--- KEYS[i]     the key of limit i (distinct per limit)
--- ARGV[1]     cost of the request, 1 <= cost <= every limit's capacity
--- ARGV[4i-2]  algorithm of limit i: fw, sw or tb
--- ARGV[4i-1]  limit i's limit (as each single script takes it)
--- ARGV[4i]    limit i's window in milliseconds
--- ARGV[4i+1]  limit i's burst (tb; ignored otherwise)
+-- A limit may be leased (fixed window only): the instance asking holds
+-- have_i units of it from earlier grants and asks for the rest, need =
+-- cost - have_i; when it holds the whole cost the limit is not read. A
+-- granted lease counts up to lease units at once (at most what the window
+-- has left), which the instance then spends without asking. A shadow limit
+-- decides as usual, but its denial blocks nothing: the request is counted
+-- by the other limits and not by the shadow one.
 --
--- Reply: four entries per limit, in order: status, remaining, reset_ms,
--- retry_after_ms
---   status          1 = allowed and counted (every limit allowed);
+-- n = #KEYS, the number of limits.
+-- KEYS[i]       the key of limit i (distinct per limit)
+-- ARGV[1]       cost of the request, 1 <= cost <= every limit's capacity
+-- ARGV[1+i]     have_i: units of limit i held from a lease, 0 <= have_i;
+--               0 for a limit without a lease
+-- ARGV[n+5i-3]  algorithm of limit i: fw, sw or tb
+-- ARGV[n+5i-2]  limit i's limit (as each single script takes it)
+-- ARGV[n+5i-1]  limit i's window in milliseconds
+-- ARGV[n+5i]    tb: limit i's burst; fw: its lease, the units to grant at
+--               once (0: no lease); sw: ignored
+-- ARGV[n+5i+1]  1 = limit i is in shadow mode, 0 = it is enforced
+--
+-- Reply: five entries per limit, in order: status, remaining, reset_ms,
+-- retry_after_ms, granted
+--   status          1 = allowed and counted (every enforced limit allowed);
 --                   0 = this limit denies (nothing counted anywhere);
 --                   2 = this limit alone would allow, but another denies,
---                       so nothing was counted
+--                       so nothing was counted;
+--                   3 = this shadow limit denies: not counted, and it
+--                       blocks nothing
 --   remaining       cost units left after this decision (1), or left now
---                   (0 and 2)
+--                   (0, 2 and 3); -1 for a limit not read (held lease)
 --   reset_ms        time until the full limit is back, after this decision
---                   (1) or now (0 and 2)
+--                   (1) or now (0, 2 and 3); -1 for a limit not read
 --   retry_after_ms  when the same request will be allowed by this limit
---                   (0), else 0
+--                   (0 and 3), else 0
+--   granted         the units counted by this limit: need, or up to its
+--                   lease (1); 0 otherwise
 -- A key that cannot be used (it holds another type) fails the whole call
 -- before anything is written.
 
@@ -36,39 +53,52 @@
 --#include lib/muldiv.lua
 --#include lib/token_bucket.lua
 
-local cost_arg = ARGV[1]
+local n = #KEYS
+local cost = tonumber(ARGV[1])
 local checks = {}
 local all = true
-for i = 1, #KEYS do
-  local a = 4 * i + 1
+for i = 1, n do
+  local a = n + 5 * i
   local alg = ARGV[a - 3]
+  local need = cost - tonumber(ARGV[1 + i])
   local r
-  if alg == 'fw' then
-    r = {fixed_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], cost_arg)}
+  if need <= 0 then
+    r = {2, -1, -1, 0, function() return -1, -1, 0 end}
+  elseif alg == 'fw' then
+    r = {fixed_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], need, tonumber(ARGV[a]))}
   elseif alg == 'sw' then
-    r = {sliding_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], cost_arg)}
+    r = {sliding_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[1])}
   else
-    r = {token_bucket(KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[a], cost_arg)}
+    r = {token_bucket(KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[a], ARGV[1])}
   end
-  if r[1] == 0 then all = false end
+  if r[1] == 0 then
+    if ARGV[a + 1] == '1' then
+      r[1] = 3
+    else
+      all = false
+    end
+  end
+  r[6] = need
   checks[i] = r
 end
 
 local out = {}
-for i = 1, #KEYS do
+for i = 1, n do
   local r = checks[i]
-  local o = 4 * i
-  if all then
-    local remaining, reset = r[5]()
-    out[o - 3] = 1
-    out[o - 2] = remaining
-    out[o - 1] = reset
-    out[o] = 0
+  local o = 5 * i
+  if all and r[1] ~= 3 then
+    local remaining, reset, granted = r[5]()
+    out[o - 4] = 1
+    out[o - 3] = remaining
+    out[o - 2] = reset
+    out[o - 1] = 0
+    out[o] = granted or r[6]
   else
-    out[o - 3] = r[1]
-    out[o - 2] = r[2]
-    out[o - 1] = r[3]
-    out[o] = r[4]
+    out[o - 4] = r[1]
+    out[o - 3] = r[2]
+    out[o - 2] = r[3]
+    out[o - 1] = r[4]
+    out[o] = 0
   end
 end
 return out

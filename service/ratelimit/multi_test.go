@@ -221,7 +221,8 @@ policies:
 	for _, c := range []struct{ file, want string }{
 		{`{policies: {p: {limits: [{name: a, limit: 1}]}}}`, `policy "p": limits[0] (a): window is required`},
 		{`{policies: {p: {limit: 1, window: 1s, limits: [{name: a, limit: 1, window: 1s}]}}}`, `policy "p": give either limits or a single limit`},
-		{`{policies: {p: {limits: [{name: a, limit: 1, window: 1s, lease: 3}]}}}`, `field lease not found`},
+		{`{policies: {p: {limits: [{name: a, limit: 1, window: 1s, lease: 3, burst_x: 1}]}}}`, `field burst_x not found`},
+		{`{policies: {p: {lease: 3, limits: [{name: a, limit: 1, window: 1s}]}}}`, `policy "p": give either limits or a single limit`},
 		{`{policies: {p: {limits: []}}}`, `policy "p": limits must list at least one limit`},
 	} {
 		_, err := ratelimit.ParsePolicies([]byte(c.file), false)
@@ -310,8 +311,8 @@ func TestMultiLimitMetricsFollowReloads(t *testing.T) {
 		}
 		return n
 	}
-	if n := series(); n != 3 {
-		t.Errorf("%d series after removing limit b, want limit a's 3", n)
+	if n := series(); n != 4 {
+		t.Errorf("%d series after removing limit b, want limit a's 4", n)
 	}
 	if got := counterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "p", "limit", "a", "result", "allowed"); got != 1 {
 		t.Errorf("limit a allowed %v, want 1 carried over", got)

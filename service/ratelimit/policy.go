@@ -53,6 +53,12 @@ type Limit struct {
 	Limit     int64
 	Window    time.Duration
 	Burst     int64
+	// Lease, when above 0, lets each instance take Lease units at a time
+	// from the limit's counter and answer from them without Redis until they
+	// run out or the window ends: never more than Limit per window across
+	// all instances, at most (instances - 1) × Lease units denied early.
+	// Fixed windows only. Policies from the policy file only.
+	Lease int64 `json:",omitempty"`
 }
 
 // capacity is the largest cost a single request may have.
@@ -99,6 +105,10 @@ type NamedLimit struct {
 	// "const" (one counter for every request) or "path" (the gate path's
 	// remainder after /v1/ratelimit/gate/{policy}/).
 	Key string
+	// Shadow decides and counts the limit as usual but never lets it deny:
+	// a request only it denies is allowed, marked WouldDeny, and not counted
+	// by it (as a denial would not be); the other limits count it.
+	Shadow bool `json:",omitempty"`
 }
 
 // The key sources of a limit that are not a header.
@@ -204,6 +214,12 @@ func (c Config) validateLimit(prefix string, l Limit) error {
 	}
 	if l.Burst > 0 && l.Algorithm != TokenBucket {
 		return invalid(prefix+"burst", "excluded", "%sburst applies to the token_bucket algorithm only", prefix)
+	}
+	if l.Lease < 0 || l.Lease > l.Limit {
+		return invalid(prefix+"lease", "range", "%slease must be between 1 and the limit (%d), got %d", prefix, l.Limit, l.Lease)
+	}
+	if l.Lease > 0 && l.Algorithm != FixedWindow {
+		return invalid(prefix+"lease", "excluded", "%slease applies to the fixed_window algorithm only", prefix)
 	}
 	if l.Algorithm == TokenBucket {
 		return validateRefill(prefix, l)
@@ -331,6 +347,7 @@ type policyEntry struct {
 	Shadow     bool         `json:"shadow" yaml:"shadow"`
 	Cost       *costEntry   `json:"cost" yaml:"cost"`
 	Limits     []limitEntry `json:"limits" yaml:"limits"`
+	Lease      int64        `json:"lease" yaml:"lease"`
 }
 
 // limitEntry is the on-disk shape of one limit of a "limits:" list.
@@ -341,11 +358,15 @@ type limitEntry struct {
 	Window    string `json:"window" yaml:"window"`
 	Algorithm string `json:"algorithm" yaml:"algorithm"`
 	Burst     int64  `json:"burst" yaml:"burst"`
+	Lease     int64  `json:"lease" yaml:"lease"`
+	Shadow    bool   `json:"shadow" yaml:"shadow"`
 }
 
 // ParsePolicies parses named policies from the contents of a YAML or JSON
 // policy file, sorted by name. The file holds a "policies" map from name to
-// {limit, window, algorithm, burst, key, deny_status, fail, shadow, cost};
+// {limit, window, algorithm, burst, lease, key, deny_status, fail, shadow,
+// cost}, or {limits, deny_status, fail, shadow, cost} where each limit is
+// {name, key, limit, window, algorithm, burst, lease, shadow};
 // algorithm defaults to fixed_window, key to ip, deny_status to 429, fail to
 // open, shadow to false; cost is "header:NAME" or {header, max, default}.
 // Unknown fields are errors. Returns an error naming the policy and field
@@ -370,7 +391,7 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	}
 	out := make([]Policy, 0, len(f.Policies))
 	for name, e := range f.Policies {
-		p := Policy{Name: name, Limit: Limit{Algorithm: Algorithm(e.Algorithm), Limit: e.Limit, Burst: e.Burst},
+		p := Policy{Name: name, Limit: Limit{Algorithm: Algorithm(e.Algorithm), Limit: e.Limit, Burst: e.Burst, Lease: e.Lease},
 			Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail), Shadow: e.Shadow}
 		if e.Cost != nil {
 			p.Cost = CostSource(*e.Cost)
@@ -379,16 +400,16 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 			if len(e.Limits) == 0 {
 				return nil, fmt.Errorf("policy %q: limits must list at least one limit", name)
 			}
-			if e.Window != "" {
-				return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, key), not both", name)
+			if e.Window != "" || e.Lease != 0 {
+				return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, lease, key), not both", name)
 			}
 			for i, le := range e.Limits {
 				d, err := parseWindow(le.Window)
 				if err != nil {
 					return nil, fmt.Errorf("policy %q: limits[%d] (%s): %w", name, i, le.Name, err)
 				}
-				p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key,
-					Limit: Limit{Algorithm: Algorithm(le.Algorithm), Limit: le.Limit, Window: d, Burst: le.Burst}})
+				p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key, Shadow: le.Shadow,
+					Limit: Limit{Algorithm: Algorithm(le.Algorithm), Limit: le.Limit, Window: d, Burst: le.Burst, Lease: le.Lease}})
 			}
 			out = append(out, p.withDefaults())
 			continue

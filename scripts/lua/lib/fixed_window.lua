@@ -5,7 +5,11 @@
 -- Its PTTL is the time left in the window. Numbers reach redis.call as the
 -- caller's strings (ARGV): a Lua number is formatted with printf's %.17g on
 -- every call, which costs more than the command itself.
-local function fixed_window(key, limit_arg, window_arg, cost_arg)
+--
+-- lease, when given and above the cost, grants a lease: the write counts up
+-- to lease units (at most what the window has left) and returns how many as
+-- a third value; otherwise it counts the cost.
+local function fixed_window(key, limit_arg, window_arg, cost_arg, lease)
   local limit = tonumber(limit_arg)
   local cost = tonumber(cost_arg)
 
@@ -26,12 +30,19 @@ local function fixed_window(key, limit_arg, window_arg, cost_arg)
   end
 
   return 2, limit - count, math.max(ttl, 0), 0, function()
-    local n = redis.call('INCRBY', key, cost_arg)
+    local grant = cost
+    local n
+    if lease and lease > cost then
+      grant = math.min(lease, limit - count)
+      n = redis.call('INCRBY', key, string.format('%d', grant))
+    else
+      n = redis.call('INCRBY', key, cost_arg)
+    end
     local reset = ttl
-    if n == cost then
+    if n == grant then
       redis.call('PEXPIRE', key, window_arg)
       reset = tonumber(window_arg)
     end
-    return limit - n, reset
+    return limit - n, reset, grant
   end
 end
