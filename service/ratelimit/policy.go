@@ -337,22 +337,22 @@ type policyFile struct {
 }
 
 type policyEntry struct {
-	Limit      int64        `json:"limit" yaml:"limit"`
-	Window     string       `json:"window" yaml:"window"`
-	Algorithm  string       `json:"algorithm" yaml:"algorithm"`
-	Burst      int64        `json:"burst" yaml:"burst"`
-	Key        string       `json:"key" yaml:"key"`
-	DenyStatus int          `json:"deny_status" yaml:"deny_status"`
-	Fail       string       `json:"fail" yaml:"fail"`
-	Shadow     bool         `json:"shadow" yaml:"shadow"`
-	Cost       *costEntry   `json:"cost" yaml:"cost"`
-	Limits     []limitEntry `json:"limits" yaml:"limits"`
-	Lease      int64        `json:"lease" yaml:"lease"`
+	limitFields `yaml:",inline"`
+	DenyStatus  int          `json:"deny_status" yaml:"deny_status"`
+	Fail        string       `json:"fail" yaml:"fail"`
+	Cost        *costEntry   `json:"cost" yaml:"cost"`
+	Limits      []limitEntry `json:"limits" yaml:"limits"`
 }
 
 // limitEntry is the on-disk shape of one limit of a "limits:" list.
 type limitEntry struct {
-	Name      string `json:"name" yaml:"name"`
+	Name        string `json:"name" yaml:"name"`
+	limitFields `yaml:",inline"`
+}
+
+// limitFields are the fields of a single-limit policy and of each limit of
+// a "limits:" list.
+type limitFields struct {
 	Key       string `json:"key" yaml:"key"`
 	Limit     int64  `json:"limit" yaml:"limit"`
 	Window    string `json:"window" yaml:"window"`
@@ -360,6 +360,12 @@ type limitEntry struct {
 	Burst     int64  `json:"burst" yaml:"burst"`
 	Lease     int64  `json:"lease" yaml:"lease"`
 	Shadow    bool   `json:"shadow" yaml:"shadow"`
+}
+
+// limit returns the Limit the fields give, its window parsed.
+func (f limitFields) limit() (Limit, error) {
+	d, err := parseWindow(f.Window)
+	return Limit{Algorithm: Algorithm(f.Algorithm), Limit: f.Limit, Window: d, Burst: f.Burst, Lease: f.Lease}, err
 }
 
 // ParsePolicies parses named policies from the contents of a YAML or JSON
@@ -391,34 +397,32 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	}
 	out := make([]Policy, 0, len(f.Policies))
 	for name, e := range f.Policies {
-		p := Policy{Name: name, Limit: Limit{Algorithm: Algorithm(e.Algorithm), Limit: e.Limit, Burst: e.Burst, Lease: e.Lease},
-			Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail), Shadow: e.Shadow}
+		p := Policy{Name: name, Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail), Shadow: e.Shadow}
 		if e.Cost != nil {
 			p.Cost = CostSource(*e.Cost)
 		}
-		if e.Limits != nil {
-			if len(e.Limits) == 0 {
-				return nil, fmt.Errorf("policy %q: limits must list at least one limit", name)
+		if e.Limits == nil {
+			l, err := e.limit()
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: %w", name, err)
 			}
-			if e.Window != "" || e.Lease != 0 {
-				return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, lease, key), not both", name)
-			}
-			for i, le := range e.Limits {
-				d, err := parseWindow(le.Window)
-				if err != nil {
-					return nil, fmt.Errorf("policy %q: limits[%d] (%s): %w", name, i, le.Name, err)
-				}
-				p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key, Shadow: le.Shadow,
-					Limit: Limit{Algorithm: Algorithm(le.Algorithm), Limit: le.Limit, Window: d, Burst: le.Burst, Lease: le.Lease}})
-			}
+			p.Limit = l
 			out = append(out, p.withDefaults())
 			continue
 		}
-		d, err := parseWindow(e.Window)
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: %w", name, err)
+		if len(e.Limits) == 0 {
+			return nil, fmt.Errorf("policy %q: limits must list at least one limit", name)
 		}
-		p.Window = d
+		if e.limitFields != (limitFields{Key: e.Key, Shadow: e.Shadow}) || e.Key != "" {
+			return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, lease, key), not both", name)
+		}
+		for i, le := range e.Limits {
+			l, err := le.limit()
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: limits[%d] (%s): %w", name, i, le.Name, err)
+			}
+			p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key, Shadow: le.Shadow, Limit: l})
+		}
 		out = append(out, p.withDefaults())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
