@@ -118,6 +118,18 @@ func (p *leasePool) reserve(ctx context.Context, cost int64, now time.Time) (lea
 	}
 }
 
+// tryLocal takes cost units from the pool if it holds them at now, without
+// waiting: the decision is then answered without Redis.
+func (p *leasePool) tryLocal(cost int64, now time.Time) (leaseTake, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !now.Before(p.until) || p.units < cost {
+		return leaseTake{}, false
+	}
+	p.units -= cost
+	return leaseTake{pool: p, have: cost, until: p.until}, true
+}
+
 // unitsAt is the pool's usable units at now; p.mu is held.
 func (p *leasePool) unitsAt(now time.Time) int64 {
 	if now.Before(p.until) {

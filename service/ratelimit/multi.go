@@ -72,9 +72,12 @@ func (s *Service) checkLimits(ctx context.Context, set *policySet, pol Policy, r
 	for i, l := range sp.limits {
 		d.Limits[i] = LimitDecision{Name: l.Name, Key: keys[i], Limit: l.Limit.Limit, Window: l.Window}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
-	defer cancel()
-	v, takes, err := s.runLimits(ctx, ctr, sp, rkeys, cost)
+	v, takes := s.fromLeases(ctr, sp, rkeys, cost)
+	if v == nil {
+		ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
+		defer cancel()
+		v, takes, err = s.runLimits(ctx, ctr, sp, rkeys, cost)
+	}
 	if err != nil {
 		if !errors.Is(err, store.ErrUnavailable) || pol.Fail == FailClosed {
 			return Decision{}, err
@@ -232,9 +235,10 @@ func (s *Service) MultiKeys(pol Policy, keys []string) []string {
 // (a leased single-limit policy's one limit, named after the policy) and
 // their ARGV entries after the cost and the leases held.
 type limitSpec struct {
-	limits []NamedLimit
-	args   []any
-	leased bool // a limit has a lease
+	limits    []NamedLimit
+	args      []any
+	leased    bool // a limit has a lease
+	allLeased bool // every limit has one
 }
 
 // newLimitSpec builds pol's spec.
@@ -244,7 +248,7 @@ func newLimitSpec(pol Policy) limitSpec {
 		// A shadow policy's one limit is a shadow limit: the same answer.
 		ls = []NamedLimit{{Name: pol.Name, Limit: pol.Limit, Key: pol.Key, Shadow: pol.Shadow}}
 	}
-	sp := limitSpec{limits: ls, args: make([]any, 0, 5*len(ls))}
+	sp := limitSpec{limits: ls, args: make([]any, 0, 5*len(ls)), allLeased: true}
 	for _, l := range ls {
 		extra := l.Burst // tb: the burst
 		if l.Algorithm == TokenBucket && extra == 0 {
@@ -257,6 +261,7 @@ func newLimitSpec(pol Policy) limitSpec {
 			shadow = 1
 		}
 		sp.leased = sp.leased || l.Lease > 0
+		sp.allLeased = sp.allLeased && l.Lease > 0
 		sp.args = append(sp.args,
 			keyCode[l.Algorithm],    // ARGV[n+5i-3] algorithm
 			l.Limit.Limit,           // ARGV[n+5i-2] limit
@@ -374,6 +379,31 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 		}
 	}
 	return out, takes, nil
+}
+
+// fromLeases answers a decision from the units this instance holds when
+// every limit of sp is leased and holds the cost: no Redis call, no wait.
+// It returns a nil reply otherwise, having taken nothing.
+func (s *Service) fromLeases(ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64) ([]int64, []leaseTake) {
+	if !sp.allLeased {
+		return nil, nil
+	}
+	now := time.Now()
+	takes := make([]leaseTake, len(sp.limits))
+	for i := range sp.limits {
+		t, ok := s.rl.leases.pool(rkeys[i], now).tryLocal(cost, now)
+		if !ok {
+			undoTakes(takes[:i])
+			return nil, nil
+		}
+		takes[i] = t
+	}
+	out := make([]int64, multiReplyPer*len(sp.limits))
+	for i, l := range sp.limits {
+		out[multiReplyPer*i], out[multiReplyPer*i+1], out[multiReplyPer*i+2] = multiCounted, -1, -1
+		ctr.lease(i, l.Name, "local")
+	}
+	return out, takes
 }
 
 // undoTakes gives back the units of takes whose decision was not counted.
