@@ -97,3 +97,37 @@ func TestLeaseValidation(t *testing.T) {
 		t.Errorf("parsed %+v, %v", ps, err)
 	}
 }
+
+// A leased limit among others: the lease is taken in the decision's one
+// call, later decisions spend it with only the other limit asked, and a
+// request the other limit denies gives its unit back.
+func TestLeaseInMultiLimitPolicyGivesBackOnDenial(t *testing.T) {
+	g := nl("g", "const", ratelimit.FixedWindow, 100, time.Minute)
+	g.Lease = 10
+	svc, m := newTestService(t, rlConfig(0, multi("p", nl("a", "ip", ratelimit.FixedWindow, 2, time.Minute), g)))
+	pol, _ := svc.Policy("p")
+	global := svc.Keys(pol, []string{"x", ratelimit.ConstKey})[1]
+	counter := func() string { v, _ := m.Get(global); return v }
+	req := func(key string) ratelimit.Decision { return mustCheck(t, svc, ratelimit.Request{Policy: "p", Key: key}) }
+
+	for i, want := range []bool{true, true, false} {
+		if d := req("k"); d.Allowed != want {
+			t.Fatalf("request %d of k: allowed %v, want %v (%+v)", i+1, d.Allowed, want, d)
+		}
+	}
+	if c := counter(); c != "10" {
+		t.Fatalf("global counter %s, want the one lease of 10", c)
+	}
+	// 8 units are left: k's denied request gave its unit back.
+	for i := range 8 {
+		if d := req("k" + string(rune('a'+i))); !d.Allowed {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+	if c := counter(); c != "10" {
+		t.Fatalf("global counter %s after spending the lease, want 10", c)
+	}
+	if d := req("z"); !d.Allowed || counter() != "20" {
+		t.Fatalf("next request: %+v, counter %s; want allowed with a new lease (20)", d, counter())
+	}
+}
