@@ -108,7 +108,9 @@ func TestLeaseInMultiLimitPolicyGivesBackOnDenial(t *testing.T) {
 	pol, _ := svc.Policy("p")
 	global := svc.Keys(pol, []string{"x", ratelimit.ConstKey})[1]
 	counter := func() string { v, _ := m.Get(global); return v }
-	req := func(key string) ratelimit.Decision { return mustCheck(t, svc, ratelimit.Request{Policy: "p", Key: key}) }
+	req := func(key string) ratelimit.Decision {
+		return mustCheck(t, svc, ratelimit.Request{Policy: "p", Key: key})
+	}
 
 	for i, want := range []bool{true, true, false} {
 		if d := req("k"); d.Allowed != want {
