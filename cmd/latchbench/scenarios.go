@@ -34,6 +34,8 @@ type bench struct {
 	leaseTTL    time.Duration // their TTL: renewed every third of it
 	waiters     int           // concurrent waiters in waiters
 	waiterNames int           // locks they wait on
+	nginxBin    string        // nginx for the nginx scenario
+	nginx       *options      // the run's options, for the nginx scenario's rounds; nil: no nginx
 }
 
 func newRequest(ctx context.Context, method, url, body string) *http.Request {
@@ -54,7 +56,7 @@ func clientIP(n uint64) string {
 }
 
 func (b *bench) scenarios() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{
 			name:        "ceiling",
 			description: "GET /healthz: the same server's trivial route, the throughput ceiling",
@@ -100,7 +102,7 @@ func (b *bench) scenarios() []scenario {
 			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
 			run:         b.runWaiters,
 		},
-	}
+	}, b.gatewayScenarios()...)
 }
 
 // gate asks the gate policy about the next of many client IPs.
