@@ -47,6 +47,8 @@ type Service struct {
 	ka        *keepaliveMetrics
 	sub       *subscriber
 	mutex     primitive     // the exclusive lock (mutex.go)
+	rwlock    primitive     // the read/write lock (rwlock.go)
+	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
@@ -66,10 +68,12 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	sc := st.Config()
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
-	s.mutex = mutex{s}
+	s.mutex, s.rwlock = mutex{s}, rwlock{s}
+	s.rw = newRWMetrics(cfg.Registerer)
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)
+	st.Register(rwScripts...)
 	return s, nil
 }
 
