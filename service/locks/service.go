@@ -46,8 +46,8 @@ type Service struct {
 	metrics   *metrics
 	ka        *keepaliveMetrics
 	sub       *subscriber
-	mutex     primitive     // the exclusive lock (mutex.go)
-	rwlock    primitive     // the read/write lock (rwlock.go)
+	mutex     primitive // the exclusive lock (mutex.go)
+	rwlock    primitive // the read/write lock (rwlock.go)
 	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
 	prefix    string        // the store's key prefix
