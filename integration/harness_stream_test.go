@@ -38,8 +38,15 @@ type holdStream struct {
 // background into Events until close or the end of the stream.
 func (e *testEnv) openHold(t testing.TB, name, body string, headerPairs ...string) *holdStream {
 	t.Helper()
+	return e.openHoldAt(t, "/v1/locks/"+name+"/hold", body, headerPairs...)
+}
+
+// openHoldAt is openHold of the hold route at path (any lock primitive's).
+func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...string) *holdStream {
+	t.Helper()
+	name := path
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", "/v1/locks/"+name+"/hold", body, headerPairs...))
+	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", path, body, headerPairs...))
 	if err != nil {
 		cancel()
 		t.Fatalf("hold %s: %v", name, err)
