@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -292,5 +294,45 @@ func TestRWLockHold(t *testing.T) {
 	r := c.do(t, "POST", "/v1/rwlocks/rw-crash", `{"mode":"write","wait":"20s"}`)
 	if r.Status != http.StatusCreated {
 		t.Fatalf("a writer after the holding instance died: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestRWLockHoldWithCurl: a read lease held by `curl -N`; when the curl
+// process is killed (SIGKILL), the lease is released, not left to expire,
+// and a waiting writer gets the lock.
+func TestRWLockHoldWithCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
+	}
+	e := newTestEnv(t, withShortStreams())
+	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "60", "-X", "POST", "-H", "Content-Type: application/json",
+		"-d", `{"mode":"read","ttl":"30s"}`, e.URL+"/v1/rwlocks/rw-curl/hold")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && lines.Text() != "event: acquired" {
+	}
+	got := make(chan response, 1)
+	go func() { got <- e.send(t.Context(), "POST", "/v1/rwlocks/rw-curl", `{"mode":"write","wait":"20s"}`) }()
+	eventually(t, eventGuard, "the writer waits", func() bool {
+		return e.do(t, "GET", "/v1/rwlocks/rw-curl", "").JSON(t)["waiters"].(map[string]any)["write"] == 1.0
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	// The lease's 30s TTL is far longer than the wait below: the release is what frees it.
+	if r := <-got; r.Status != http.StatusCreated {
+		t.Fatalf("waiting writer after curl was killed: %d %s", r.Status, r.Body)
+	}
+	if got := metricValue(t, e, `latchkey_rwlock_releases_total{kind="final",mode="read"}`); got != 1 {
+		t.Errorf("read releases = %v, want 1 (the hold's)", got)
 	}
 }
