@@ -49,15 +49,18 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return a.streamHold(w, r, name, lockLocation(name), parseDuration(req.Wait),
-		func(ctx context.Context) (*locks.Hold, error) {
-			return a.svc.Hold(ctx, name, locks.AcquireRequest{
-				Token: token,
-				TTL:   parseDuration(req.TTL),
-				Wait:  parseDuration(req.Wait),
-				Fair:  req.Fair != nil && *req.Fair,
-				Owner: req.Owner,
-			})
-		})
+		func(ctx context.Context) (*locks.Hold, error) { return a.svc.Hold(ctx, name, req.serviceRequest(token)) })
+}
+
+// serviceRequest is req as the service takes it, under token.
+func (req holdRequest) serviceRequest(token string) locks.AcquireRequest {
+	return locks.AcquireRequest{
+		Token: token,
+		TTL:   parseDuration(req.TTL),
+		Wait:  parseDuration(req.Wait),
+		Fair:  req.Fair != nil && *req.Fair,
+		Owner: req.Owner,
+	}
 }
 
 // streamHold serves a hold stream of any lock primitive: hold takes the

@@ -92,34 +92,58 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	_, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
-	wait := parseDuration(req.Wait)
-	ctx := r.Context()
-	if wait > 0 {
-		a.allowWait(w, wait)
-		var cancel context.CancelFunc
-		ctx, cancel = a.untilStopping(r)
-		defer cancel()
-	}
-	lease, err := a.svc.Acquire(ctx, name, locks.AcquireRequest{
+	return a.acquire(w, r, false, req.serviceRequest(token))
+}
+
+// serviceRequest is req as the service takes it, under token.
+func (req acquireRequest) serviceRequest(token string) locks.AcquireRequest {
+	return locks.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
-		Wait:  wait,
+		Wait:  parseDuration(req.Wait),
 		Fair:  req.Fair != nil && *req.Fair,
 
 		Keepalive: req.Keepalive != nil && *req.Keepalive,
 		MaxHold:   parseDuration(req.MaxHold),
 		Heartbeat: parseDuration(req.Heartbeat),
 		Owner:     req.Owner,
-	})
+	}
+}
+
+// acquire takes the lease req asks for, of the read/write lock name (rw)
+// or the exclusive lock, waiting when req says so, and answers it (201 new,
+// 200 reentrant) with its token and location. Returns the errors of the
+// service's acquire, or an *interruptedError when a shutdown cut its wait
+// short.
+func (a *api) acquire(w http.ResponseWriter, r *http.Request, rw bool, req locks.AcquireRequest) error {
+	name := lockName(r)
+	ctx := r.Context()
+	if req.Wait > 0 {
+		a.allowWait(w, req.Wait)
+		var cancel context.CancelFunc
+		ctx, cancel = a.untilStopping(r)
+		defer cancel()
+	}
+	var lease locks.Lease
+	var err error
+	if rw {
+		lease, err = a.svc.AcquireRW(ctx, name, req)
+	} else {
+		lease, err = a.svc.Acquire(ctx, name, req)
+	}
 	if err != nil {
 		return waitError(ctx, err)
 	}
 	w.Header().Set("Lock-Token", lease.Token)
-	w.Header().Set("Location", lockLocation(name))
+	if rw {
+		w.Header().Set("Location", rwLockLocation(name))
+	} else {
+		w.Header().Set("Location", lockLocation(name))
+	}
 	status := http.StatusCreated
 	if lease.Reentrant {
 		status = http.StatusOK
@@ -180,31 +204,39 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 // service that checks access before input tells no one without access what
 // it would accept.
 func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) error {
-	name := lockName(r)
-	force, err := forceParam(r)
-	if err != nil {
+	token, err := a.releaseOrForce(w, r, a.svc.ForceRelease)
+	if token == "" || err != nil {
 		return err
 	}
-	if force {
-		if err := a.checkAdmin(r); err != nil {
-			return err
-		}
-		if _, err := a.svc.ForceRelease(r.Context(), name); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}
-	token, err := requireToken(r)
-	if err != nil {
-		return err
-	}
-	rel, err := a.svc.Release(r.Context(), name, token)
+	rel, err := a.svc.Release(r.Context(), lockName(r), token)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount})
 	return nil
+}
+
+// releaseOrForce is what a release of any lock primitive starts with: with
+// ?force=true it checks the admin credential, runs force and answers 204
+// (returning no token); otherwise it returns the Lock-Token to release.
+// Returns the errors of reading the request, a forbidden error without the
+// admin credential, and force's errors.
+func (a *api) releaseOrForce(w http.ResponseWriter, r *http.Request, force func(context.Context, string) (bool, error)) (string, error) {
+	forced, err := forceParam(r)
+	if err != nil {
+		return "", err
+	}
+	if forced {
+		if err := a.checkAdmin(r); err != nil {
+			return "", err
+		}
+		if _, err := force(r.Context(), lockName(r)); err != nil {
+			return "", err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return "", nil
+	}
+	return requireToken(r)
 }
 
 // forceParam reads the optional ?force= of a release. Returns an

@@ -65,41 +65,13 @@ func modeParam(r *http.Request) locks.RWMode { return locks.RWMode(r.URL.Query()
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireRWLock(w http.ResponseWriter, r *http.Request) error {
 	var req rwAcquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	_, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
-	wait := parseDuration(req.Wait)
-	ctx := r.Context()
-	if wait > 0 {
-		a.allowWait(w, wait)
-		var cancel context.CancelFunc
-		ctx, cancel = a.untilStopping(r)
-		defer cancel()
-	}
-	lease, err := a.svc.AcquireRW(ctx, name, locks.AcquireRequest{
-		Token: token,
-		Mode:  locks.RWMode(req.Mode),
-		TTL:   parseDuration(req.TTL),
-		Wait:  wait,
-		Fair:  req.Fair != nil && *req.Fair,
-
-		Keepalive: req.Keepalive != nil && *req.Keepalive,
-		MaxHold:   parseDuration(req.MaxHold),
-		Heartbeat: parseDuration(req.Heartbeat),
-		Owner:     req.Owner,
-	})
-	if err != nil {
-		return waitError(ctx, err)
-	}
-	w.Header().Set("Lock-Token", lease.Token)
-	w.Header().Set("Location", rwLockLocation(name))
-	status := http.StatusCreated
-	if lease.Reentrant {
-		status = http.StatusOK
-	}
-	writeLeaseJSON(w, status, toLeaseResponse(lease, true))
-	return nil
+	sreq := req.serviceRequest(token)
+	sreq.Mode = locks.RWMode(req.Mode)
+	return a.acquire(w, r, true, sreq)
 }
 
 // handleGetRWLock implements operationId getRWLock. Returns the errors of
@@ -153,26 +125,11 @@ func (a *api) handleRenewRWLock(w http.ResponseWriter, r *http.Request) error {
 // of reading the request, a forbidden error without the admin credential,
 // and the errors of locks.Service.ReleaseRW and ForceReleaseRW.
 func (a *api) handleReleaseRWLock(w http.ResponseWriter, r *http.Request) error {
-	name := lockName(r)
-	force, err := forceParam(r)
-	if err != nil {
+	token, err := a.releaseOrForce(w, r, a.svc.ForceReleaseRW)
+	if token == "" || err != nil {
 		return err
 	}
-	if force {
-		if err := a.checkAdmin(r); err != nil {
-			return err
-		}
-		if _, err := a.svc.ForceReleaseRW(r.Context(), name); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}
-	token, err := requireToken(r)
-	if err != nil {
-		return err
-	}
-	rel, err := a.svc.ReleaseRW(r.Context(), name, token, modeParam(r))
+	rel, err := a.svc.ReleaseRW(r.Context(), lockName(r), token, modeParam(r))
 	if err != nil {
 		return err
 	}
@@ -190,13 +147,8 @@ func (a *api) handleHoldRWLock(w http.ResponseWriter, r *http.Request) error {
 	}
 	return a.streamHold(w, r, name, rwLockLocation(name), parseDuration(req.Wait),
 		func(ctx context.Context) (*locks.Hold, error) {
-			return a.svc.HoldRW(ctx, name, locks.AcquireRequest{
-				Token: token,
-				Mode:  locks.RWMode(req.Mode),
-				TTL:   parseDuration(req.TTL),
-				Wait:  parseDuration(req.Wait),
-				Fair:  req.Fair != nil && *req.Fair,
-				Owner: req.Owner,
-			})
+			sreq := req.serviceRequest(token)
+			sreq.Mode = locks.RWMode(req.Mode)
+			return a.svc.HoldRW(ctx, name, sreq)
 		})
 }
