@@ -49,7 +49,9 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return a.streamHold(w, r, name, lockLocation(name), parseDuration(req.Wait),
-		func(ctx context.Context) (*locks.Hold, error) { return a.svc.Hold(ctx, name, req.serviceRequest(token)) })
+		func(ctx context.Context) (*locks.Hold, error) {
+			return a.svc.Hold(ctx, name, req.serviceRequest(token))
+		})
 }
 
 // serviceRequest is req as the service takes it, under token.
