@@ -3,7 +3,8 @@
 //
 // Each primitive lives in files of its own: the exclusive lock in mutex.go
 // (acquire, renew, release, force release, inspect) and mutex_scripts.go
-// (its scripts' ARGV and reply statuses). What serves every primitive
+// (its scripts' ARGV and reply statuses), the read/write lock in rwlock.go
+// and rwlock_scripts.go (its scripts are rw_*.lua, run with rw_lib.lua). What serves every primitive
 // beside it: the service and its config, keys and name rules (keys.go),
 // waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
 // their renewer (keepalive.go, renewer.go), connection-held leases
