@@ -180,6 +180,14 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 // handleRenewLock implements operationId renewLock. Returns the errors of
 // decoding the request and of locks.Service.Renew.
 func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
+	return a.renew(w, r, false)
+}
+
+// renew extends the lease the request's Lock-Token owns, of the read/write
+// lock (rw: every lease of the token unless ?mode= names one) or of the
+// exclusive lock, and answers it. Returns the errors of decoding the request
+// and of the service's renew.
+func (a *api) renew(w http.ResponseWriter, r *http.Request, rw bool) error {
 	var req renewRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -188,7 +196,12 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lease, err := a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
+	var lease locks.Lease
+	if rw {
+		lease, err = a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), parseDuration(req.TTL))
+	} else {
+		lease, err = a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
+	}
 	if err != nil {
 		return err
 	}

@@ -104,20 +104,7 @@ func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
 // handleRenewRWLock implements operationId renewRWLock. Returns the errors
 // of decoding the request and of locks.Service.RenewRW.
 func (a *api) handleRenewRWLock(w http.ResponseWriter, r *http.Request) error {
-	var req renewRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	token, err := requireToken(r)
-	if err != nil {
-		return err
-	}
-	lease, err := a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), parseDuration(req.TTL))
-	if err != nil {
-		return err
-	}
-	writeLeaseJSON(w, http.StatusOK, toLeaseResponse(lease, false))
-	return nil
+	return a.renew(w, r, true)
 }
 
 // handleReleaseRWLock implements operationId releaseRWLock, and with

@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -307,22 +305,8 @@ func TestRWLockHold(t *testing.T) {
 // process is killed (SIGKILL), the lease is released, not left to expire,
 // and a waiting writer gets the lock.
 func TestRWLockHoldWithCurl(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
-	}
 	e := newTestEnv(t, withShortStreams())
-	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "60", "-X", "POST", "-H", "Content-Type: application/json",
-		"-d", `{"mode":"read","ttl":"30s"}`, e.URL+"/v1/rwlocks/rw-curl/hold")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
+	cmd, lines := curlHold(t, e.URL+"/v1/rwlocks/rw-curl/hold", `{"mode":"read","ttl":"30s"}`)
 	for lines.Scan() && lines.Text() != "event: acquired" {
 	}
 	got := make(chan response, 1)
