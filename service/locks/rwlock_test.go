@@ -223,3 +223,52 @@ func TestRWValidation(t *testing.T) {
 }
 
 var _ = miniredis.RunT
+
+// In fair mode leases go in arrival order: a writer queued behind a reader
+// waits for it, and a reader queued behind a writer waits for the writer.
+func TestRWFairArrivalOrder(t *testing.T) {
+	svc, _ := newTestService(t, locks.Config{})
+	ctx := t.Context()
+	w1 := mustAcquireRW(t, svc, "doc", locks.AcquireRequest{Mode: locks.ModeWrite, Fair: true})
+	type grant struct {
+		who   string
+		lease locks.Lease
+		err   error
+	}
+	got := make(chan grant, 3)
+	wait := func(who string, mode locks.RWMode) {
+		l, err := svc.AcquireRW(ctx, "doc", locks.AcquireRequest{Mode: mode, Fair: true, Wait: 20 * time.Second})
+		got <- grant{who, l, err}
+	}
+	go wait("r1", locks.ModeRead)
+	waitFor(t, "r1 queued", func() bool { return mustInspectRW(t, svc, "doc", "").WaitingReaders == 1 })
+	go wait("w2", locks.ModeWrite)
+	waitFor(t, "w2 queued", func() bool { return mustInspectRW(t, svc, "doc", "").WaitingWriters == 1 })
+	go wait("r3", locks.ModeRead)
+	waitFor(t, "r3 queued", func() bool { return mustInspectRW(t, svc, "doc", "").WaitingReaders == 2 })
+	if _, err := svc.ReleaseRW(ctx, "doc", w1.Token, ""); err != nil {
+		t.Fatal(err)
+	}
+	g := <-got
+	if g.who != "r1" || g.err != nil {
+		t.Fatalf("first grant after the writer left: %s %v, want r1", g.who, g.err)
+	}
+	// w2 is next; r3, behind it, may not pass it while r1 reads
+	waitFor(t, "r1 holds, w2 and r3 wait", func() bool {
+		st := mustInspectRW(t, svc, "doc", "")
+		return st.Readers == 1 && st.WaitingWriters == 1 && st.WaitingReaders == 1
+	})
+	if _, err := svc.ReleaseRW(ctx, "doc", g.lease.Token, ""); err != nil {
+		t.Fatal(err)
+	}
+	g = <-got
+	if g.who != "w2" || g.err != nil {
+		t.Fatalf("second grant: %s %v, want w2", g.who, g.err)
+	}
+	if _, err := svc.ReleaseRW(ctx, "doc", g.lease.Token, ""); err != nil {
+		t.Fatal(err)
+	}
+	if g = <-got; g.who != "r3" || g.err != nil {
+		t.Fatalf("third grant: %s %v, want r3", g.who, g.err)
+	}
+}
