@@ -38,6 +38,7 @@ type leaseResponse struct {
 	ExpiresAt time.Time          `json:"expires_at"`
 	Reentrant bool               `json:"reentrant"`
 	Keepalive *keepaliveResponse `json:"keepalive,omitempty"`
+	Mode      string             `json:"mode,omitempty"` // a read/write lock's lease
 }
 
 // lockStateResponse is the answer to GET /v1/locks/{name}. It never holds a token.
@@ -66,7 +67,7 @@ type releaseResponse struct {
 func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 	resp := leaseResponse{Name: l.Name, Fence: l.Fence, HoldCount: l.HoldCount,
 		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant,
-		Keepalive: toKeepaliveResponse(l.Keepalive)}
+		Keepalive: toKeepaliveResponse(l.Keepalive), Mode: string(l.Mode)}
 	if withToken {
 		resp.Token = l.Token
 	}
@@ -75,20 +76,14 @@ func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
-// lockBody is a body that takes a lock: a hold's or an acquire's.
-type lockBody interface {
-	lockRequest(token string) locks.AcquireRequest
-}
-
 // decodeLockRequest reads what acquiring and holding a lock share: the lock
-// name, and the JSON body (into body) with the optional Lock-Token as the
-// service request. The name, the token and the body's owner text are
-// checked by the service.
-func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body lockBody) (string, locks.AcquireRequest, error) {
-	if err := a.decodeJSON(w, r, body); err != nil {
-		return "", locks.AcquireRequest{}, err
+// name, the optional Lock-Token and the JSON body (into body). The name,
+// the token and the body's owner text are checked by the service.
+func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
+	if err = a.decodeJSON(w, r, body); err != nil {
+		return "", "", err
 	}
-	return lockName(r), body.lockRequest(r.Header.Get("Lock-Token")), nil
+	return lockName(r), r.Header.Get("Lock-Token"), nil
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
@@ -96,26 +91,52 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body loc
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
-	name, lr, err := a.decodeLockRequest(w, r, &req)
+	_, token, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
+	return a.acquire(w, r, false, req.serviceRequest(token))
+}
+
+// serviceRequest is req as the service takes it, under token.
+func (req acquireRequest) serviceRequest(token string) locks.AcquireRequest {
+	lr := req.holdRequest.serviceRequest(token)
 	lr.Keepalive = req.Keepalive != nil && *req.Keepalive
 	lr.MaxHold = parseDuration(req.MaxHold)
 	lr.Heartbeat = parseDuration(req.Heartbeat)
+	return lr
+}
+
+// acquire takes the lease req asks for, of the read/write lock name (rw)
+// or the exclusive lock, waiting when req says so, and answers it (201 new,
+// 200 reentrant) with its token and location. Returns the errors of the
+// service's acquire, or an *interruptedError when a shutdown cut its wait
+// short.
+func (a *api) acquire(w http.ResponseWriter, r *http.Request, rw bool, req locks.AcquireRequest) error {
+	name := lockName(r)
 	ctx := r.Context()
-	if lr.Wait > 0 {
-		a.allowWait(w, lr.Wait)
+	if req.Wait > 0 {
+		a.allowWait(w, req.Wait)
 		var cancel context.CancelFunc
 		ctx, cancel = a.untilStopping(r)
 		defer cancel()
 	}
-	lease, err := a.svc.Acquire(ctx, name, lr)
+	var lease locks.Lease
+	var err error
+	if rw {
+		lease, err = a.svc.AcquireRW(ctx, name, req)
+	} else {
+		lease, err = a.svc.Acquire(ctx, name, req)
+	}
 	if err != nil {
 		return waitError(ctx, err)
 	}
 	w.Header().Set("Lock-Token", lease.Token)
-	w.Header().Set("Location", lockLocation(name))
+	if rw {
+		w.Header().Set("Location", rwLockLocation(name))
+	} else {
+		w.Header().Set("Location", lockLocation(name))
+	}
 	status := http.StatusCreated
 	if lease.Reentrant {
 		status = http.StatusOK
@@ -152,6 +173,14 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 // handleRenewLock implements operationId renewLock. Returns the errors of
 // decoding the request and of locks.Service.Renew.
 func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
+	return a.renew(w, r, false)
+}
+
+// renew extends the lease the request's Lock-Token owns, of the read/write
+// lock (rw: every lease of the token unless ?mode= names one) or of the
+// exclusive lock, and answers it. Returns the errors of decoding the request
+// and of the service's renew.
+func (a *api) renew(w http.ResponseWriter, r *http.Request, rw bool) error {
 	var req renewRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -160,7 +189,12 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lease, err := a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
+	var lease locks.Lease
+	if rw {
+		lease, err = a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), parseDuration(req.TTL))
+	} else {
+		lease, err = a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
+	}
 	if err != nil {
 		return err
 	}
@@ -176,31 +210,39 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 // service that checks access before input tells no one without access what
 // it would accept.
 func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) error {
-	name := lockName(r)
-	force, err := forceParam(r)
-	if err != nil {
+	token, err := a.releaseOrForce(w, r, a.svc.ForceRelease)
+	if token == "" || err != nil {
 		return err
 	}
-	if force {
-		if err := a.checkAdmin(r); err != nil {
-			return err
-		}
-		if _, err := a.svc.ForceRelease(r.Context(), name); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}
-	token, err := requireToken(r)
-	if err != nil {
-		return err
-	}
-	rel, err := a.svc.Release(r.Context(), name, token)
+	rel, err := a.svc.Release(r.Context(), lockName(r), token)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount})
 	return nil
+}
+
+// releaseOrForce is what a release of any lock primitive starts with: with
+// ?force=true it checks the admin credential, runs force and answers 204
+// (returning no token); otherwise it returns the Lock-Token to release.
+// Returns the errors of reading the request, a forbidden error without the
+// admin credential, and force's errors.
+func (a *api) releaseOrForce(w http.ResponseWriter, r *http.Request, force func(context.Context, string) (bool, error)) (string, error) {
+	forced, err := forceParam(r)
+	if err != nil {
+		return "", err
+	}
+	if forced {
+		if err := a.checkAdmin(r); err != nil {
+			return "", err
+		}
+		if _, err := force(r.Context(), lockName(r)); err != nil {
+			return "", err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return "", nil
+	}
+	return requireToken(r)
 }
 
 // forceParam reads the optional ?force= of a release. Returns an

@@ -45,6 +45,7 @@ const (
 	policyNotFound problemType = iota
 	lockHeld
 	lockModeMismatch
+	upgradeNotSupported
 	notOwner
 	invalidRequest
 	leaseNotFound
@@ -83,6 +84,8 @@ var problemTypes = [...]problemRow{
 		match: as[*locks.HeldError](), detail: fixed("the lock is held by another owner"), header: heldRetryAfter},
 	lockModeMismatch: {typ: "lock-mode-mismatch", title: "Lock is in the other mode (fair or not)", status: http.StatusConflict,
 		match: as[*locks.ModeError](), detail: modeMismatchDetail},
+	upgradeNotSupported: {typ: "upgrade-not-supported", title: "Read lease cannot be upgraded to write", status: http.StatusConflict,
+		match: as[*locks.UpgradeError](), detail: fixed("the token holds the read lease: release it, then ask for the write lease")},
 	notOwner: {typ: "not-owner", title: "Lock-Token does not own this lease", status: http.StatusConflict,
 		match: is(locks.ErrNotOwner), detail: fixed("the lease is held by another token")},
 	invalidRequest: {typ: "invalid-request", title: "Invalid request", status: http.StatusBadRequest,

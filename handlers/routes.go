@@ -123,6 +123,11 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)
 	}
 	r.Post("/v1/locks/{name}/hold", a.handle(a.handleHoldLock))
+	r.Post("/v1/rwlocks/{name}", a.handle(a.handleAcquireRWLock))
+	r.Get("/v1/rwlocks/{name}", a.handle(a.handleGetRWLock))
+	r.Delete("/v1/rwlocks/{name}", a.handle(a.handleReleaseRWLock))
+	r.Post("/v1/rwlocks/{name}/renew", a.handle(a.handleRenewRWLock))
+	r.Post("/v1/rwlocks/{name}/hold", a.handle(a.handleHoldRWLock))
 	metrics.learnRoutes(r)
 	return r
 }

@@ -64,6 +64,9 @@ func appendLeaseJSON(b []byte, l leaseResponse) []byte {
 		}
 		b = append(b, '}')
 	}
+	if l.Mode != "" {
+		b = appendJSONString(b, `,"mode":`, l.Mode)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,15 @@ type holdStream struct {
 // background into Events until close or the end of the stream.
 func (e *testEnv) openHold(t testing.TB, name, body string, headerPairs ...string) *holdStream {
 	t.Helper()
+	return e.openHoldAt(t, "/v1/locks/"+name+"/hold", body, headerPairs...)
+}
+
+// openHoldAt is openHold of the hold route at path (any lock primitive's).
+func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...string) *holdStream {
+	t.Helper()
+	name := path
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", "/v1/locks/"+name+"/hold", body, headerPairs...))
+	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", path, body, headerPairs...))
 	if err != nil {
 		cancel()
 		t.Fatalf("hold %s: %v", name, err)
@@ -154,4 +162,27 @@ func wantEventSchema(t testing.TB, ev sseEvent) {
 	if err := ref.Value.VisitJSON(data); err != nil {
 		t.Errorf("%s event data %v does not match schema %s: %v", ev.Name, ev.Data, name, err)
 	}
+}
+
+// curlHold starts `curl -N` posting body to the hold route at url, skipping
+// (or failing, when required) without curl. It returns the process, killed
+// when t ends, and its output's lines.
+func curlHold(t *testing.T, url, body string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
+	}
+	// --max-time ends curl, and with it the reads of its output, if the stream hangs.
+	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "60", "-X", "POST", "-H", "Content-Type: application/json",
+		"-d", body, url)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
 }

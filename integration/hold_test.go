@@ -1,11 +1,9 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net/http"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -232,23 +230,8 @@ func TestHoldForceReleaseUnheard(t *testing.T) {
 // TestHoldWithCurl: `curl -N` shows the stream as it happens; when the curl
 // process is killed (SIGKILL), the lease is released, not left to expire.
 func TestHoldWithCurl(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		skipOrFail(t, "curl is not installed (Debian: apt-get install curl)")
-	}
 	e := newTestEnv(t, withShortStreams())
-	// --max-time ends curl, and with it the read below, if the stream hangs.
-	cmd := exec.Command(curl, "-sS", "-N", "--max-time", "60", "-X", "POST", "-H", "Content-Type: application/json",
-		"-d", `{"ttl":"600ms"}`, e.URL+"/v1/locks/curl/hold")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
+	cmd, lines := curlHold(t, e.URL+"/v1/locks/curl/hold", `{"ttl":"600ms"}`)
 	var seen []string
 	for lines.Scan() && len(seen) < 3 {
 		if l := lines.Text(); strings.HasPrefix(l, "event: ") {

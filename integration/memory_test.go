@@ -133,3 +133,44 @@ func TestMemoryPerRateLimitKey(t *testing.T) {
 		})
 	}
 }
+
+// maxBytesPerReadLease is the Redis memory budget of a held read lease of a
+// read/write lock, among the lock's readers: its field in the lock's state
+// hash and its member in the readers zset.
+const maxBytesPerReadLease = 250
+
+// TestMemoryPerReadLease measures held read leases: many readers of one lock
+// (the budget applies: each lease's share of the lock's keys), and one
+// reader per lock (every key of the lock counts against the lease: logged,
+// docs/performance.md reports it).
+func TestMemoryPerReadLease(t *testing.T) {
+	_, url := startRedisContainer(t)
+	rdb := newClient(t, url)
+	svc := newTestEnv(t, withRedisClient(rdb, url), withPrefix(store.DefaultKeyPrefix), unloaded()).Svc
+	read := locks.AcquireRequest{Mode: locks.ModeRead, TTL: 30 * time.Second}
+	cases := []struct {
+		name   string
+		lock   func(i int) string
+		count  int
+		budget int // 0: measured and logged only
+	}{
+		{"shared", func(int) string { return "shared-catalog" }, 200, maxBytesPerReadLease},
+		{"few", func(i int) string { return fmt.Sprintf("few-catalog-%02d", i%20) }, 200, maxBytesPerReadLease},
+		{"alone", func(i int) string { return fmt.Sprintf("alone-catalog-%06d", i) }, 200, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.count {
+				if _, err := svc.AcquireRW(t.Context(), tc.lock(i), read); err != nil {
+					t.Fatal(err)
+				}
+			}
+			total, keys := memoryOf(t, rdb, "latchkey:rw:*{"+tc.name+"-catalog*")
+			per := float64(total) / float64(tc.count)
+			t.Logf("%s: %d keys for %d read leases, %.0f bytes per read lease (budget %d)", tc.name, len(keys), tc.count, per, tc.budget)
+			if tc.budget > 0 && per > float64(tc.budget) {
+				t.Errorf("%s: %.0f bytes per held read lease, want at most %d", tc.name, per, tc.budget)
+			}
+		})
+	}
+}

@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.duration, "d", 10*time.Second, "duration of each scenario (at most 5m)")
 	fs.IntVar(&o.rounds, "rounds", 5, "paired rounds per scenario: each runs the ceiling, then the scenario, for d/rounds; ratios are the median over rounds (1-100)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up before each scenario")
-	fs.StringVar(&o.scenarios, "scenarios", "ceiling,gate,check,lock,contended,keepalive,waiters", "comma-separated scenarios; ceiling always runs first")
+	fs.StringVar(&o.scenarios, "scenarios", "ceiling,gate,check,lock,contended,rwlock,keepalive,waiters", "comma-separated scenarios; ceiling always runs first")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&o.b.gatePolicy, "gate-policy", "bench", "policy name for gate and keepalive")
 	fs.StringVar(&o.b.checkPolicy, "check-policy", "bench", "policy name for check")

@@ -92,6 +92,19 @@ func (b *bench) scenarios() []scenario {
 			},
 		},
 		{
+			name:        "rwlock",
+			description: "read-mostly: POST /v1/rwlocks/{hot name} with wait, 90% read and 10% write leases, then DELETE",
+			op: func(ctx context.Context, w *worker) {
+				n := w.next()
+				mode := "read"
+				if n%10 == 0 {
+					mode = "write"
+				}
+				b.acquireReleaseAt(ctx, w, "/v1/rwlocks/"+fmt.Sprintf("hot-%d", n%uint64(b.hotNames)),
+					`{"mode":"`+mode+`","ttl":"5s","wait":"2s"}`)
+			},
+		},
+		{
 			name:        "keepalive",
 			description: "gate traffic while keep-alive leases are held and renewed by the server",
 			setup:       b.holdKeepaliveLeases,
@@ -115,11 +128,16 @@ func (b *bench) gate(ctx context.Context, w *worker) {
 // acquireRelease acquires name with body and, when granted, releases it
 // with its token; both requests are recorded.
 func (b *bench) acquireRelease(ctx context.Context, w *worker, name, body string) {
-	status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, body), false)
+	b.acquireReleaseAt(ctx, w, "/v1/locks/"+name, body)
+}
+
+// acquireReleaseAt is acquireRelease of the lock at path (any primitive's).
+func (b *bench) acquireReleaseAt(ctx context.Context, w *worker, path, body string) {
+	status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+path, body), false)
 	if status != http.StatusCreated {
 		return
 	}
-	req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
+	req := newRequest(ctx, http.MethodDelete, b.base+path, "")
 	req.Header.Set("Lock-Token", h.Get("Lock-Token"))
 	w.do(req, false)
 }

@@ -1,7 +1,7 @@
 // Package lua holds Latchkey's Redis scripts, one file per operation. Each
 // file opens with a comment listing its KEYS, ARGV and reply.
 //
-// The rate-limit scripts share code: a line "--#include lib/NAME.lua" in a
+// Scripts share code: a line "--#include lib/NAME.lua" in a
 // script stands for the fragment lib/NAME.lua, which Assemble puts in its
 // place when the package is initialised. Redis sees one self-contained
 // script.
@@ -117,3 +117,21 @@ var RenewBatch string
 // RateLimitMulti decides one request under several limits at once: all
 // allow and count it, or nothing is counted.
 var RateLimitMulti = mustAssemble("ratelimit_multi.lua")
+
+// The read/write lock's scripts, each including lib/rw.lua.
+var (
+	// RWAcquire takes a read or write lease of a read/write lock, or re-enters it.
+	RWAcquire = mustAssemble("rw_acquire.lua")
+	// RWRelease drops one hold of a read or write lease.
+	RWRelease = mustAssemble("rw_release.lua")
+	// RWRenew extends a token's leases of a read/write lock.
+	RWRenew = mustAssemble("rw_renew.lua")
+	// RWInspect reads the state of a read/write lock without changing it.
+	RWInspect = mustAssemble("rw_inspect.lua")
+	// RWForceRelease evicts every holder of a read/write lock and bumps its fence.
+	RWForceRelease = mustAssemble("rw_force_release.lua")
+	// RWLeave removes a waiter of a read/write lock that gives up.
+	RWLeave = mustAssemble("rw_leave.lua")
+	// RWRenewBatch renews a batch of keep-alive leases of read/write locks.
+	RWRenewBatch = mustAssemble("rw_renew_batch.lua")
+)
