@@ -19,6 +19,22 @@ var scripts = map[string]string{
 	"keepalive_due.lua": lua.KeepaliveDue, "renew_batch.lua": lua.RenewBatch,
 	"ratelimit_fixed_window.lua": lua.RateLimitFixedWindow, "ratelimit_sliding_window.lua": lua.RateLimitSlidingWindow,
 	"ratelimit_token_bucket.lua": lua.RateLimitTokenBucket, "ratelimit_multi.lua": lua.RateLimitMulti,
+	"rw_acquire.lua": lua.RWAcquire, "rw_release.lua": lua.RWRelease, "rw_renew.lua": lua.RWRenew,
+	"rw_inspect.lua": lua.RWInspect, "rw_force_release.lua": lua.RWForceRelease, "rw_leave.lua": lua.RWLeave,
+	"rw_renew_batch.lua": lua.RWRenewBatch,
+}
+
+// TestEveryScriptIsListed: the tests here see every script file.
+func TestEveryScriptIsListed(t *testing.T) {
+	files, err := fs.Glob(lua.Sources(), "*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, ok := scripts[f]; !ok {
+			t.Errorf("%s is not in this package's scripts table", f)
+		}
+	}
 }
 
 // TestAssembledScriptsKeepTheirHeaderAndLoad: every script, its fragments
