@@ -64,3 +64,13 @@ var RenewBatch string
 //
 //go:embed ratelimit_multi.lua
 var RateLimitMulti string
+
+// QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
+//
+//go:embed quota_reserve.lua
+var QuotaReserve string
+
+// QuotaRelease gives back one place of a tenant's lease or waiter quota.
+//
+//go:embed quota_release.lua
+var QuotaRelease string
