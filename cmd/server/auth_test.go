@@ -68,8 +68,6 @@ func (ca *testCA) issue(t *testing.T, name string, server bool) (certPEM, keyPEM
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
 }
 
-
-
 func hashOf(secret string) string {
 	s := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(s[:])
