@@ -159,21 +159,27 @@ func (p Policy) SharedHashTag() bool {
 // key of one decision has the same hash tag (see SharedHashTag), and each
 // names its limit, so two limits never share a counter, and its algorithm,
 // so a limit whose algorithm changes starts afresh.
-func (s *Service) multiKey(pol Policy, shared bool, i int, key string) string {
+func multiKey(prefix string, pol Policy, shared bool, i int, key string) string {
 	l := pol.Limits[i]
 	if shared {
-		return s.prefix + "rl:{" + pol.Name + ":" + key + "}:" + l.Name + ":" + keyCode[l.Algorithm]
+		return prefix + "rl:{" + pol.Name + ":" + key + "}:" + l.Name + ":" + keyCode[l.Algorithm]
 	}
-	return s.prefix + "rl:{" + pol.Name + "}:" + l.Name + ":" + keyCode[l.Algorithm] + ":" + key
+	return prefix + "rl:{" + pol.Name + "}:" + l.Name + ":" + keyCode[l.Algorithm] + ":" + key
 }
 
 // MultiKeys returns the Redis keys of a decision under a multi-limit
-// policy for the given limit keys, in the policy's order.
+// policy for the given limit keys, in the policy's order, in the shared
+// namespace.
 func (s *Service) MultiKeys(pol Policy, keys []string) []string {
+	return s.multiKeys(s.prefix, pol, keys)
+}
+
+// multiKeys is MultiKeys under a tenant's key prefix.
+func (s *Service) multiKeys(prefix string, pol Policy, keys []string) []string {
 	shared := pol.SharedHashTag()
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = s.multiKey(pol, shared, i, k)
+		out[i] = multiKey(prefix, pol, shared, i, k)
 	}
 	return out
 }
@@ -197,7 +203,7 @@ func multiArgs(ls []NamedLimit) []any {
 func (s *Service) runMulti(ctx context.Context, set *policySet, pol Policy, keys []string, cost int64) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
 	defer cancel()
-	rkeys := s.MultiKeys(pol, keys)
+	rkeys := s.multiKeys(store.PrefixFor(ctx, s.prefix), pol, keys)
 	// The set's arguments are pol's when pol is the set's policy itself
 	// (its limits the same array), as a looked-up policy is.
 	args, ok := set.args[pol.Name]
