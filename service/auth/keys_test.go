@@ -3,6 +3,7 @@ package auth_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"strings"
 	"testing"
 
@@ -182,4 +183,19 @@ func FuzzParseBearer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestExampleFile: the keys file of deploy/ parses.
+func TestExampleFile(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/keys.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := auth.Parse(b)
+	if err != nil {
+		t.Fatalf("deploy/keys.example.yaml: %v", err)
+	}
+	if got := set.Tenants(); len(got) != 3 {
+		t.Errorf("tenants = %v, want billing, edge, search", got)
+	}
 }
