@@ -162,7 +162,7 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 	if header == "" {
 		au.count(nil, "unauthenticated")
 		return &httpError{typ: unauthenticated, challenge: bearerChallenge,
-			detail: "this server requires an API key: send Authorization: Bearer <key>"}
+			detail: "this server requires an API key: send it as Authorization: Bearer KEY"}
 	}
 	secret, ok := auth.ParseBearer(header)
 	key := (*auth.Key)(nil)
@@ -173,7 +173,7 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 		au.throttle.fail(client)
 		au.count(nil, "unauthenticated")
 		return &httpError{typ: unauthenticated, challenge: bearerChallenge + `, error="invalid_token"`,
-			detail: "the API key is not valid (unknown, revoked, or not of the form Bearer <key>)"}
+			detail: "the API key is not valid: unknown, revoked, or not sent as Authorization: Bearer KEY"}
 	}
 	tenant := key.Tenant
 	if h := r.Header.Get(TenantHeader); h != "" {

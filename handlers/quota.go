@@ -15,13 +15,13 @@ import (
 // of a tenant without these quotas, go straight through.
 //
 // How exact: a tenant never has more places than its quota, on any number
-// of instances (each place is taken by one script). A place is given back
-// when its lease is released, when its hold ends or when it expires with
-// the lease (its expiry follows every acquire and renewal through Latchkey,
-// and is the max-hold deadline for keep-alive leases): so a lease that
-// expired, was lost or force-released keeps its place until the expiry it
-// had, and the tenant may be refused a lease that early, never granted one
-// too many.
+// of instances (each place is taken by one script), and a lease is granted
+// only with a place. A place is given back when its lease is released or
+// force-released, when its hold ends, or when it expires with the lease (its
+// expiry follows every acquire and renewal through Latchkey, and is the
+// max-hold deadline for keep-alive leases): so a keep-alive lease lost
+// before its max-hold deadline keeps its place until then, and the tenant
+// may be refused a lease that early, never granted one too many.
 type quotaLocks struct {
 	Locks
 	q QuotaCounter
@@ -34,9 +34,10 @@ func withQuotas(lk Locks, q QuotaCounter) Locks {
 	return &quotaLocks{Locks: lk, q: q}
 }
 
-// leaseMember names a lease in its tenant's lease quota: the primitive, the
-// name and the token.
-func leaseMember(kind, name, token string) string { return kind + ":" + name + ":" + token }
+// leaseMember names a lease in its tenant's lease quota: the primitive and
+// the name. An exclusive lock has one lease at a time, so a re-entry, a
+// renewal, a release and a force-release all name the same place.
+func leaseMember(kind, name string) string { return kind + ":" + name }
 
 // placeTTL is how long a lease's place lasts after a grant or renewal.
 func placeTTL(l locks.Lease) time.Duration {
@@ -72,13 +73,10 @@ func (q *quotaLocks) giveBack(ctx context.Context, kind auth.QuotaKind, member s
 	_ = q.q.Release(ctx, kind, member) // a place not given back expires
 }
 
-// reserveLease takes the place of the lease req asks for (choosing its
-// token when the client sent none), and returns whether it is new.
+// reserveLease takes the place of the lease req asks for, and returns
+// whether it is new.
 func (q *quotaLocks) reserveLease(ctx context.Context, t *auth.Tenant, kind, name string, req *locks.AcquireRequest) (string, bool, error) {
-	if req.Token == "" {
-		req.Token = locks.NewToken()
-	}
-	member := leaseMember(kind, name, req.Token)
+	member := leaseMember(kind, name)
 	created, err := q.q.Reserve(ctx, auth.QuotaLeases, member, provisional(*req), t.Quotas.Leases)
 	return member, created, err
 }
@@ -116,7 +114,7 @@ func (q *quotaLocks) Acquire(ctx context.Context, name string, req locks.Acquire
 func (q *quotaLocks) Renew(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error) {
 	lease, err := q.Locks.Renew(ctx, name, token, ttl)
 	if t := tenantOf(ctx); err == nil && t != nil && t.Quotas.Leases > 0 {
-		_, _ = q.q.Reserve(ctx, auth.QuotaLeases, leaseMember("locks", name, token), placeTTL(lease), t.Quotas.Leases)
+		_, _ = q.q.Reserve(ctx, auth.QuotaLeases, leaseMember("locks", name), placeTTL(lease), t.Quotas.Leases)
 	}
 	return lease, err
 }
@@ -125,7 +123,7 @@ func (q *quotaLocks) Renew(ctx context.Context, name, token string, ttl time.Dur
 func (q *quotaLocks) Release(ctx context.Context, name, token string) (locks.Released, error) {
 	rel, err := q.Locks.Release(ctx, name, token)
 	if t := tenantOf(ctx); err == nil && rel.HoldCount == 0 && t != nil && t.Quotas.Leases > 0 {
-		q.giveBack(ctx, auth.QuotaLeases, leaseMember("locks", name, token))
+		q.giveBack(ctx, auth.QuotaLeases, leaseMember("locks", name))
 	}
 	return rel, err
 }
@@ -145,6 +143,15 @@ func (q *quotaLocks) keepPlace(ctx context.Context, member string, ttl time.Dura
 		case <-tick.C:
 		}
 	}
+}
+
+// ForceRelease gives the lock's place back with its lease.
+func (q *quotaLocks) ForceRelease(ctx context.Context, name string) (bool, error) {
+	removed, err := q.Locks.ForceRelease(ctx, name)
+	if t := tenantOf(ctx); err == nil && t != nil && t.Quotas.Leases > 0 {
+		q.giveBack(ctx, auth.QuotaLeases, leaseMember("locks", name))
+	}
+	return removed, err
 }
 
 // Hold counts the tenant's waiter and lease around locks.Service.Hold; the

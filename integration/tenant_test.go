@@ -91,10 +91,13 @@ func TestTenantLeaseQuota(t *testing.T) {
 	for i := range 3 {
 		e.acquire(t, fmt.Sprintf("b-%d", i), `{"ttl":"1m"}`, b...) // b has no lease quota
 	}
-	// A failed acquire (held by another) takes no place.
 	e.release(t, "one", l1.Token, a...)
 	e.release(t, "one", l1.Token, a...) // the reentrant hold, then the lease
 	e.acquire(t, "three", `{"ttl":"1m"}`, a...)
+	// A force-release gives the place back too.
+	wantProblem(t, e.do(t, "POST", "/v1/locks/four", `{"ttl":"1m"}`, a...), http.StatusTooManyRequests, "quota-exceeded")
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/two?force=true", "", bearer(secretAdminA)...), http.StatusNoContent)
+	e.acquire(t, "four", `{"ttl":"1m"}`, a...)
 	n, err := e.RDB.ZCard(t.Context(), auth.QuotaKey(e.Prefix, "a", auth.QuotaLeases)).Result()
 	if err != nil || n != 2 {
 		t.Errorf("a's lease places = %d (%v), want 2", n, err)
