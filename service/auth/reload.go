@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -150,20 +151,5 @@ func (k *Keys) logActive(msg string, set *KeySet) {
 // polling) and at once on every value from trigger (SIGHUP in the
 // server), until ctx ends.
 func (k *Keys) Run(ctx context.Context, interval time.Duration, trigger <-chan os.Signal) {
-	var tick <-chan time.Time
-	if interval > 0 {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-trigger:
-			_, _ = k.Reload(true)
-		case <-tick:
-			_, _ = k.Reload(false)
-		}
-	}
+	store.RunReloads(ctx, interval, trigger, func(force bool) { _, _ = k.Reload(force) })
 }
