@@ -54,7 +54,8 @@ func (ca *testCA) issue(t *testing.T, name string, server bool) (certPEM, keyPEM
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		// Client authentication too: -healthcheck presents it under mTLS.
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
@@ -106,8 +107,8 @@ func TestServeTLSWithKeys(t *testing.T) {
 	ca := newTestCA(t)
 	certPEM, keyPEM := ca.issue(t, "server", true)
 	keys := writeFile(t, "keys.yaml", string(keysFile("first-secret-0123456789")))
-	s := startServer(t, "-api-keys", keys,
-		"-tls-cert", writeFile(t, "cert.pem", string(certPEM)), "-tls-key", writeFile(t, "key.pem", string(keyPEM)))
+	certFile, keyFile := writeFile(t, "cert.pem", string(certPEM)), writeFile(t, "key.pem", string(keyPEM))
+	s := startServer(t, "-api-keys", keys, "-tls-cert", certFile, "-tls-key", keyFile)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.pem)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
@@ -129,6 +130,7 @@ func TestServeTLSWithKeys(t *testing.T) {
 			t.Errorf("plain HTTP to the TLS port: %d, want net/http's 400", resp.StatusCode)
 		}
 	}
+	wantHealthy(t, s.addr, "-tls-cert", certFile, "-tls-key", keyFile)
 	line, _ := s.logs.find("listening")
 	if line["tls"] != true || line["api_keys"] != true {
 		t.Errorf("listening line %v, want tls and api_keys true", line)
@@ -138,13 +140,27 @@ func TestServeTLSWithKeys(t *testing.T) {
 	}
 }
 
+// wantHealthy runs -healthcheck against the server at addr with the TLS
+// flags it was started with.
+func wantHealthy(t *testing.T, addr string, tlsFlags ...string) {
+	t.Helper()
+	var out strings.Builder
+	if err := run(t.Context(), append([]string{"-healthcheck", "-addr", addr}, tlsFlags...), env(), &out); err != nil {
+		t.Errorf("-healthcheck over TLS: %v", err)
+	}
+	if !strings.Contains(out.String(), "healthy: GET https://") {
+		t.Errorf("-healthcheck wrote %q, want an https probe", out.String())
+	}
+}
+
 // TestServeMTLS: with -tls-client-ca a client without a certificate the
 // CA signed cannot complete the handshake; one with it is served.
 func TestServeMTLS(t *testing.T) {
 	ca, other := newTestCA(t), newTestCA(t)
 	certPEM, keyPEM := ca.issue(t, "server", true)
-	s := startServer(t, "-tls-cert", writeFile(t, "cert.pem", string(certPEM)), "-tls-key", writeFile(t, "key.pem", string(keyPEM)),
-		"-tls-client-ca", writeFile(t, "ca.pem", string(ca.pem)))
+	certFile, keyFile, caFile := writeFile(t, "cert.pem", string(certPEM)), writeFile(t, "key.pem", string(keyPEM)), writeFile(t, "ca.pem", string(ca.pem))
+	s := startServer(t, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile)
+	wantHealthy(t, s.addr, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.pem)
 	clientWith := func(c *testCA) *http.Client {

@@ -46,7 +46,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	if cfg.HealthCheck {
-		return healthCheck(ctx, cfg.Addr, stdout)
+		tlsCfg, err := cfg.Auth.tlsConfig()
+		if err != nil {
+			return err
+		}
+		return healthCheck(ctx, cfg.Addr, tlsCfg, stdout)
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	setRedisLogger(log)
