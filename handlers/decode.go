@@ -229,8 +229,8 @@ func pointerField(p jsontext.Pointer) string {
 	return b.String()
 }
 
-// foldedField returns the JSON name of dst's field that name matches but
-// for case, or "".
+// foldedField returns the JSON name of dst's field (its embedded structs'
+// included) that name matches but for case, or "".
 func foldedField(dst any, name string) string {
 	t := reflect.TypeOf(dst)
 	for t != nil && t.Kind() == reflect.Pointer {
@@ -239,8 +239,8 @@ func foldedField(dst any, name string) string {
 	if t == nil || t.Kind() != reflect.Struct {
 		return ""
 	}
-	for i := range t.NumField() {
-		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	for _, f := range reflect.VisibleFields(t) {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if tag != "" && tag != name && strings.EqualFold(tag, name) {
 			return tag
 		}

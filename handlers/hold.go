@@ -9,12 +9,25 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 )
 
-// holdRequest is the body of POST /v1/locks/{name}/hold; every field is optional.
+// holdRequest is the body of POST /v1/locks/{name}/hold; every field is
+// optional. It is what every body that takes a lock holds.
 type holdRequest struct {
 	TTL   string `json:"ttl" validate:"omitempty,posduration"`
 	Wait  string `json:"wait" validate:"omitempty,duration"`
 	Fair  *bool  `json:"fair"`
 	Owner string `json:"owner"` // checked by the service (locks.ValidateOwner)
+}
+
+// lockRequest is the request to the service that body asks for, with the
+// Lock-Token token.
+func (body holdRequest) lockRequest(token string) locks.AcquireRequest {
+	return locks.AcquireRequest{
+		Token: token,
+		TTL:   parseDuration(body.TTL),
+		Wait:  parseDuration(body.Wait),
+		Fair:  body.Fair != nil && *body.Fair,
+		Owner: body.Owner,
+	}
 }
 
 // lostEvent is the data of a hold stream's "lost" event.
@@ -43,23 +56,16 @@ type releasedEvent struct {
 // wait short); once the stream has started it returns nil.
 func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	var req holdRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	name, lr, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
-	wait := parseDuration(req.Wait)
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // the body is read; a hold outlives any read timeout
-	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(lr.Wait + a.cfg.StreamWriteTimeout))
 	ctx, cancel := a.untilStopping(r)
 	defer cancel()
-	h, err := a.svc.Hold(ctx, name, locks.AcquireRequest{
-		Token: token,
-		TTL:   parseDuration(req.TTL),
-		Wait:  wait,
-		Fair:  req.Fair != nil && *req.Fair,
-		Owner: req.Owner,
-	})
+	h, err := a.svc.Hold(ctx, name, lr)
 	if err != nil {
 		return waitError(ctx, err)
 	}

@@ -13,15 +13,14 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 )
 
-// acquireRequest is the body of POST /v1/locks/{name}; every field is optional.
+// acquireRequest is the body of POST /v1/locks/{name}: a hold's body
+// (ttl, wait, fair, owner) and the keep-alive fields; every field is
+// optional.
 type acquireRequest struct {
-	TTL       string `json:"ttl" validate:"omitempty,posduration"`
-	Wait      string `json:"wait" validate:"omitempty,duration"`
+	holdRequest
 	Keepalive *bool  `json:"keepalive"`
 	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
 	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
-	Fair      *bool  `json:"fair"`
-	Owner     string `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.
@@ -76,14 +75,20 @@ func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
+// lockBody is a body that takes a lock: a hold's or an acquire's.
+type lockBody interface {
+	lockRequest(token string) locks.AcquireRequest
+}
+
 // decodeLockRequest reads what acquiring and holding a lock share: the lock
-// name, the optional Lock-Token and the JSON body (into body). The name,
-// the token and the body's owner text are checked by the service.
-func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
-	if err = a.decodeJSON(w, r, body); err != nil {
-		return "", "", err
+// name, and the JSON body (into body) with the optional Lock-Token as the
+// service request. The name, the token and the body's owner text are
+// checked by the service.
+func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body lockBody) (string, locks.AcquireRequest, error) {
+	if err := a.decodeJSON(w, r, body); err != nil {
+		return "", locks.AcquireRequest{}, err
 	}
-	return lockName(r), r.Header.Get("Lock-Token"), nil
+	return lockName(r), body.lockRequest(r.Header.Get("Lock-Token")), nil
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
@@ -91,29 +96,21 @@ func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
 	var req acquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	name, lr, err := a.decodeLockRequest(w, r, &req)
 	if err != nil {
 		return err
 	}
-	wait := parseDuration(req.Wait)
+	lr.Keepalive = req.Keepalive != nil && *req.Keepalive
+	lr.MaxHold = parseDuration(req.MaxHold)
+	lr.Heartbeat = parseDuration(req.Heartbeat)
 	ctx := r.Context()
-	if wait > 0 {
-		a.allowWait(w, wait)
+	if lr.Wait > 0 {
+		a.allowWait(w, lr.Wait)
 		var cancel context.CancelFunc
 		ctx, cancel = a.untilStopping(r)
 		defer cancel()
 	}
-	lease, err := a.svc.Acquire(ctx, name, locks.AcquireRequest{
-		Token: token,
-		TTL:   parseDuration(req.TTL),
-		Wait:  wait,
-		Fair:  req.Fair != nil && *req.Fair,
-
-		Keepalive: req.Keepalive != nil && *req.Keepalive,
-		MaxHold:   parseDuration(req.MaxHold),
-		Heartbeat: parseDuration(req.Heartbeat),
-		Owner:     req.Owner,
-	})
+	lease, err := a.svc.Acquire(ctx, name, lr)
 	if err != nil {
 		return waitError(ctx, err)
 	}

@@ -130,6 +130,7 @@ type policyResponse struct {
 	Window     string        `json:"window,omitempty"`
 	Algorithm  string        `json:"algorithm,omitempty"`
 	Burst      int64         `json:"burst,omitempty"`
+	Lease      int64         `json:"lease,omitempty"`
 	Key        string        `json:"key,omitempty"`
 	DenyStatus int           `json:"deny_status"`
 	Fail       string        `json:"fail"`
@@ -148,6 +149,8 @@ type limitResponse struct {
 	Window    string `json:"window"`
 	Algorithm string `json:"algorithm"`
 	Burst     int64  `json:"burst,omitempty"`
+	Lease     int64  `json:"lease,omitempty"`
+	Shadow    bool   `json:"shadow,omitempty"`
 }
 
 type costResponse struct {
@@ -167,11 +170,13 @@ func (a *api) handleListPolicies(w http.ResponseWriter, r *http.Request) error {
 		if p.Multi() {
 			for _, l := range p.Limits {
 				out.Policies[i].Limits = append(out.Policies[i].Limits, limitResponse{Name: l.Name, Key: l.Key,
-					Limit: l.Limit.Limit, Window: l.Window.String(), Algorithm: string(l.Algorithm), Burst: l.Burst})
+					Limit: l.Limit.Limit, Window: l.Window.String(), Algorithm: string(l.Algorithm), Burst: l.Burst,
+					Lease: l.Lease, Shadow: l.Shadow})
 			}
 		} else {
 			pr := &out.Policies[i]
 			pr.Limit, pr.Window, pr.Algorithm, pr.Burst, pr.Key = p.Limit.Limit, p.Window.String(), string(p.Algorithm), p.Burst, p.Key
+			pr.Lease = p.Lease
 		}
 		if p.Cost.Header != "" {
 			out.Policies[i].Cost = &costResponse{Header: p.Cost.Header, Max: p.Cost.Max, Default: p.Cost.Default}

@@ -45,42 +45,33 @@ var zeroLength = []string{"0"}
 // by hand keeps reflection off the lock path. Names and tokens are validated
 // ASCII without HTML characters, so HTML escaping would change nothing.
 func appendLeaseJSON(b []byte, l leaseResponse) []byte {
-	b = append(b, `{"name":`...)
-	b = appendJSONString(b, l.Name)
+	b = appendJSONString(b, `{"name":`, l.Name)
 	if l.Token != "" {
-		b = append(b, `,"token":`...)
-		b = appendJSONString(b, l.Token)
+		b = appendJSONString(b, `,"token":`, l.Token)
 	}
-	b = append(b, `,"fence":`...)
-	b = strconv.AppendInt(b, l.Fence, 10)
-	b = append(b, `,"hold_count":`...)
-	b = strconv.AppendInt(b, l.HoldCount, 10)
-	b = append(b, `,"ttl_ms":`...)
-	b = strconv.AppendInt(b, l.TTLMS, 10)
-	b = append(b, `,"expires_at":`...)
-	b = appendJSONTime(b, l.ExpiresAt)
-	b = append(b, `,"reentrant":`...)
-	b = strconv.AppendBool(b, l.Reentrant)
+	b = appendInt(b, `,"fence":`, l.Fence)
+	b = appendInt(b, `,"hold_count":`, l.HoldCount)
+	b = appendInt(b, `,"ttl_ms":`, l.TTLMS)
+	b = appendJSONTime(b, `,"expires_at":`, l.ExpiresAt)
+	b = strconv.AppendBool(append(b, `,"reentrant":`...), l.Reentrant)
 	if ka := l.Keepalive; ka != nil {
-		b = append(b, `,"keepalive":{"max_hold_until":`...)
-		b = appendJSONTime(b, ka.MaxHoldUntil)
+		b = appendJSONTime(b, `,"keepalive":{"max_hold_until":`, ka.MaxHoldUntil)
 		if ka.HeartbeatMS != 0 {
-			b = append(b, `,"heartbeat_ms":`...)
-			b = strconv.AppendInt(b, ka.HeartbeatMS, 10)
+			b = appendInt(b, `,"heartbeat_ms":`, ka.HeartbeatMS)
 		}
 		if ka.HeartbeatDue != nil {
-			b = append(b, `,"heartbeat_due":`...)
-			b = appendJSONTime(b, *ka.HeartbeatDue)
+			b = appendJSONTime(b, `,"heartbeat_due":`, *ka.HeartbeatDue)
 		}
 		b = append(b, '}')
 	}
 	return append(b, "}\n"...)
 }
 
-// appendJSONTime appends t as time.Time's MarshalJSON does: RFC 3339 with
-// the fraction of a second it has, quoted. Lease times are years from now,
-// well inside the years MarshalJSON accepts.
-func appendJSONTime(b []byte, t time.Time) []byte {
+// appendJSONTime appends prefix and t as time.Time's MarshalJSON does: RFC
+// 3339 with the fraction of a second it has, quoted. Lease times are years
+// from now, well inside the years MarshalJSON accepts.
+func appendJSONTime(b []byte, prefix string, t time.Time) []byte {
+	b = append(b, prefix...)
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
@@ -96,23 +87,15 @@ func writeLeaseJSON(w http.ResponseWriter, status int, l leaseResponse) {
 // (without HTML escaping), followed by a newline. Every gateway request
 // answers one; building it by hand keeps reflection off that path.
 func appendDecisionJSON(b []byte, d decisionResponse) []byte {
-	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, d.Allowed)
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, `,"reset_ms":`...)
-	b = strconv.AppendInt(b, d.ResetMS, 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, d.RetryAfterMS, 10)
-	b = append(b, `,"policy":`...)
-	b = appendJSONString(b, d.Policy)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, d.Key)
+	b = strconv.AppendBool(append(b, `{"allowed":`...), d.Allowed)
+	b = appendInt(b, `,"limit":`, d.Limit)
+	b = appendInt(b, `,"remaining":`, d.Remaining)
+	b = appendInt(b, `,"reset_ms":`, d.ResetMS)
+	b = appendInt(b, `,"retry_after_ms":`, d.RetryAfterMS)
+	b = appendJSONString(b, `,"policy":`, d.Policy)
+	b = appendJSONString(b, `,"key":`, d.Key)
 	if d.Binding != "" {
-		b = append(b, `,"binding":`...)
-		b = appendJSONString(b, d.Binding)
+		b = appendJSONString(b, `,"binding":`, d.Binding)
 	}
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
@@ -120,11 +103,12 @@ func appendDecisionJSON(b []byte, d decisionResponse) []byte {
 	return append(b, "}\n"...)
 }
 
-// appendJSONString appends s as a JSON string. Policy names and keys are
-// validated ASCII; quotes, backslashes and control bytes are escaped, other
-// bytes are copied.
-func appendJSONString(b []byte, s string) []byte {
+// appendJSONString appends prefix and s as a JSON string. Policy names and
+// keys are validated ASCII; quotes, backslashes and control bytes are
+// escaped, other bytes are copied.
+func appendJSONString(b []byte, prefix, s string) []byte {
 	const hex = "0123456789abcdef"
+	b = append(b, prefix...)
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -137,6 +121,12 @@ func appendJSONString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// appendInt appends prefix (a JSON member's `,"name":`, a header
+// parameter's `;q=`) and n.
+func appendInt(b []byte, prefix string, n int64) []byte {
+	return strconv.AppendInt(append(b, prefix...), n, 10)
 }
 
 // writeDecisionJSON answers d with the given status.
@@ -164,10 +154,8 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 	if d.Limits == nil {
 		b = strconv.AppendQuote(buf[:0], d.Policy)
 		name = len(b)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, d.Limit, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, ceilSeconds(d.Window), 10)
+		b = appendInt(b, ";q=", d.Limit)
+		b = appendInt(b, ";w=", ceilSeconds(d.Window))
 	} else {
 		b = buf[:0]
 		for i, l := range d.Limits {
@@ -175,10 +163,8 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 				b = append(b, ", "...)
 			}
 			b = strconv.AppendQuote(b, l.Name)
-			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, l.Limit, 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, ceilSeconds(l.Window), 10)
+			b = appendInt(b, ";q=", l.Limit)
+			b = appendInt(b, ";w=", ceilSeconds(l.Window))
 		}
 	}
 	policyEnd := len(b)
@@ -187,10 +173,8 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision, legacy bool) {
 	} else {
 		b = strconv.AppendQuote(b, d.Binding)
 	}
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
+	b = appendInt(b, ";r=", d.Remaining)
+	b = appendInt(b, ";t=", reset)
 	// One string holds both values, one after the other.
 	all := string(b)
 	vals := []string{all[:policyEnd], all[policyEnd:]}

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
@@ -14,5 +12,5 @@ func loadPolicies(path string) ([]ratelimit.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ratelimit.ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
+	return ratelimit.ParsePolicyFile(path, b)
 }

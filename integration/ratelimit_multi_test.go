@@ -28,7 +28,13 @@ func multiLimitPolicy() ratelimit.Policy {
 }
 
 // threeInstances starts three servers sharing one Redis and one key prefix.
+// Their decisions wait for Redis up to a minute: a fail-open answer after a
+// timeout on a loaded machine would count nothing and spoil the exact
+// counts these tests prove.
 func threeInstances(t testing.TB, opts ...envOption) []*testEnv {
+	opts = append([]envOption{withServiceConfig(func(s *serviceConfig) {
+		s.RateLimit.Timeout, s.OpTimeout = time.Minute, time.Minute
+	})}, opts...)
 	e0 := newTestEnv(t, opts...)
 	envs := []*testEnv{e0}
 	for range 2 {

@@ -263,3 +263,67 @@ func TestPolicyReloadUnderLoad(t *testing.T) {
 		t.Errorf("GET /v1/ratelimit/policies = %s", resp.Body)
 	}
 }
+
+// A shadow limit of a multi-limit policy never denies: 3 instances × 32
+// clients send N requests over its limit L; all are allowed, exactly N-L
+// marked would-deny and counted so in the limit's metric, its counter holds
+// exactly L (a would-deny consumes nothing from it) while the enforced
+// limit counted all N.
+func TestShadowLimitNeverDeniesAndCountsWouldDenials(t *testing.T) {
+	const perClient, limit = 3, 100
+	pol := ratelimit.Policy{Name: "trial", Limits: []ratelimit.NamedLimit{
+		{Name: "enforced", Key: "ip", Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindow, Limit: 100000, Window: time.Hour}},
+		{Name: "new-cap", Key: "const", Shadow: true, Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: limit, Window: time.Hour}},
+	}}
+	envs := threeInstances(t, withPolicies(pol))
+	var ok, marked atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 32 * len(envs) {
+		e := envs[i%len(envs)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perClient {
+				status, h, err := e.gateAsk(http.MethodHead, "/v1/ratelimit/gate/trial")
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case status == http.StatusOK && h.Get("Retry-After") == "":
+					ok.Add(1)
+				default:
+					t.Errorf("status %d, Retry-After %q", status, h.Get("Retry-After"))
+				}
+				if h.Get("Latchkey-Ratelimit-Shadow") == "would-deny" {
+					marked.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	const n = 32 * 3 * perClient
+	if ok.Load() != n || marked.Load() != n-limit {
+		t.Fatalf("%d allowed, %d marked would-deny; want %d allowed, %d marked", ok.Load(), marked.Load(), n, n-limit)
+	}
+	var wouldDeny, allowed float64
+	for _, e := range envs {
+		m := metrics(t, e)
+		wouldDeny += m[`latchkey_ratelimit_limit_decisions_total{limit="new-cap",policy="trial",result="would_deny"}`]
+		allowed += m[`latchkey_ratelimit_limit_decisions_total{limit="enforced",policy="trial",result="allowed"}`]
+		if got := m[`latchkey_ratelimit_limit_decisions_total{limit="enforced",policy="trial",result="denied"}`]; got != 0 {
+			t.Errorf("enforced limit denied %v", got)
+		}
+	}
+	if wouldDeny != n-limit || allowed != n {
+		t.Errorf("metrics: new-cap would_deny %v, enforced allowed %v; want %d and %d", wouldDeny, allowed, n-limit, n)
+	}
+	e := envs[0]
+	p, err := e.Svc.Policy("trial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := e.Svc.Keys(p, []string{"127.0.0.1", ratelimit.ConstKey})[1]
+	if got, err := e.RDB.Get(t.Context(), key).Int64(); err != nil || got != limit {
+		t.Errorf("shadow limit's counter %d (%v), want %d: would-denials consume nothing", got, err, limit)
+	}
+}

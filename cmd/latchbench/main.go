@@ -6,6 +6,7 @@
 //
 //	go run ./cmd/latchbench -start                # starts redis-server and Latchkey itself
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
+//	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -scenarios gate,multi1,multi,leased,nginx
 package main
 
 import (
@@ -76,6 +77,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.b.leaseTTL, "lease-ttl", 30*time.Second, "TTL of the keep-alive leases (renewed every third of it)")
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
+	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -107,6 +109,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	o.b.base = strings.TrimRight(o.url, "/")
+	if o.b.nginxBin != "" {
+		o.b.nginx = &o
+	}
 	o.meter.base = o.b.base
 	if o.redisURL != "" {
 		ropts, err := redis.ParseURL(o.redisURL)
@@ -151,6 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			break
 		}
 	}
+	cpuPerDecision(results)
 	delete(want, "")
 	for name := range want {
 		return fmt.Errorf("unknown scenario %q", name)

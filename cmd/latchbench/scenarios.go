@@ -34,6 +34,8 @@ type bench struct {
 	leaseTTL    time.Duration // their TTL: renewed every third of it
 	waiters     int           // concurrent waiters in waiters
 	waiterNames int           // locks they wait on
+	nginxBin    string        // nginx for the nginx scenario
+	nginx       *options      // the run's options, for the nginx scenario's rounds; nil: no nginx
 }
 
 func newRequest(ctx context.Context, method, url, body string) *http.Request {
@@ -54,7 +56,7 @@ func clientIP(n uint64) string {
 }
 
 func (b *bench) scenarios() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{
 			name:        "ceiling",
 			description: "GET /healthz: the same server's trivial route, the throughput ceiling",
@@ -65,11 +67,7 @@ func (b *bench) scenarios() []scenario {
 		{
 			name:        "gate",
 			description: "GET /v1/ratelimit/gate/{policy} with many client IPs in a trusted X-Forwarded-For",
-			op: func(ctx context.Context, w *worker) {
-				req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
-				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
-				w.do(req, false)
-			},
+			op:          b.gate,
 		},
 		{
 			name:        "check",
@@ -97,18 +95,21 @@ func (b *bench) scenarios() []scenario {
 			name:        "keepalive",
 			description: "gate traffic while keep-alive leases are held and renewed by the server",
 			setup:       b.holdKeepaliveLeases,
-			op: func(ctx context.Context, w *worker) {
-				req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
-				req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
-				w.do(req, false)
-			},
+			op:          b.gate,
 		},
 		{
 			name:        "waiters",
 			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
 			run:         b.runWaiters,
 		},
-	}
+	}, b.gatewayScenarios()...)
+}
+
+// gate asks the gate policy about the next of many client IPs.
+func (b *bench) gate(ctx context.Context, w *worker) {
+	req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
+	req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
+	w.do(req, false)
 }
 
 // acquireRelease acquires name with body and, when granted, releases it

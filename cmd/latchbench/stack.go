@@ -106,12 +106,29 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 	return &stack{url: url, redisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort), stop: stop}, nil
 }
 
-// benchPolicies holds a high-limit policy named "bench", so gate and check
-// measure the decision path rather than denials.
+// benchPolicies holds high-limit policies, so the scenarios measure the
+// decision path rather than denials: "bench" (gate and check), "bench1"
+// and "bench3" (one and three limits in the limits: form), "leased" (a
+// global limit with a lease) and "per-ip" (deploy/nginx/nginx.conf's).
 const benchPolicies = `policies:
   bench:
     limit: 1000000000
     window: 1m
+  bench1:
+    limits:
+      - {name: per-ip, key: ip, limit: 1000000000, window: 1m}
+  bench3:
+    limits:
+      - {name: per-ip, key: ip, limit: 1000000000, window: 1m}
+      - {name: per-key, key: "header:X-Api-Key", limit: 1000000000, window: 1m, algorithm: sliding_window}
+      - {name: global, key: const, limit: 1000000000, window: 1m, algorithm: token_bucket}
+  leased:
+    limits:
+      - {name: global, key: const, limit: 1000000000, window: 1m, lease: 1000}
+  per-ip:
+    limit: 1000000000
+    window: 10m
+    deny_status: 403
 `
 
 // stackEnv configures the started server: Redis, a loopback listener, the

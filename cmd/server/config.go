@@ -70,58 +70,40 @@ type envFlags struct {
 }
 
 func (e *envFlags) str(p *string, name, env, def, usage string) {
-	if v := e.getenv(env); v != "" {
-		def = v
-	}
-	e.fs.StringVar(p, name, def, usage+" ("+env+")")
+	e.fs.StringVar(p, name, fromEnv(e, env, def, func(v string) (string, error) { return v, nil }, ""), usage+" ("+env+")")
 }
 
 func (e *envFlags) dur(p *time.Duration, name, env string, def time.Duration, usage string) {
-	if v := e.getenv(env); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q is not a duration such as 5s or 250ms", env, v))
-		} else {
-			def = d
-		}
-	}
-	e.fs.DurationVar(p, name, def, usage+" ("+env+")")
+	e.fs.DurationVar(p, name, fromEnv(e, env, def, time.ParseDuration, "a duration such as 5s or 250ms"), usage+" ("+env+")")
 }
 
 func (e *envFlags) boolean(p *bool, name, env string, def bool, usage string) {
-	if v := e.getenv(env); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q is not true or false", env, v))
-		} else {
-			def = b
-		}
-	}
-	e.fs.BoolVar(p, name, def, usage+" ("+env+")")
+	e.fs.BoolVar(p, name, fromEnv(e, env, def, strconv.ParseBool, "true or false"), usage+" ("+env+")")
 }
 
 func (e *envFlags) int64(p *int64, name, env string, def int64, usage string) {
-	if v := e.getenv(env); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q is not a whole number", env, v))
-		} else {
-			def = n
-		}
-	}
-	e.fs.Int64Var(p, name, def, usage+" ("+env+")")
+	parse := func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }
+	e.fs.Int64Var(p, name, fromEnv(e, env, def, parse, "a whole number"), usage+" ("+env+")")
 }
 
 func (e *envFlags) integer(p *int, name, env string, def int, usage string) {
-	if v := e.getenv(env); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q is not a whole number", env, v))
-		} else {
-			def = n
-		}
+	e.fs.IntVar(p, name, fromEnv(e, env, def, strconv.Atoi, "a whole number"), usage+" ("+env+")")
+}
+
+// fromEnv is a flag's default: env's value parsed by parse, or def when env
+// is empty. A value that does not parse is remembered as an error saying it
+// is not want, and def stays the default.
+func fromEnv[T any](e *envFlags, env string, def T, parse func(string) (T, error), want string) T {
+	v := e.getenv(env)
+	if v == "" {
+		return def
 	}
-	e.fs.IntVar(p, name, def, usage+" ("+env+")")
+	x, err := parse(v)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q is not %s", env, v, want))
+		return def
+	}
+	return x
 }
 
 // parseConfig reads flags from args with environment defaults and validates

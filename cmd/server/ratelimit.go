@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -79,37 +78,27 @@ func (f RateLimitFlags) validate() []error {
 	return errs
 }
 
-// load reads the policy file, adds the default per-IP policy and checks
-// the whole set, so a bad policy stops start-up with a message naming it.
+// load returns the rate-limit settings with the policies the flags give
+// (the default per-IP policy) and checks them, so a bad one stops start-up
+// with a message naming it. The policy file's policies join them in
+// watchPolicies, once the Service exists.
 func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateLimitConfig, error) {
-	var policies []ratelimit.Policy
-	if f.PoliciesFile != "" {
-		ps, err := loadPolicies(f.PoliciesFile)
-		if err != nil {
-			return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("-ratelimit-policies: %w", err)
-		}
-		policies = ps
-	}
-	policies = f.withDefaultPolicy(policies)
+	policies := f.withDefaultPolicy(nil)
 	srl := ratelimit.Config{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
 		CacheSize: f.CacheSize, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
-		src := "the default policy (-ratelimit-default-*)"
-		if f.PoliciesFile != "" {
-			src = f.PoliciesFile + " or " + src
-		}
-		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (%s): %w", src, err)
+		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (the default policy (-ratelimit-default-*)): %w", err)
 	}
-	if err := f.checkSelfPolicy(policies); err != nil {
-		return ratelimit.Config{}, handlers.RateLimitConfig{}, err
+	if f.PoliciesFile == "" {
+		if err := f.checkSelfPolicy(policies); err != nil {
+			return ratelimit.Config{}, handlers.RateLimitConfig{}, err
+		}
 	}
 	trusted, _ := handlers.ParseTrustedProxies(f.TrustedProxies) // checked by validate
 	hrl := handlers.RateLimitConfig{
 		ClientIP:      handlers.ClientIPConfig{TrustedProxies: trusted, UseRealIP: f.RealIP, IPv6Prefix: f.IPv6Prefix},
 		LegacyHeaders: f.LegacyHeaders, SelfPolicy: f.SelfPolicy,
 	}
-	log.Info("rate-limit policies", "policies", policyNames(policies), "self_policy", f.SelfPolicy,
-		"trusted_proxies", f.TrustedProxies, "inline", f.AllowInline)
 	return srl, hrl, nil
 }
 
@@ -131,14 +120,17 @@ func (f RateLimitFlags) checkSelfPolicy(ps []ratelimit.Policy) error {
 	return nil
 }
 
-// watchPolicies reloads the policy file on SIGHUP and, every
-// -ratelimit-reload-interval, when its contents changed: the file's
-// policies, completed as at start-up (the default policy added, the
-// self-protection policy required), replace the active set whole; a bad file
-// keeps the active set and is logged. Without a policy file it does nothing.
-// The returned function stops it and waits for it to end.
+// watchPolicies makes the policy file's policies, completed (the default
+// policy added, the self-protection policy required), the active set of
+// limits, through the Reloader that keeps them in step with the file
+// afterwards: a file that cannot be applied stops start-up with a message
+// naming it. Then, until the returned function stops it, it reloads the file
+// on SIGHUP and, every -ratelimit-reload-interval, when its contents
+// changed; a bad file then keeps the active set and is logged. Without a
+// policy file it only logs the active set.
 func (f RateLimitFlags) watchPolicies(ctx context.Context, limits *ratelimit.Service, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
 	if f.PoliciesFile == "" {
+		f.logPolicies(log, limits.ActivePolicies())
 		return func() {}, nil
 	}
 	r, err := ratelimit.NewReloader(limits, ratelimit.ReloaderConfig{
@@ -152,12 +144,23 @@ func (f RateLimitFlags) watchPolicies(ctx context.Context, limits *ratelimit.Ser
 	if err != nil {
 		return nil, err
 	}
+	set, err := r.Load()
+	if err != nil {
+		return nil, fmt.Errorf("-ratelimit-policies: %w", err)
+	}
+	f.logPolicies(log, set)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx, f.ReloadInterval, hup) }()
 	return func() { signal.Stop(hup); cancel(); <-done }, nil
+}
+
+// logPolicies logs the policies Latchkey starts with.
+func (f RateLimitFlags) logPolicies(log *slog.Logger, set ratelimit.PolicySet) {
+	log.Info("rate-limit policies", "policies", policyNames(set.Policies), "self_policy", f.SelfPolicy,
+		"trusted_proxies", f.TrustedProxies, "inline", f.AllowInline)
 }
 
 func hasPolicy(ps []ratelimit.Policy, name string) bool {
@@ -178,19 +181,4 @@ func policyNames(ps []ratelimit.Policy) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
-}
-
-// loadPolicies reads a policy file, YAML or JSON (when the name ends in
-// .json), and parses it with ratelimit.ParsePolicies. Its errors name the
-// file.
-func loadPolicies(path string) ([]ratelimit.Policy, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("policy file: %w", err)
-	}
-	ps, err := ratelimit.ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
-	if err != nil {
-		return nil, fmt.Errorf("policy file %s: %w", path, err)
-	}
-	return ps, nil
 }

@@ -82,10 +82,7 @@ func TestRunServesRateLimits(t *testing.T) {
 }
 
 func TestLoadPoliciesDeployExample(t *testing.T) {
-	ps, err := loadPolicies(filepath.Join("..", "..", "deploy", "nginx", "policies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := readPolicyFile(t, filepath.Join("..", "..", "deploy", "nginx", "policies.yaml"))
 	byName := map[string]ratelimit.Policy{}
 	for _, p := range ps {
 		byName[p.Name] = p
@@ -102,22 +99,33 @@ func TestLoadPoliciesDeployExample(t *testing.T) {
 	if len(ps) != 2 {
 		t.Errorf("deploy/nginx/policies.yaml has %d policies, want per-ip and api-key", len(ps))
 	}
-	if _, err := loadPolicies("does-not-exist.yaml"); err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
-		t.Errorf("missing file error = %v, want one naming the file", err)
+	if _, err := ratelimit.ParsePolicyFile("bad.yaml", []byte("policies: [")); err == nil || !strings.Contains(err.Error(), "bad.yaml") {
+		t.Errorf("unparsable file error = %v, want one naming the file", err)
 	}
 }
 
 func TestLoadPoliciesExampleFile(t *testing.T) {
-	ps, err := loadPolicies(filepath.Join("..", "..", "deploy", "policies.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := readPolicyFile(t, filepath.Join("..", "..", "deploy", "policies.example.yaml"))
 	if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
 		t.Fatalf("deploy/policies.example.yaml: %v", err)
 	}
 	if len(ps) != 5 {
 		t.Errorf("deploy/policies.example.yaml holds %d policies, want 5", len(ps))
 	}
+}
+
+// readPolicyFile reads and parses a policy file as -ratelimit-policies does.
+func readPolicyFile(t *testing.T, path string) []ratelimit.Policy {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var ps []ratelimit.Policy
+		if ps, err = ratelimit.ParsePolicyFile(path, b); err == nil {
+			return ps
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
 // policyVersion reads the active policy set's version and api's limit.

@@ -1,8 +1,69 @@
 // Package lua holds Latchkey's Redis scripts, one file per operation. Each
 // file opens with a comment listing its KEYS, ARGV and reply.
+//
+// The rate-limit scripts share code: a line "--#include lib/NAME.lua" in a
+// script stands for the fragment lib/NAME.lua, which Assemble puts in its
+// place when the package is initialised. Redis sees one self-contained
+// script.
 package lua
 
-import _ "embed"
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// sources are the scripts and their fragments.
+//
+//go:embed *.lua lib/*.lua
+var sources embed.FS
+
+// Sources returns the script files and their fragments (lib/), as
+// written: include lines not yet replaced.
+func Sources() fs.FS { return sources }
+
+// includeDirective starts a line that includes a fragment.
+const includeDirective = "--#include "
+
+// Assemble returns the script file name (such as "ratelimit_multi.lua")
+// with every include line replaced by its fragment. Fragments include
+// nothing. Returns an error for a missing file or fragment, or a fragment
+// that includes another.
+func Assemble(name string) (string, error) {
+	src, err := sources.ReadFile(name)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for line := range strings.Lines(string(src)) {
+		frag, ok := strings.CutPrefix(line, includeDirective)
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		frag = strings.TrimSpace(frag)
+		f, err := sources.ReadFile(frag)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		if strings.Contains(string(f), "\n"+includeDirective) || strings.HasPrefix(string(f), includeDirective) {
+			return "", fmt.Errorf("%s: fragment %s includes another", name, frag)
+		}
+		b.Write(f)
+	}
+	return b.String(), nil
+}
+
+// mustAssemble is Assemble for the package's own scripts, which the tests
+// assemble and load.
+func mustAssemble(name string) string {
+	s, err := Assemble(name)
+	if err != nil {
+		panic("lua: " + err.Error())
+	}
+	return s
+}
 
 // Acquire takes a lock lease or re-enters it with the owning token.
 //
@@ -30,19 +91,13 @@ var Inspect string
 var ForceRelease string
 
 // RateLimitFixedWindow is the INCR + EXPIRE fixed-window limiter.
-//
-//go:embed ratelimit_fixed_window.lua
-var RateLimitFixedWindow string
+var RateLimitFixedWindow = mustAssemble("ratelimit_fixed_window.lua")
 
 // RateLimitSlidingWindow is the two-counter sliding-window limiter.
-//
-//go:embed ratelimit_sliding_window.lua
-var RateLimitSlidingWindow string
+var RateLimitSlidingWindow = mustAssemble("ratelimit_sliding_window.lua")
 
 // RateLimitTokenBucket is the GCRA token-bucket limiter.
-//
-//go:embed ratelimit_token_bucket.lua
-var RateLimitTokenBucket string
+var RateLimitTokenBucket = mustAssemble("ratelimit_token_bucket.lua")
 
 // Leave removes a waiter that gives up from the waiters and the fair queue.
 //
@@ -61,9 +116,7 @@ var RenewBatch string
 
 // RateLimitMulti decides one request under several limits at once: all
 // allow and count it, or nothing is counted.
-//
-//go:embed ratelimit_multi.lua
-var RateLimitMulti string
+var RateLimitMulti = mustAssemble("ratelimit_multi.lua")
 
 // QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
 //

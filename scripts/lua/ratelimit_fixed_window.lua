@@ -20,51 +20,11 @@
 --   retry_after_ms  0 when allowed; else when the same request will be allowed
 -- A request whose key cannot be used (it holds another type) answers -1 and
 -- the error's text in its first two entries; the others are decided as usual.
--- Numbers reach redis.call as the caller's strings (ARGV): a Lua number is
--- formatted with printf's %.17g on every call, which costs more than the
--- command itself.
 
--- decide returns the four entries of one request.
-local function decide(key, limit_arg, window_arg, cost_arg)
-  local limit = tonumber(limit_arg)
-  local cost = tonumber(cost_arg)
+--#include lib/check.lua
+--#include lib/fixed_window.lua
+--#include lib/batch.lua
 
-  local v = redis.call('GET', key)
-  local count = v and tonumber(v) or 0
-  local ttl = redis.call('PTTL', key)
-  if count > 0 and ttl < 0 then
-    -- A counter without expiry (someone else's SET): give it this window.
-    redis.call('PEXPIRE', key, window_arg)
-    ttl = tonumber(window_arg)
-  end
-
-  if count + cost > limit then
-    if ttl < 0 then ttl = tonumber(window_arg) end
-    -- The key expires once the Redis clock is past its expiry, so the first
-    -- moment a retry surely finds a fresh window is one millisecond after it.
-    return 0, math.max(limit - count, 0), ttl, ttl + 1
-  end
-
-  count = redis.call('INCRBY', key, cost_arg)
-  if count == cost then
-    redis.call('PEXPIRE', key, window_arg)
-    ttl = tonumber(window_arg)
-  end
-  return 1, limit - count, ttl, 0
-end
-
-local out = {}
-for i = 1, #KEYS do
-  local a = 3 * i
-  local ok, allowed, remaining, reset, retry = pcall(decide, KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[a])
-  if not ok then
-    -- Redis raises a table {err = text}, the embedded store a string. One
-    -- assignment each: gopher-lua (the embedded store) gets a multiple
-    -- assignment that reads what it assigns wrong.
-    remaining = type(allowed) == 'table' and allowed.err or tostring(allowed)
-    allowed, reset, retry = -1, 0, 0
-  end
-  local o = 4 * i
-  out[o - 3], out[o - 2], out[o - 1], out[o] = allowed, remaining, reset, retry
-end
-return out
+return decide_batch(function(key, limit, window, cost)
+  return decide_now(fixed_window(key, limit, window, cost))
+end, 3)

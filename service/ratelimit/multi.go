@@ -14,80 +14,120 @@ var rateLimitMultiScript = store.NewScript("ratelimit_multi", lua.RateLimitMulti
 
 // The status of one limit in ratelimit_multi.lua's reply.
 const (
-	multiCounted = 1 // every limit allowed: counted
-	multiDenied  = 0 // this limit denies: nothing counted anywhere
-	multiBlocked = 2 // this limit allows, another denies: nothing counted
+	multiCounted   = 1 // every enforced limit allowed: counted
+	multiDenied    = 0 // this limit denies: nothing counted anywhere
+	multiBlocked   = 2 // this limit allows, another denies: nothing counted
+	multiWouldDeny = 3 // this shadow limit denies: not counted, blocks nothing
 )
 
-// checkMulti decides req under the multi-limit policy pol in one script
-// call: allowed only if every limit allows, and then counted by every one;
-// a denial counts nothing anywhere. Denials are not cached and decisions
-// are not batched: the call names several keys.
-func (s *Service) checkMulti(ctx context.Context, set *policySet, pol Policy, req Request) (Decision, error) {
-	keys, err := multiKeys(pol, req)
+// multiReplyPer is the entries per limit of ratelimit_multi.lua's reply.
+const multiReplyPer = 5
+
+// checkCost checks a request's cost against max, the most a request may
+// cost, and returns it (1 when unset).
+func checkCost(cost, max int64, what string) (int64, error) {
+	if cost == 0 {
+		cost = 1
+	}
+	if cost < 0 {
+		return 0, invalid("cost", "min", "cost must be at least 1, got %d", cost)
+	}
+	if cost > max {
+		return 0, invalid("cost", "max", "cost %d is above what %s can ever allow at once (%d)", cost, what, max)
+	}
+	return cost, nil
+}
+
+// checkLimits decides req under pol in one ratelimit_multi.lua call, or
+// none when leases cover it: pol is a multi-limit policy, or a leased
+// single-limit one taken as one limit. Allowed only if every enforced limit
+// allows, and then counted by every one; a denial counts nothing anywhere.
+// Denials are not cached (a leased limit's pool remembers its own) and
+// decisions are not batched: the call names several keys.
+func (s *Service) checkLimits(ctx context.Context, set *policySet, pol Policy, req Request) (Decision, error) {
+	var keys, rkeys []string
+	var err error
+	if pol.Multi() {
+		if keys, err = multiKeys(pol, req); err != nil {
+			return Decision{}, err
+		}
+		rkeys = s.multiKeys(store.PrefixFor(ctx, s.prefix), pol, keys)
+	} else {
+		if err := ValidateRateLimitKey("key", req.Key); err != nil {
+			return Decision{}, err
+		}
+		keys, rkeys = []string{req.Key}, []string{s.rateLimitKey(store.PrefixFor(ctx, s.prefix), pol, req.Key)}
+	}
+	what := "the policy's smallest limit"
+	if !pol.Multi() {
+		what = "the limit"
+	}
+	cost, err := checkCost(req.Cost, pol.maxCost(), what)
 	if err != nil {
 		return Decision{}, err
 	}
-	if req.Cost == 0 {
-		req.Cost = 1
-	}
-	if req.Cost < 0 {
-		return Decision{}, invalid("cost", "min", "cost must be at least 1, got %d", req.Cost)
-	}
-	if c := pol.maxCost(); req.Cost > c {
-		return Decision{}, invalid("cost", "max", "cost %d is above what the policy's smallest limit can ever allow at once (%d)", req.Cost, c)
-	}
+	sp := set.spec(pol)
 	ctr := s.rl.countersFor(set, pol)
-	d := Decision{Policy: pol.Name, Limits: make([]LimitDecision, len(pol.Limits))}
-	for i, l := range pol.Limits {
+	d := Decision{Policy: pol.Name, Limits: make([]LimitDecision, len(sp.limits))}
+	for i, l := range sp.limits {
 		d.Limits[i] = LimitDecision{Name: l.Name, Key: keys[i], Limit: l.Limit.Limit, Window: l.Window}
 	}
-	v, err := s.runMulti(ctx, set, pol, keys, req.Cost)
+	v, takes := s.fromLeases(ctr, sp, rkeys, cost)
+	if v == nil {
+		ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
+		defer cancel()
+		v, takes, err = s.runLimits(ctx, ctr, sp, rkeys, cost)
+	}
 	if err != nil {
 		if !errors.Is(err, store.ErrUnavailable) || pol.Fail == FailClosed {
 			return Decision{}, err
 		}
 		ctr.failOpen.Inc()
 		s.logFailOpen(ctx, pol.Name, err)
-		for i, l := range pol.Limits {
+		for i, l := range sp.limits {
 			ld := &d.Limits[i]
-			ld.Allowed, ld.Remaining, ld.ResetAfter = true, l.capacity()-req.Cost, l.Window
+			ld.Allowed, ld.Remaining, ld.ResetAfter = true, l.capacity()-cost, l.Window
 		}
 		d.Allowed, d.Degraded = true, true
-		bind(&d)
-		return d, nil
+		return single(pol, bind(d)), nil
 	}
 	d.Allowed = true
 	for i := range d.Limits {
 		ld := &d.Limits[i]
-		status := v[4*i]
-		ld.Allowed = status != multiDenied
-		ld.Remaining = v[4*i+1]
-		ld.ResetAfter = time.Duration(v[4*i+2]) * time.Millisecond
-		ld.RetryAfter = time.Duration(v[4*i+3]) * time.Millisecond
-		if status != multiCounted {
+		status := v[multiReplyPer*i]
+		ld.Allowed = status != multiDenied && status != multiWouldDeny
+		ld.Remaining = v[multiReplyPer*i+1]
+		ld.ResetAfter = time.Duration(v[multiReplyPer*i+2]) * time.Millisecond
+		ld.RetryAfter = time.Duration(v[multiReplyPer*i+3]) * time.Millisecond
+		switch {
+		case status == multiWouldDeny:
+			d.WouldDeny = true
+		case status != multiCounted:
 			d.Allowed = false
 		}
-		if i < len(ctr.limits) && ctr.limits[i].name == ld.Name {
-			switch status {
-			case multiCounted:
-				ctr.limits[i].allowed.Inc()
-			case multiDenied:
-				ctr.limits[i].denied.Inc()
-			default:
-				ctr.limits[i].blocked.Inc()
-			}
+		if takes != nil && takes[i].pool != nil && ld.Remaining < 0 { // answered from the lease
+			ld.Remaining, ld.ResetAfter = takes[i].pool.local(time.Now())
 		}
+		ctr.countLimit(i, ld.Name, status)
 	}
-	bind(&d)
-	return count(ctr, pol, d), nil
+	return count(ctr, pol, single(pol, bind(d))), nil
+}
+
+// single makes the one-limit answer of a leased single-limit policy look
+// like any single-limit policy's; a multi-limit policy's is unchanged.
+func single(pol Policy, d Decision) Decision {
+	if !pol.Multi() {
+		d.Limits, d.Binding = nil, ""
+	}
+	return d
 }
 
 // bind fills in the Decision's own fields from its binding limit: on a
 // denial the denying limit that frees up last (ties: the least remaining),
 // with RetryAfter the latest of the denying limits'; when allowed, the limit
-// with the least remaining (ties: the one that resets last).
-func bind(d *Decision) {
+// with the least remaining (ties: the one that resets last), which may be
+// a shadow limit that would deny.
+func bind(d Decision) Decision {
 	b := -1
 	for i, l := range d.Limits {
 		if !d.Allowed && l.Allowed {
@@ -114,6 +154,10 @@ func bind(d *Decision) {
 	l := d.Limits[b]
 	d.Binding, d.Key, d.Limit, d.Window = l.Name, l.Key, l.Limit, l.Window
 	d.Remaining, d.ResetAfter, d.RetryAfter = l.Remaining, l.ResetAfter, l.RetryAfter
+	if d.Allowed {
+		d.RetryAfter = 0 // a shadow limit's would-deny binds, but allows
+	}
+	return d
 }
 
 // multiKeys returns the keys of req's limits under pol, checked.
@@ -167,6 +211,15 @@ func multiKey(prefix string, pol Policy, shared bool, i int, key string) string 
 	return prefix + "rl:{" + pol.Name + "}:" + l.Name + ":" + keyCode[l.Algorithm] + ":" + key
 }
 
+// Keys returns the Redis keys of a decision under pol for the given keys
+// of its limits, in the policy's order: a single-limit policy has one.
+func (s *Service) Keys(pol Policy, keys []string) []string {
+	if !pol.Multi() {
+		return []string{s.rateLimitKey(s.prefix, pol, keys[0])}
+	}
+	return s.MultiKeys(pol, keys)
+}
+
 // MultiKeys returns the Redis keys of a decision under a multi-limit
 // policy for the given limit keys, in the policy's order, in the shared
 // namespace.
@@ -184,49 +237,186 @@ func (s *Service) multiKeys(prefix string, pol Policy, keys []string) []string {
 	return out
 }
 
-// multiArgs are ratelimit_multi.lua's ARGV entries of limits: algorithm,
-// limit, window in milliseconds and burst, four per limit.
-func multiArgs(ls []NamedLimit) []any {
-	args := make([]any, 0, 4*len(ls))
-	for _, l := range ls {
-		burst := l.Burst
-		if burst == 0 {
-			burst = l.Limit.Limit
-		}
-		args = append(args, keyCode[l.Algorithm], l.Limit.Limit, l.Window.Milliseconds(), burst)
-	}
-	return args
+// limitSpec is how a policy is decided by ratelimit_multi.lua: its limits
+// (a leased single-limit policy's one limit, named after the policy) and
+// their ARGV entries after the cost and the leases held.
+type limitSpec struct {
+	limits    []NamedLimit
+	args      []any
+	leased    bool // a limit has a lease
+	allLeased bool // every limit has one
 }
 
-// runMulti runs ratelimit_multi.lua for one decision under pol, taken from
-// set or from a caller's Request.Using, bounded by the decision timeout. The reply is four entries per limit.
-func (s *Service) runMulti(ctx context.Context, set *policySet, pol Policy, keys []string, cost int64) ([]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.rl.cfg.Timeout)
-	defer cancel()
-	rkeys := s.multiKeys(store.PrefixFor(ctx, s.prefix), pol, keys)
-	// The set's arguments are pol's when pol is the set's policy itself
-	// (its limits the same array), as a looked-up policy is.
-	args, ok := set.args[pol.Name]
-	if ls := set.byName[pol.Name].Limits; !ok || len(ls) != len(pol.Limits) || &ls[0] != &pol.Limits[0] {
-		args = multiArgs(pol.Limits)
+// newLimitSpec builds pol's spec.
+func newLimitSpec(pol Policy) limitSpec {
+	ls := pol.Limits
+	if !pol.Multi() {
+		// A shadow policy's one limit is a shadow limit: the same answer.
+		ls = []NamedLimit{{Name: pol.Name, Limit: pol.Limit, Key: pol.Key, Shadow: pol.Shadow}}
 	}
-	argv := make([]any, 1, 1+len(args))
-	argv[0] = cost
-	argv = append(argv, args...)
+	sp := limitSpec{limits: ls, args: make([]any, 0, 5*len(ls)), allLeased: true}
+	for _, l := range ls {
+		extra := l.Burst // tb: the burst
+		if l.Algorithm == TokenBucket && extra == 0 {
+			extra = l.Limit.Limit
+		} else if l.Algorithm == FixedWindow {
+			extra = l.Lease // fw: the lease
+		}
+		shadow := 0
+		if l.Shadow {
+			shadow = 1
+		}
+		sp.leased = sp.leased || l.Lease > 0
+		sp.allLeased = sp.allLeased && l.Lease > 0
+		sp.args = append(sp.args,
+			keyCode[l.Algorithm],    // ARGV[n+5i-3] algorithm
+			l.Limit.Limit,           // ARGV[n+5i-2] limit
+			l.Window.Milliseconds(), // ARGV[n+5i-1] window, ms
+			extra,                   // ARGV[n+5i]   burst (tb) or lease (fw)
+			shadow)                  // ARGV[n+5i+1] shadow
+	}
+	return sp
+}
+
+// decidedByLimits reports whether pol is decided by ratelimit_multi.lua:
+// a multi-limit policy, or a leased single-limit one.
+func (p Policy) decidedByLimits() bool { return p.Multi() || p.Lease > 0 }
+
+// spec returns pol's spec: the set's, built once, when pol is the set's
+// policy itself (a multi-limit policy's limits the same array), as a
+// looked-up policy is; else built now.
+func (set *policySet) spec(pol Policy) limitSpec {
+	sp, ok := set.specs[pol.Name]
+	if cur := set.byName[pol.Name]; ok && (pol.Multi() && len(cur.Limits) == len(pol.Limits) && &cur.Limits[0] == &pol.Limits[0] ||
+		!pol.Multi() && !cur.Multi() && cur.Limit == pol.Limit && cur.Key == pol.Key) {
+		return sp
+	}
+	return newLimitSpec(pol)
+}
+
+// runLimits runs ratelimit_multi.lua for one decision under sp, bounded
+// by ctx, taking the units of leased limits from their pools first; when
+// the pools cover every limit it answers without a call. The reply is
+// multiReplyPer entries per limit; takes are the leased limits' takes
+// (zero for the others), already settled.
+func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64) ([]int64, []leaseTake, error) {
+	n := len(sp.limits)
+	out := make([]int64, multiReplyPer*n)
+	var takes []leaseTake
+	local := 0
+	t0 := time.Now()
+	if sp.leased {
+		takes = make([]leaseTake, n)
+		for i, l := range sp.limits {
+			if l.Lease == 0 {
+				continue
+			}
+			t, err := s.rl.leases.pool(rkeys[i], t0).reserve(ctx, cost, t0)
+			if err != nil {
+				undoTakes(takes[:i])
+				return nil, nil, fmt.Errorf("%s: %w", rateLimitMultiScript.Name(), errors.Join(store.ErrUnavailable, err))
+			}
+			takes[i] = t
+			if t.have >= cost {
+				local++
+			}
+			if t.dry && n == 1 && !l.Shadow {
+				// Redis cannot cover it before dryUntil: denied here. (A
+				// limit among others asks Redis, which denies it, so the
+				// answer reports every limit.)
+				p := t.pool
+				p.mu.Lock()
+				avail, wait := p.avail+p.unitsAt(t0), p.dryUntil.Sub(t0).Milliseconds()
+				p.mu.Unlock()
+				out[0], out[1], out[2], out[3] = multiDenied, avail, wait, wait+1
+				return out, make([]leaseTake, n), nil
+			}
+		}
+		if local == n {
+			for i := range n {
+				out[multiReplyPer*i], out[multiReplyPer*i+1], out[multiReplyPer*i+2] = multiCounted, -1, -1
+			}
+			for i := range n {
+				ctr.lease(i, sp.limits[i].Name, "local")
+			}
+			return out, takes, nil
+		}
+	}
+	argv := make([]any, 1+n, 1+n+len(sp.args))
+	argv[0] = cost // ARGV[1] cost
+	for i := range n {
+		argv[1+i] = int64(0) // ARGV[1+i] units held from a lease
+		if takes != nil {
+			argv[1+i] = takes[i].have
+		}
+	}
+	argv = append(argv, sp.args...)
 	sc := rateLimitMultiScript
 	res, err := s.st.Run(ctx, sc, rkeys, argv...)
+	if err == nil {
+		arr, _ := res.([]any)
+		if len(arr) != len(out) {
+			err = fmt.Errorf("%s: unexpected reply %v", sc.Name(), arr)
+		} else if i, ok := store.FillInt64s(arr, out); !ok {
+			err = fmt.Errorf("%s: reply[%d] is %T, want int64", sc.Name(), i, arr[i])
+		}
+		if err != nil {
+			s.st.CountErr(sc.Name(), "script")
+		}
+	}
 	if err != nil {
-		return nil, err
+		undoTakes(takes)
+		return nil, nil, err
 	}
-	arr, _ := res.([]any)
-	out := make([]int64, 4*len(pol.Limits))
-	if len(arr) != len(out) {
-		s.st.CountErr(sc.Name(), "script")
-		return nil, fmt.Errorf("%s: unexpected reply %v", sc.Name(), arr)
+	for i, t := range takes {
+		if t.pool == nil {
+			continue
+		}
+		o := multiReplyPer * i
+		status, remaining, reset := out[o], out[o+1], time.Duration(out[o+2])*time.Millisecond
+		switch {
+		case status == multiCounted && t.refill:
+			t.granted(out[o+4], cost-t.have, remaining, t0.Add(reset), t0)
+			ctr.lease(i, sp.limits[i].Name, "granted")
+		case status == multiCounted:
+			ctr.lease(i, sp.limits[i].Name, "local")
+		default:
+			t.undo(status == multiDenied || status == multiWouldDeny, remaining, t0.Add(reset))
+		}
 	}
-	if i, ok := store.FillInt64s(arr, out); !ok {
-		s.st.CountErr(sc.Name(), "script")
-		return nil, fmt.Errorf("%s: reply[%d] is %T, want int64", sc.Name(), i, arr[i])
+	return out, takes, nil
+}
+
+// fromLeases answers a decision from the units this instance holds when
+// every limit of sp is leased and holds the cost: no Redis call, no wait.
+// It returns a nil reply otherwise, having taken nothing.
+func (s *Service) fromLeases(ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64) ([]int64, []leaseTake) {
+	if !sp.allLeased {
+		return nil, nil
 	}
-	return out, nil
+	now := time.Now()
+	takes := make([]leaseTake, len(sp.limits))
+	for i := range sp.limits {
+		t, ok := s.rl.leases.pool(rkeys[i], now).tryLocal(cost, now)
+		if !ok {
+			undoTakes(takes[:i])
+			return nil, nil
+		}
+		takes[i] = t
+	}
+	out := make([]int64, multiReplyPer*len(sp.limits))
+	for i, l := range sp.limits {
+		out[multiReplyPer*i], out[multiReplyPer*i+1], out[multiReplyPer*i+2] = multiCounted, -1, -1
+		ctr.lease(i, l.Name, "local")
+	}
+	return out, takes
+}
+
+// undoTakes gives back the units of takes whose decision was not counted.
+func undoTakes(takes []leaseTake) {
+	for _, t := range takes {
+		if t.pool != nil && !t.dry {
+			t.undo(false, 0, time.Time{})
+		}
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,20 +180,53 @@ func TestMultiLimitMirrorsSingleScripts(t *testing.T) {
 	}
 }
 
-// TestMultiLimitKeys: every limit has a key of its own, all in one hash
-// tag: the policy and the request's key when the limits share a key
-// source, the policy alone otherwise.
-func TestMultiLimitKeys(t *testing.T) {
+// hashTag is a key's Redis Cluster hash tag: what the first '{' and the
+// first '}' after it enclose, when not empty; else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// TestMultiLimitKeysShareOneHashTag: the keys of one multi-limit decision
+// name their limit and algorithm and share one hash tag, so one script call
+// touches one Cluster slot: the policy and the request's key when every
+// limit keys on the same source, the policy alone otherwise. A leased
+// single-limit policy keeps its one key, as it is without a lease.
+func TestMultiLimitKeysShareOneHashTag(t *testing.T) {
+	lease := nl("c", "const", ratelimit.FixedWindow, 10, time.Second)
+	lease.Lease = 5
 	svc, _ := newTestService(t, rlConfig(0,
 		multi("same", nl("a", "ip", ratelimit.FixedWindow, 1, time.Second), nl("b", "ip", ratelimit.TokenBucket, 1, time.Second)),
-		multi("mixed", nl("a", "ip", ratelimit.FixedWindow, 1, time.Second), nl("b", "const", ratelimit.SlidingWindow, 1, time.Second))))
-	same, _ := svc.Policy("same")
-	mixed, _ := svc.Policy("mixed")
-	if got, want := fmt.Sprint(svc.MultiKeys(same, []string{"k", "k"})), "[latchkey:rl:{same:k}:a:fw latchkey:rl:{same:k}:b:tb]"; got != want {
-		t.Errorf("same source: %s, want %s", got, want)
-	}
-	if got, want := fmt.Sprint(svc.MultiKeys(mixed, []string{"k", "const"})), "[latchkey:rl:{mixed}:a:fw:k latchkey:rl:{mixed}:b:sw:const]"; got != want {
-		t.Errorf("mixed sources: %s, want %s", got, want)
+		multi("mixed", nl("a", "ip", ratelimit.FixedWindow, 1, time.Second), nl("b", "const", ratelimit.SlidingWindow, 1, time.Second), lease),
+		leased("one", 10, 5), fixed("plain", 10, time.Second)))
+	for _, c := range []struct {
+		policy string
+		keys   []string
+		want   string
+		tag    string
+	}{
+		{"same", []string{"k", "k"}, "[latchkey:rl:{same:k}:a:fw latchkey:rl:{same:k}:b:tb]", "same:k"},
+		{"mixed", []string{"k", "const", "const"}, "[latchkey:rl:{mixed}:a:fw:k latchkey:rl:{mixed}:b:sw:const latchkey:rl:{mixed}:c:fw:const]", "mixed"},
+		{"one", []string{"k"}, "[latchkey:rl:fw:one:k]", "latchkey:rl:fw:one:k"},
+		{"plain", []string{"k"}, "[latchkey:rl:fw:plain:k]", "latchkey:rl:fw:plain:k"},
+	} {
+		p, err := svc.Policy(c.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := svc.Keys(p, c.keys)
+		if got := fmt.Sprint(keys); got != c.want {
+			t.Errorf("%s: keys %s, want %s", c.policy, got, c.want)
+		}
+		for _, k := range keys {
+			if got := hashTag(k); got != c.tag {
+				t.Errorf("%s: key %s has hash tag %q, want %q", c.policy, k, got, c.tag)
+			}
+		}
 	}
 }
 
@@ -222,7 +254,8 @@ policies:
 	for _, c := range []struct{ file, want string }{
 		{`{policies: {p: {limits: [{name: a, limit: 1}]}}}`, `policy "p": limits[0] (a): window is required`},
 		{`{policies: {p: {limit: 1, window: 1s, limits: [{name: a, limit: 1, window: 1s}]}}}`, `policy "p": give either limits or a single limit`},
-		{`{policies: {p: {limits: [{name: a, limit: 1, window: 1s, lease: 3}]}}}`, `field lease not found`},
+		{`{policies: {p: {limits: [{name: a, limit: 1, window: 1s, lease: 3, burst_x: 1}]}}}`, `field burst_x not found`},
+		{`{policies: {p: {lease: 3, limits: [{name: a, limit: 1, window: 1s}]}}}`, `policy "p": give either limits or a single limit`},
 		{`{policies: {p: {limits: []}}}`, `policy "p": limits must list at least one limit`},
 	} {
 		_, err := ratelimit.ParsePolicies([]byte(c.file), false)
@@ -242,28 +275,6 @@ policies:
 		err := (ratelimit.Config{Policies: []ratelimit.Policy{c.p}}).Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.p, err, c.want)
-		}
-	}
-}
-
-// TestMultiScriptCopiesHelpersVerbatim: Lua scripts cannot share code, so
-// ratelimit_multi.lua holds copies of the single scripts' helpers; they
-// stay the same text.
-func TestMultiScriptCopiesHelpersVerbatim(t *testing.T) {
-	block := func(src, from, to string) string {
-		i := strings.Index(src, from)
-		j := strings.Index(src, to)
-		if i < 0 || j < i {
-			t.Fatalf("no block %q ... %q", from, to)
-		}
-		return src[i:j]
-	}
-	for _, b := range []string{
-		block(lua.RateLimitTokenBucket, "-- divmod returns", "-- decide returns the four entries"),
-		block(lua.RateLimitSlidingWindow, "-- decode returns w, c and p", "-- decide returns the four entries"),
-	} {
-		if !strings.Contains(lua.RateLimitMulti, b) {
-			t.Errorf("ratelimit_multi.lua lacks this block of a single script:\n%s", b)
 		}
 	}
 }
@@ -333,8 +344,8 @@ func TestMultiLimitMetricsFollowReloads(t *testing.T) {
 		}
 		return n
 	}
-	if n := series(); n != 3 {
-		t.Errorf("%d series after removing limit b, want limit a's 3", n)
+	if n := series(); n != 4 {
+		t.Errorf("%d series after removing limit b, want limit a's 4", n)
 	}
 	if got := counterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "p", "limit", "a", "result", "allowed"); got != 1 {
 		t.Errorf("limit a allowed %v, want 1 carried over", got)

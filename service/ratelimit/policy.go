@@ -53,6 +53,12 @@ type Limit struct {
 	Limit     int64
 	Window    time.Duration
 	Burst     int64
+	// Lease, when above 0, lets each instance take Lease units at a time
+	// from the limit's counter and answer from them without Redis until they
+	// run out or the window ends: never more than Limit per window across
+	// all instances, at most (instances - 1) × Lease units denied early.
+	// Fixed windows only. Policies from the policy file only.
+	Lease int64 `json:",omitempty"`
 }
 
 // capacity is the largest cost a single request may have.
@@ -99,6 +105,10 @@ type NamedLimit struct {
 	// "const" (one counter for every request) or "path" (the gate path's
 	// remainder after /v1/ratelimit/gate/{policy}/).
 	Key string
+	// Shadow decides and counts the limit as usual but never lets it deny:
+	// a request only it denies is allowed, marked WouldDeny, and not counted
+	// by it (as a denial would not be); the other limits count it.
+	Shadow bool `json:",omitempty"`
 }
 
 // The key sources of a limit that are not a header.
@@ -204,6 +214,12 @@ func (c Config) validateLimit(prefix string, l Limit) error {
 	}
 	if l.Burst > 0 && l.Algorithm != TokenBucket {
 		return invalid(prefix+"burst", "excluded", "%sburst applies to the token_bucket algorithm only", prefix)
+	}
+	if l.Lease < 0 || l.Lease > l.Limit {
+		return invalid(prefix+"lease", "range", "%slease must be between 1 and the limit (%d), got %d", prefix, l.Limit, l.Lease)
+	}
+	if l.Lease > 0 && l.Algorithm != FixedWindow {
+		return invalid(prefix+"lease", "excluded", "%slease applies to the fixed_window algorithm only", prefix)
 	}
 	if l.Algorithm == TokenBucket {
 		return validateRefill(prefix, l)
@@ -321,31 +337,42 @@ type policyFile struct {
 }
 
 type policyEntry struct {
-	Limit      int64        `json:"limit" yaml:"limit"`
-	Window     string       `json:"window" yaml:"window"`
-	Algorithm  string       `json:"algorithm" yaml:"algorithm"`
-	Burst      int64        `json:"burst" yaml:"burst"`
-	Key        string       `json:"key" yaml:"key"`
-	DenyStatus int          `json:"deny_status" yaml:"deny_status"`
-	Fail       string       `json:"fail" yaml:"fail"`
-	Shadow     bool         `json:"shadow" yaml:"shadow"`
-	Cost       *costEntry   `json:"cost" yaml:"cost"`
-	Limits     []limitEntry `json:"limits" yaml:"limits"`
+	limitFields `yaml:",inline"`
+	DenyStatus  int          `json:"deny_status" yaml:"deny_status"`
+	Fail        string       `json:"fail" yaml:"fail"`
+	Cost        *costEntry   `json:"cost" yaml:"cost"`
+	Limits      []limitEntry `json:"limits" yaml:"limits"`
 }
 
 // limitEntry is the on-disk shape of one limit of a "limits:" list.
 type limitEntry struct {
-	Name      string `json:"name" yaml:"name"`
+	Name        string `json:"name" yaml:"name"`
+	limitFields `yaml:",inline"`
+}
+
+// limitFields are the fields of a single-limit policy and of each limit of
+// a "limits:" list.
+type limitFields struct {
 	Key       string `json:"key" yaml:"key"`
 	Limit     int64  `json:"limit" yaml:"limit"`
 	Window    string `json:"window" yaml:"window"`
 	Algorithm string `json:"algorithm" yaml:"algorithm"`
 	Burst     int64  `json:"burst" yaml:"burst"`
+	Lease     int64  `json:"lease" yaml:"lease"`
+	Shadow    bool   `json:"shadow" yaml:"shadow"`
+}
+
+// limit returns the Limit the fields give, its window parsed.
+func (f limitFields) limit() (Limit, error) {
+	d, err := parseWindow(f.Window)
+	return Limit{Algorithm: Algorithm(f.Algorithm), Limit: f.Limit, Window: d, Burst: f.Burst, Lease: f.Lease}, err
 }
 
 // ParsePolicies parses named policies from the contents of a YAML or JSON
 // policy file, sorted by name. The file holds a "policies" map from name to
-// {limit, window, algorithm, burst, key, deny_status, fail, shadow, cost};
+// {limit, window, algorithm, burst, lease, key, deny_status, fail, shadow,
+// cost}, or {limits, deny_status, fail, shadow, cost} where each limit is
+// {name, key, limit, window, algorithm, burst, lease, shadow};
 // algorithm defaults to fixed_window, key to ip, deny_status to 429, fail to
 // open, shadow to false; cost is "header:NAME" or {header, max, default}.
 // Unknown fields are errors. Returns an error naming the policy and field
@@ -370,34 +397,32 @@ func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	}
 	out := make([]Policy, 0, len(f.Policies))
 	for name, e := range f.Policies {
-		p := Policy{Name: name, Limit: Limit{Algorithm: Algorithm(e.Algorithm), Limit: e.Limit, Burst: e.Burst},
-			Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail), Shadow: e.Shadow}
+		p := Policy{Name: name, Key: e.Key, DenyStatus: e.DenyStatus, Fail: FailMode(e.Fail), Shadow: e.Shadow}
 		if e.Cost != nil {
 			p.Cost = CostSource(*e.Cost)
 		}
-		if e.Limits != nil {
-			if len(e.Limits) == 0 {
-				return nil, fmt.Errorf("policy %q: limits must list at least one limit", name)
+		if e.Limits == nil {
+			l, err := e.limit()
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: %w", name, err)
 			}
-			if e.Window != "" {
-				return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, key), not both", name)
-			}
-			for i, le := range e.Limits {
-				d, err := parseWindow(le.Window)
-				if err != nil {
-					return nil, fmt.Errorf("policy %q: limits[%d] (%s): %w", name, i, le.Name, err)
-				}
-				p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key,
-					Limit: Limit{Algorithm: Algorithm(le.Algorithm), Limit: le.Limit, Window: d, Burst: le.Burst}})
-			}
+			p.Limit = l
 			out = append(out, p.withDefaults())
 			continue
 		}
-		d, err := parseWindow(e.Window)
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: %w", name, err)
+		if len(e.Limits) == 0 {
+			return nil, fmt.Errorf("policy %q: limits must list at least one limit", name)
 		}
-		p.Window = d
+		if e.limitFields != (limitFields{Key: e.Key, Shadow: e.Shadow}) || e.Key != "" {
+			return nil, fmt.Errorf("policy %q: give either limits or a single limit (limit, window, algorithm, burst, lease, key), not both", name)
+		}
+		for i, le := range e.Limits {
+			l, err := le.limit()
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: limits[%d] (%s): %w", name, i, le.Name, err)
+			}
+			p.Limits = append(p.Limits, NamedLimit{Name: le.Name, Key: le.Key, Shadow: le.Shadow, Limit: l})
+		}
 		out = append(out, p.withDefaults())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

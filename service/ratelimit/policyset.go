@@ -31,9 +31,9 @@ type policySet struct {
 	byName map[string]Policy
 	// counters holds each policy's metrics, looked up once per set.
 	counters map[string]*decisionCounters
-	// args are ratelimit_multi.lua's ARGV of each multi-limit policy,
-	// after the cost (see multiArgs), built once per set.
-	args map[string][]any
+	// specs are how the policies decided by ratelimit_multi.lua are (see
+	// limitSpec), built once per set.
+	specs map[string]limitSpec
 }
 
 // newPolicySet builds a set of policies (already validated) with their
@@ -46,11 +46,11 @@ func (rl *rateLimiter) newPolicySet(ps []Policy, now time.Time) *policySet {
 		s.Policies[i] = p
 		s.byName[p.Name] = p
 		s.counters[p.Name] = rl.newCounters(p)
-		if p.Multi() {
-			if s.args == nil {
-				s.args = map[string][]any{}
+		if p.decidedByLimits() {
+			if s.specs == nil {
+				s.specs = map[string]limitSpec{}
 			}
-			s.args[p.Name] = multiArgs(p.Limits)
+			s.specs[p.Name] = newLimitSpec(p)
 		}
 	}
 	slices.SortFunc(s.Policies, func(a, b Policy) int {
@@ -121,19 +121,21 @@ func (s *Service) SetPolicies(ps []Policy) (active PolicySet, changed bool, err 
 // decisionCounters are one policy's metrics.
 type decisionCounters struct {
 	allowed, denied, wouldDeny, failOpen prometheus.Counter
-	// limits are the counters of a multi-limit policy's limits, in its
-	// order.
+	// limits are the counters of the policy's limits, in its order; a
+	// single-limit policy's one limit is named after the policy.
 	limits []limitCounters
 }
 
-// limitCounters are one limit's metrics; see rateLimiter.limitDecisions.
+// limitCounters are one limit's metrics; see rateLimiter.limitDecisions
+// and rateLimiter.leaseDecisions.
 type limitCounters struct {
-	name                     string
-	allowed, denied, blocked prometheus.Counter
+	name                                string
+	allowed, denied, blocked, wouldDeny prometheus.Counter
+	leaseLocal, leaseGranted            prometheus.Counter // nil without a lease
 }
 
 // limitResults are the result labels of limitDecisions.
-var limitResults = []string{"allowed", "denied", "blocked"}
+var limitResults = []string{"allowed", "denied", "blocked", "would_deny"}
 
 func (rl *rateLimiter) newCounters(p Policy) *decisionCounters {
 	policy := p.Name
@@ -141,12 +143,54 @@ func (rl *rateLimiter) newCounters(p Policy) *decisionCounters {
 		denied:    rl.decisions.WithLabelValues(policy, "denied"),
 		wouldDeny: rl.wouldDeny.WithLabelValues(policy),
 		failOpen:  rl.failOpen.WithLabelValues(policy)}
-	for _, l := range p.Limits {
-		c.limits = append(c.limits, limitCounters{name: l.Name, allowed: rl.limitDecisions.WithLabelValues(policy, l.Name, "allowed"),
-			denied:  rl.limitDecisions.WithLabelValues(policy, l.Name, "denied"),
-			blocked: rl.limitDecisions.WithLabelValues(policy, l.Name, "blocked")})
+	ls := p.Limits
+	if !p.Multi() && policy != InlinePolicyName {
+		ls = []NamedLimit{{Name: policy, Limit: p.Limit}}
+	}
+	for _, l := range ls {
+		lc := limitCounters{name: l.Name, allowed: rl.limitDecisions.WithLabelValues(policy, l.Name, "allowed"),
+			denied:    rl.limitDecisions.WithLabelValues(policy, l.Name, "denied"),
+			blocked:   rl.limitDecisions.WithLabelValues(policy, l.Name, "blocked"),
+			wouldDeny: rl.limitDecisions.WithLabelValues(policy, l.Name, "would_deny")}
+		if l.Lease > 0 {
+			lc.leaseLocal = rl.leaseDecisions.WithLabelValues(policy, l.Name, "local")
+			lc.leaseGranted = rl.leaseDecisions.WithLabelValues(policy, l.Name, "granted")
+		}
+		c.limits = append(c.limits, lc)
 	}
 	return c
+}
+
+// countLimit counts limit i's status (as ratelimit_multi.lua's reply has
+// it) in its metrics, if c has counters for it under that name.
+func (c *decisionCounters) countLimit(i int, name string, status int64) {
+	if i >= len(c.limits) || c.limits[i].name != name {
+		return
+	}
+	l := c.limits[i]
+	switch status {
+	case multiCounted:
+		l.allowed.Inc()
+	case multiDenied:
+		l.denied.Inc()
+	case multiWouldDeny:
+		l.wouldDeny.Inc()
+	default:
+		l.blocked.Inc()
+	}
+}
+
+// lease counts a decision of leased limit i: "local", answered from the
+// units this instance holds, or "granted", with a new lease from Redis.
+func (c *decisionCounters) lease(i int, name, source string) {
+	if i >= len(c.limits) || c.limits[i].name != name || c.limits[i].leaseLocal == nil {
+		return
+	}
+	if source == "local" {
+		c.limits[i].leaseLocal.Inc()
+	} else {
+		c.limits[i].leaseGranted.Inc()
+	}
 }
 
 // deleteCounters removes a policy's series from every metric.
@@ -156,16 +200,29 @@ func (rl *rateLimiter) deleteCounters(policy string) {
 	rl.wouldDeny.DeleteLabelValues(policy)
 	rl.failOpen.DeleteLabelValues(policy)
 	rl.limitDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	rl.leaseDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
 }
 
 // deleteLimitCounters removes the series of old's limits that next, the
-// same policy in a new set, no longer has.
+// same policy in a new set, no longer has (or no longer leases).
 func (rl *rateLimiter) deleteLimitCounters(old, next Policy) {
-	for _, l := range old.Limits {
-		if !slices.ContainsFunc(next.Limits, func(n NamedLimit) bool { return n.Name == l.Name }) {
+	names := func(p Policy) []NamedLimit {
+		if p.Multi() {
+			return p.Limits
+		}
+		return []NamedLimit{{Name: p.Name, Limit: p.Limit}}
+	}
+	nl := names(next)
+	for _, l := range names(old) {
+		i := slices.IndexFunc(nl, func(n NamedLimit) bool { return n.Name == l.Name })
+		if i < 0 {
 			for _, r := range limitResults {
 				rl.limitDecisions.DeleteLabelValues(old.Name, l.Name, r)
 			}
+		}
+		if i < 0 || nl[i].Lease == 0 {
+			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "local")
+			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "granted")
 		}
 	}
 }

@@ -133,10 +133,16 @@ type rateLimiter struct {
 	lastLog atomic.Int64 // unix nanoseconds of the last fail-open warning
 
 	decisions *prometheus.CounterVec // policy, result: allowed, denied
-	// limitDecisions counts each limit of multi-limit policies: policy,
-	// limit, result (allowed: counted; denied: this limit denied; blocked:
-	// it allowed but another denied).
+	// limitDecisions counts each limit of every policy (a single-limit
+	// policy's one limit is named after the policy): policy, limit, result
+	// (allowed: counted; denied: this limit denied; blocked: it allowed but
+	// another denied; would_deny: a shadow limit or policy would deny).
 	limitDecisions *prometheus.CounterVec
+	// leaseDecisions counts the allowed decisions of leased limits: policy,
+	// limit, source (local: from the units held here; granted: with a new
+	// lease from Redis).
+	leaseDecisions *prometheus.CounterVec
+	leases         leaseTable        // the units held of leased limits
 	inline         *decisionCounters // the counters of inline limits
 	// batchers send concurrent decisions together, one per algorithm; nil
 	// when Batch is 1 or the client is a Cluster's.
@@ -154,8 +160,12 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 		}, []string{"policy", "result"}),
 		limitDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_limit_decisions_total",
-			Help: "Decisions of each limit of multi-limit policies by policy, limit and result (allowed: counted; denied: this limit denied; blocked: this limit allowed but another denied, so nothing was counted).",
+			Help: "Decisions of each limit of every policy (a single-limit policy's limit is named after it) by policy, limit and result (allowed: counted; denied: this limit denied; blocked: this limit allowed but another denied, so nothing was counted; would_deny: a shadow limit or policy would have denied).",
 		}, []string{"policy", "limit", "result"}),
+		leaseDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_ratelimit_lease_decisions_total",
+			Help: "Allowed decisions of leased limits by policy, limit and source (local: answered from the units this instance holds, without Redis; granted: counted in Redis with a new lease).",
+		}, []string{"policy", "limit", "source"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_cache_hits_total", Help: "Denials answered from the in-process cache without Redis.",
 		}),
@@ -163,13 +173,13 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 			Name: "latchkey_ratelimit_fail_open_total", Help: "Requests allowed unchecked because Redis was unreachable, by policy.",
 		}, []string{"policy"}),
 		wouldDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_ratelimit_shadow_would_deny_total", Help: "Requests a shadow policy allowed but would have denied, by policy.",
+			Name: "latchkey_ratelimit_shadow_would_deny_total", Help: "Requests allowed that a shadow policy, or a shadow limit of the policy, would have denied, by policy.",
 		}, []string{"policy"}),
 	}
 	rl.set.Store(rl.newPolicySet(cfg.Policies, time.Now()))
 	rl.inline = rl.newCounters(Policy{Name: InlinePolicyName})
 	if reg != nil {
-		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
+		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.leaseDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
 	}
 	return rl
 }
@@ -207,20 +217,14 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if pol.Multi() {
-		return s.checkMulti(ctx, set, pol, req)
+	if pol.decidedByLimits() {
+		return s.checkLimits(ctx, set, pol, req)
 	}
 	if err := ValidateRateLimitKey("key", req.Key); err != nil {
 		return Decision{}, err
 	}
-	if req.Cost == 0 {
-		req.Cost = 1
-	}
-	if req.Cost < 0 {
-		return Decision{}, invalid("cost", "min", "cost must be at least 1, got %d", req.Cost)
-	}
-	if c := pol.capacity(); req.Cost > c {
-		return Decision{}, invalid("cost", "max", "cost %d is above what the limit can ever allow at once (%d)", req.Cost, c)
+	if req.Cost, err = checkCost(req.Cost, pol.capacity(), "the limit"); err != nil {
+		return Decision{}, err
 	}
 	rkey := s.rateLimitKey(store.PrefixFor(ctx, s.prefix), pol, req.Key)
 	ctr := s.rl.countersFor(set, pol)
@@ -233,7 +237,7 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 		d.ResetAfter = max(e.reset.Sub(now), 0)
 		d.RetryAfter = max(e.until.Sub(now), time.Millisecond)
 		d.Cached = true
-		return count(ctr, pol, d), nil
+		return countSingle(ctr, pol, d), nil
 	}
 
 	v, err := s.runLimit(ctx, pol.Limit, rkey, req.Cost)
@@ -256,7 +260,7 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 		s.rl.cache.put(cacheKey, denyEntry{until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter),
 			cost: req.Cost, remaining: d.Remaining}, now)
 	}
-	return count(ctr, pol, d), nil
+	return countSingle(ctr, pol, d), nil
 }
 
 // resolvePolicy finds the policy of req in set (or req.Using), or builds
@@ -275,6 +279,9 @@ func (s *Service) resolvePolicy(set *policySet, req Request) (Policy, error) {
 		return Policy{}, invalid("limit", "disabled", "inline limits are disabled on this server: name a configured policy instead")
 	}
 	l := *req.Inline
+	if l.Lease != 0 {
+		return Policy{}, invalid("lease", "excluded", "lease is for the policies of the policy file only, not inline limits")
+	}
 	if l.Algorithm == "" {
 		l.Algorithm = FixedWindow
 	}

@@ -80,25 +80,9 @@ func NewReloader(svc *Service, cfg ReloaderConfig) (*Reloader, error) {
 func (r *Reloader) Reload(force bool) (PolicySet, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b, err := r.cfg.Read()
+	set, changed, err := r.apply(force)
 	if err != nil {
-		return r.refuse(fmt.Errorf("policy file: %w", err), force)
-	}
-	sum := sha256.Sum256(b)
-	if !force && r.read && sum == r.last {
-		return r.svc.ActivePolicies(), false, nil
-	}
-	r.last, r.read = sum, true
-	ps, err := ParsePolicies(b, strings.EqualFold(filepath.Ext(r.cfg.Path), ".json"))
-	if err == nil && r.cfg.Complete != nil {
-		ps, err = r.cfg.Complete(ps)
-	}
-	if err != nil {
-		return r.refuse(fmt.Errorf("policy file %s: %w", r.cfg.Path, err), force)
-	}
-	set, changed, err := r.svc.SetPolicies(ps)
-	if err != nil {
-		return r.refuse(fmt.Errorf("policy file %s: %w", r.cfg.Path, err), force)
+		return r.refuse(err, force)
 	}
 	r.lastErr = ""
 	if changed {
@@ -107,6 +91,56 @@ func (r *Reloader) Reload(force bool) (PolicySet, bool, error) {
 			"policies", len(set.Policies))
 	}
 	return set, changed, nil
+}
+
+// Load reads the policy file and makes its policies the active set, as
+// Reload(true) does, for start-up: it neither logs nor counts, and returns
+// why a file was refused, so that the caller can refuse to start with it.
+func (r *Reloader) Load() (PolicySet, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set, _, err := r.apply(true)
+	return set, err
+}
+
+// apply reads the file and, when forced or its contents changed since the
+// last read, makes its completed policies the active set. Its errors name
+// the file.
+func (r *Reloader) apply(force bool) (PolicySet, bool, error) {
+	b, err := r.cfg.Read()
+	if err != nil {
+		return PolicySet{}, false, fmt.Errorf("policy file: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	if !force && r.read && sum == r.last {
+		return r.svc.ActivePolicies(), false, nil
+	}
+	r.last, r.read = sum, true
+	ps, err := ParsePolicyFile(r.cfg.Path, b)
+	if err != nil {
+		return PolicySet{}, false, err
+	}
+	if r.cfg.Complete != nil {
+		if ps, err = r.cfg.Complete(ps); err != nil {
+			return PolicySet{}, false, fmt.Errorf("policy file %s: %w", r.cfg.Path, err)
+		}
+	}
+	set, changed, err := r.svc.SetPolicies(ps)
+	if err != nil {
+		return PolicySet{}, false, fmt.Errorf("policy file %s: %w", r.cfg.Path, err)
+	}
+	return set, changed, nil
+}
+
+// ParsePolicyFile parses b, the contents of the policy file named path: as
+// JSON when the name ends in .json, as YAML otherwise (see ParsePolicies).
+// Its errors name the file.
+func ParsePolicyFile(path string, b []byte) ([]Policy, error) {
+	ps, err := ParsePolicies(b, strings.EqualFold(filepath.Ext(path), ".json"))
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return ps, nil
 }
 
 // refuse counts and logs a file that was not applied; the active set stays.

@@ -1,7 +1,9 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -208,6 +210,50 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 	}
 	if _, _, err := r.Reload(false); err == nil || svc.ActivePolicies().Version != good {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Load, the start-up read, applies the file as a forced Reload does but
+// neither logs nor counts: a refusal is only returned, naming the file. A
+// poll of the unchanged file afterwards does nothing.
+func TestReloaderLoadIsQuiet(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	path := filepath.Join(t.TempDir(), "policies.json")
+	writePolicies(t, path, `{"policies":{"api":{"limit":0,"window":"1m"}}}`)
+	svc, _ := newTestService(t, rlConfig(0, fixed("default", 60, time.Minute)))
+	before := svc.ActivePolicies()
+	completed := 0
+	r, err := ratelimit.NewReloader(svc, ratelimit.ReloaderConfig{Path: path, Read: readFile(path), Registerer: reg,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Complete: func(ps []ratelimit.Policy) ([]ratelimit.Policy, error) {
+			completed++
+			return append(ps, fixed("default", 60, time.Minute)), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(); err == nil || !strings.Contains(err.Error(), "policy file "+path+`: policy "api": limit must be at least 1`) {
+		t.Fatalf("Load of a bad file = %v, want the file, policy and field named", err)
+	}
+	if v := svc.ActivePolicies().Version; v != before.Version {
+		t.Errorf("version %q after a refused Load, want %q kept", v, before.Version)
+	}
+	writePolicies(t, path, `{"policies":{"api":{"limit":5,"window":"1m"}}}`) // JSON, by the name
+	set, err := r.Load()
+	if err != nil || len(set.Policies) != 2 || set.Policies[0].Name != "api" || set.Version != svc.ActivePolicies().Version {
+		t.Fatalf("Load = %+v, %v, want api and default active", set, err)
+	}
+	if _, changed, err := r.Reload(false); err != nil || changed || completed != 2 {
+		t.Errorf("poll after Load: changed %v err %v, completed %d times, want the unchanged file left alone", changed, err, completed)
+	}
+	for _, result := range []string{"ok", "error"} {
+		if got := counterValue(t, reg, "latchkey_ratelimit_policy_reloads_total", "result", result); got != 0 {
+			t.Errorf("reloads %s = %v after Load, want 0", result, got)
+		}
+	}
+	if logs.Len() != 0 {
+		t.Errorf("Load logged %q, want nothing", logs.String())
 	}
 }
 

@@ -4,14 +4,16 @@ package ratelimit
 // answer: a denial by a shadow policy becomes an allowed answer marked
 // WouldDeny. The script consumed nothing for the denial, so the shadow
 // answer consumes nothing either, and a shadow policy counts exactly what
-// it would count if it were enforced.
-//
-// Shadow mode is per policy; when policies hold several limits, it will be
-// per limit too.
+// it would count if it were enforced. An allowed answer already marked
+// WouldDeny is one a shadow limit of the policy would have denied (see
+// NamedLimit.Shadow); it counts as a would-denial too.
 func count(ctr *decisionCounters, pol Policy, d Decision) Decision {
 	switch {
 	case d.Allowed:
 		ctr.allowed.Inc()
+		if d.WouldDeny {
+			ctr.wouldDeny.Inc()
+		}
 	case pol.Shadow:
 		ctr.wouldDeny.Inc()
 		ctr.allowed.Inc()
@@ -20,4 +22,19 @@ func count(ctr *decisionCounters, pol Policy, d Decision) Decision {
 		ctr.denied.Inc()
 	}
 	return d
+}
+
+// countSingle is count for a single-limit policy decided by its own
+// algorithm's script: it also counts the policy's one limit.
+func countSingle(ctr *decisionCounters, pol Policy, d Decision) Decision {
+	status := int64(multiCounted)
+	switch {
+	case d.Allowed:
+	case pol.Shadow:
+		status = multiWouldDeny
+	default:
+		status = multiDenied
+	}
+	ctr.countLimit(0, pol.Name, status)
+	return count(ctr, pol, d)
 }

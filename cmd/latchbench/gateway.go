@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The gateway-scale scenarios: the gate on a three-limit policy and on a
+// one-limit one decided the same way (their server CPU per decision
+// compared), on a leased limit, and behind nginx.
+func (b *bench) gatewayScenarios() []scenario {
+	gate := func(policy string) func(context.Context, *worker) {
+		return func(ctx context.Context, w *worker) {
+			n := w.next()
+			req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+policy, "")
+			req.Header.Set("X-Forwarded-For", clientIP(n%uint64(b.ips)))
+			req.Header.Set("X-Api-Key", fmt.Sprintf("key-%d", n%uint64(b.ips)))
+			w.do(req, false)
+		}
+	}
+	return []scenario{
+		{
+			name:        "multi1",
+			description: "GET /v1/ratelimit/gate/bench1: a policy of one limit in the limits: form (one ratelimit_multi.lua call)",
+			op:          gate("bench1"),
+		},
+		{
+			name:        "multi",
+			description: "GET /v1/ratelimit/gate/bench3: three limits (per-ip fixed window, per-key sliding window, global token bucket) in one call",
+			op:          gate("bench3"),
+		},
+		{
+			name:        "leased",
+			description: "GET /v1/ratelimit/gate/leased: a global fixed-window limit of 1e9 per minute with lease: 1000",
+			op:          gate("leased"),
+		},
+		{
+			name:        "nginx",
+			description: "nginx with deploy/nginx/nginx.conf (auth_request to the gate, per-ip) against the same nginx without auth_request",
+			run:         b.runNginx,
+		},
+	}
+}
+
+// cpuPerDecision notes each multi-limit scenario's server CPU per request,
+// and the three-limit decision's against the one-limit ones'.
+func cpuPerDecision(results []Result) {
+	per := map[string]float64{}
+	for _, r := range results {
+		if r.Requests > 0 && r.Usage.ServerCPUSeconds > 0 {
+			per[r.Scenario] = r.Usage.ServerCPUSeconds / float64(r.Requests) * 1e6
+		}
+	}
+	for i, r := range results {
+		us, ok := per[r.Scenario]
+		if !ok || (r.Scenario != "multi" && r.Scenario != "multi1" && r.Scenario != "gate" && r.Scenario != "leased") {
+			continue
+		}
+		note := fmt.Sprintf("server CPU per decision %.1f µs", us)
+		if r.Scenario == "multi" {
+			for _, one := range []string{"multi1", "gate"} {
+				if base, ok := per[one]; ok {
+					note += fmt.Sprintf("; %.2f× %s's", us/base, one)
+				}
+			}
+		}
+		results[i].Notes = append(results[i].Notes, note)
+	}
+}
+
+// runNginx starts nginx on loopback ports with the shipped configuration
+// in front of the server (deploy/nginx/nginx.conf, its addresses
+// replaced), an app inside the same nginx ("return 200") and the same
+// location without auth_request ("alone"), then runs paired rounds: nginx
+// alone (the ceiling of this scenario), then nginx with the gate. The
+// ratio is the median of gated / alone over the rounds.
+func (b *bench) runNginx(ctx context.Context) (Result, error) {
+	if b.nginx == nil {
+		return Result{}, fmt.Errorf("no nginx (give -nginx with -start)")
+	}
+	alone, gated, stop, err := startNginx(ctx, b.nginxBin, b.base)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stop()
+	op := func(url string) func(context.Context, *worker) {
+		return func(ctx context.Context, w *worker) {
+			w.do(newRequest(ctx, http.MethodGet, url+"/", ""), false)
+		}
+	}
+	o := b.nginx
+	slice := o.duration / time.Duration(o.rounds)
+	var all []sample
+	var elapsed time.Duration
+	var ratios []float64
+	var aloneRPS []float64
+	for r := 0; r < o.rounds && ctx.Err() == nil; r++ {
+		as, ae := runLoad(ctx, alone, o.conns, slice, op(alone))
+		a := summarize("nginx-alone", as, ae)
+		gs, ge := runLoad(ctx, gated, o.conns, slice, op(gated))
+		g := summarize("nginx", gs, ge)
+		all, elapsed = append(all, gs...), elapsed+ge
+		if a.RPS > 0 && g.RPS > 0 {
+			ratios = append(ratios, g.RPS/a.RPS)
+			aloneRPS = append(aloneRPS, a.RPS)
+		}
+	}
+	res := summarize("nginx", all, elapsed)
+	res.RoundRPSRatios = ratios
+	res.RPSRatio = median(ratios)
+	res.Notes = append(res.Notes, fmt.Sprintf("ratio to nginx alone (%.0f req/s, median of rounds), not to /healthz", median(aloneRPS)))
+	return res, nil
+}
+
+// startNginx runs nginx with the shipped configuration in front of the
+// Latchkey at latchkey, and returns the URLs of nginx alone and of the
+// gated location.
+func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string, stop func(), err error) {
+	conf, err := os.ReadFile(filepath.Join("deploy", "nginx", "nginx.conf"))
+	if err != nil {
+		return "", "", nil, fmt.Errorf("read deploy/nginx/nginx.conf (run latchbench from the repository root): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "latchbench-nginx-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	var ports [3]int // app, gated, alone
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return "", "", nil, err
+		}
+	}
+	lk := strings.TrimPrefix(latchkey, "http://")
+	tmp := filepath.Join(dir, "tmp")
+	_ = os.MkdirAll(tmp, 0o755)
+	extra := fmt.Sprintf(`http {
+    access_log off;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    server { listen 127.0.0.1:%[2]d; location / { return 200 "hello from the app\n"; } }
+    server { listen 127.0.0.1:%[3]d; location / { proxy_pass http://app; } }`, tmp, ports[0], ports[2])
+	c := strings.NewReplacer("server 127.0.0.1:8080;", "server "+lk+";",
+		"server 127.0.0.1:3000;", fmt.Sprintf("server 127.0.0.1:%d;", ports[0]),
+		"listen 127.0.0.1:8000;", fmt.Sprintf("listen 127.0.0.1:%d;", ports[1]),
+		"\nhttp {", "\n"+extra).Replace(string(conf))
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(c), 0o644); err != nil {
+		return "", "", nil, err
+	}
+	global := fmt.Sprintf("daemon off; master_process on; worker_processes auto; pid %s/nginx.pid; error_log %s/error.log warn;", dir, dir)
+	cmd := exec.Command(bin, "-p", tmp, "-c", path, "-g", global)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", "", nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	alone, gated = fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	// The gated location must answer with the gate's headers.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gated+"/", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && resp.Header.Get("RateLimit") != "" {
+				return alone, gated, stop, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", "", nil, fmt.Errorf("nginx's gated location does not answer with the gate's headers (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,48 @@
+-- lib/fixed_window.lua: the fixed-window check (see lib/check.lua), the
+-- classic INCR + EXPIRE counter. The counter is created by the first
+-- allowed request of a window, which also sets its expiry, so the window
+-- starts at that request and lasts exactly window_ms by the Redis clock.
+-- Its PTTL is the time left in the window. Numbers reach redis.call as the
+-- caller's strings (ARGV): a Lua number is formatted with printf's %.17g on
+-- every call, which costs more than the command itself.
+--
+-- lease, when given and above the cost, grants a lease: the write counts up
+-- to lease units (at most what the window has left) and returns how many as
+-- a third value; otherwise it counts the cost.
+local function fixed_window(key, limit_arg, window_arg, cost_arg, lease)
+  local limit = tonumber(limit_arg)
+  local cost = tonumber(cost_arg)
+
+  local v = redis.call('GET', key)
+  local count = v and tonumber(v) or 0
+  local ttl = redis.call('PTTL', key)
+  if count > 0 and ttl < 0 then
+    -- A counter without expiry (someone else's SET): give it this window.
+    redis.call('PEXPIRE', key, window_arg)
+    ttl = tonumber(window_arg)
+  end
+
+  if count + cost > limit then
+    if ttl < 0 then ttl = tonumber(window_arg) end
+    -- The key expires once the Redis clock is past its expiry, so the first
+    -- moment a retry surely finds a fresh window is one millisecond after it.
+    return 0, math.max(limit - count, 0), ttl, ttl + 1
+  end
+
+  return 2, limit - count, math.max(ttl, 0), 0, function()
+    local grant = cost
+    local n
+    if lease and lease > cost then
+      grant = math.min(lease, limit - count)
+      n = redis.call('INCRBY', key, string.format('%d', grant))
+    else
+      n = redis.call('INCRBY', key, cost_arg)
+    end
+    local reset = ttl
+    if n == grant then
+      redis.call('PEXPIRE', key, window_arg)
+      reset = tonumber(window_arg)
+    end
+    return limit - n, reset, grant
+  end
+end

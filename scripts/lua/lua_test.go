@@ -1,0 +1,100 @@
+package lua_test
+
+import (
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// scripts are the exported scripts by file name.
+var scripts = map[string]string{
+	"acquire.lua": lua.Acquire, "release.lua": lua.Release, "renew.lua": lua.Renew,
+	"inspect.lua": lua.Inspect, "force_release.lua": lua.ForceRelease, "leave.lua": lua.Leave,
+	"keepalive_due.lua": lua.KeepaliveDue, "renew_batch.lua": lua.RenewBatch,
+	"ratelimit_fixed_window.lua": lua.RateLimitFixedWindow, "ratelimit_sliding_window.lua": lua.RateLimitSlidingWindow,
+	"ratelimit_token_bucket.lua": lua.RateLimitTokenBucket, "ratelimit_multi.lua": lua.RateLimitMulti,
+}
+
+// TestAssembledScriptsKeepTheirHeaderAndLoad: every script, its fragments
+// put in, still opens with its header comment (KEYS, ARGV, reply), keeps
+// no include line, and compiles (SCRIPT LOAD).
+func TestAssembledScriptsKeepTheirHeaderAndLoad(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	included := 0
+	for name, src := range scripts {
+		t.Run(name, func(t *testing.T) {
+			base := strings.TrimSuffix(name, ".lua")
+			if !strings.HasPrefix(src, "-- "+base+": ") {
+				t.Errorf("does not open with its header %q", "-- "+base+": ")
+			}
+			var header strings.Builder
+			for line := range strings.Lines(src) {
+				if !strings.HasPrefix(line, "--") {
+					break
+				}
+				header.WriteString(line)
+			}
+			for _, want := range []string{"KEYS[", "Reply"} {
+				if !strings.Contains(header.String(), want) {
+					t.Errorf("header lacks %q:\n%s", want, header.String())
+				}
+			}
+			if strings.Contains(src, "--#include") {
+				t.Errorf("an include line is left in the assembled script")
+			}
+			if err := rdb.ScriptLoad(t.Context(), src).Err(); err != nil {
+				t.Errorf("SCRIPT LOAD: %v", err)
+			}
+			raw, err := fs.ReadFile(lua.Sources(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(raw) != src {
+				included++
+			}
+		})
+	}
+	if included < 4 {
+		t.Errorf("%d scripts include fragments, want the 4 rate-limit scripts at least", included)
+	}
+}
+
+// TestEveryFragmentIsIncluded: a fragment no script includes is dead code,
+// and every include names a fragment that exists.
+func TestEveryFragmentIsIncluded(t *testing.T) {
+	frags, err := fs.Glob(lua.Sources(), "lib/*.lua")
+	if err != nil || len(frags) == 0 {
+		t.Fatalf("fragments: %v %v", frags, err)
+	}
+	re := regexp.MustCompile(`(?m)^--#include (\S+)$`)
+	used := map[string]bool{}
+	for name := range scripts {
+		raw, err := fs.ReadFile(lua.Sources(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(raw), -1) {
+			used[m[1]] = true
+		}
+	}
+	for _, f := range frags {
+		if !used[f] {
+			t.Errorf("%s is included by no script", f)
+		}
+		delete(used, f)
+	}
+	for f := range used {
+		t.Errorf("an include names %s, which is no fragment", f)
+	}
+	if _, err := lua.Assemble("lib/" + path.Base("missing.lua")); err == nil {
+		t.Errorf("Assemble of a missing file: no error")
+	}
+}
