@@ -34,3 +34,13 @@ var AppendLeaseJSON = appendLeaseJSON
 
 // SetRateLimitHeaders is setRateLimitHeaders, for the header bytes test.
 var SetRateLimitHeaders = setRateLimitHeaders
+
+// RouteScope is the scope a /v1 route needs, and whether the scope table
+// names it, for the table's test.
+func RouteScope(method, pattern string) (string, bool) {
+	s, ok := routeScopes[method+" "+pattern]
+	if !ok {
+		s, ok = routeScopes["* "+pattern]
+	}
+	return string(s), ok
+}

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
+	"github.com/latchkey/latchkey/service/auth"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -43,6 +45,7 @@ type problemType int
 // match are raised by the HTTP layer itself (see httpError).
 const (
 	policyNotFound problemType = iota
+	quotaExceeded
 	lockHeld
 	lockModeMismatch
 	upgradeNotSupported
@@ -54,6 +57,7 @@ const (
 	storeUnavailable
 	unsupportedMedia
 	forbidden
+	unauthenticated
 	routeNotFound
 	methodNotAllowed
 	rateLimited
@@ -100,7 +104,12 @@ var problemTypes = [...]problemRow{
 		match:  anyOf(is(store.ErrUnavailable), is(context.DeadlineExceeded), as[*interruptedError]()),
 		detail: unavailableDetail, header: retryAfterOne},
 	unsupportedMedia: {typ: "unsupported-media", title: "Unsupported media type", status: http.StatusUnsupportedMediaType},
-	forbidden:        {typ: "forbidden", title: "Forbidden", status: http.StatusForbidden},
+	forbidden: {typ: "forbidden", title: "Forbidden", status: http.StatusForbidden,
+		header: challenge},
+	unauthenticated: {typ: "unauthenticated", title: "Unauthenticated", status: http.StatusUnauthorized,
+		header: challenge},
+	quotaExceeded: {typ: "quota-exceeded", title: "Tenant quota exceeded", status: http.StatusTooManyRequests,
+		match: as[*auth.QuotaError](), detail: quotaDetail, header: quotaRetryAfter},
 	routeNotFound:    {typ: "not-found", title: "Not found", status: http.StatusNotFound},
 	methodNotAllowed: {typ: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed},
 	rateLimited:      {typ: "rate-limited", title: "Too many requests", status: http.StatusTooManyRequests},
@@ -117,6 +126,8 @@ type httpError struct {
 	// status replaces the type's status when not zero: a rate-limit
 	// policy names the status of its denials.
 	status int
+	// challenge is the WWW-Authenticate header of a 401 or 403.
+	challenge string
 }
 
 func (e *httpError) Error() string { return e.detail }
@@ -293,3 +304,25 @@ func heldRetryAfter(h http.Header, err error) {
 }
 
 func retryAfterOne(h http.Header, _ error) { h.Set("Retry-After", "1") }
+
+// challenge sets the WWW-Authenticate header an authentication error names.
+func challenge(h http.Header, err error) {
+	var he *httpError
+	if errors.As(err, &he) && he.challenge != "" {
+		h.Set("WWW-Authenticate", he.challenge)
+	}
+}
+
+func quotaDetail(err error) string {
+	var qe *auth.QuotaError
+	errors.As(err, &qe)
+	return "the tenant is at its quota of " + strconv.FormatInt(qe.Limit, 10) + " " + strings.ReplaceAll(qe.Quota, "_", " ") +
+		"; retry after " + retryAfterSeconds(qe.RetryAfter) + "s"
+}
+
+// quotaRetryAfter tells a tenant at its quota when a place may be free.
+func quotaRetryAfter(h http.Header, err error) {
+	var qe *auth.QuotaError
+	errors.As(err, &qe)
+	h.Set("Retry-After", retryAfterSeconds(qe.RetryAfter))
+}

@@ -35,6 +35,9 @@ type Config struct {
 	// to a waiting acquire, past its wait); the server's write timeout does
 	// not apply to them. Default 10s.
 	StreamWriteTimeout time.Duration
+	// Auth turns on API keys, scopes, tenants and their quotas; its zero
+	// value leaves the API open (AdminKey still guards force-release).
+	Auth AuthConfig
 	// Stopping is closed when the server begins to shut down: hold streams
 	// then release their lease and end with a "released" event, and waiting
 	// acquires end with a 503, so shutdown need not wait for them. Nil
@@ -71,7 +74,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = 10 * time.Second
 	}
-	a := &api{svc: services{lk, rl}, cfg: cfg, log: cfg.Logger, validate: newValidator()}
+	a := &api{svc: services{withQuotas(lk, cfg.Auth.Quotas), rl}, cfg: cfg, log: cfg.Logger, validate: newValidator()}
 
 	r := chi.NewRouter()
 	r.Use(requestID)
@@ -80,6 +83,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Use(metrics.middleware) // outside recoverer: it counts a panic's 500
 	r.Use(recoverer(a.log))
 	r.Use(a.selfProtect)
+	r.Use(a.newAuthenticator(r, cfg.Registry).middleware)
 
 	gate := a.handle(a.handleGateRateLimit)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {

@@ -149,7 +149,7 @@ func TestImportGraphIsAsDocumented(t *testing.T) {
 		case p.path == "handlers":
 			forbid("handlers reaches Redis only through the domains", "github.com/redis/go-redis", "scripts/lua")
 			allowOwn("handlers imports the contract, the domains and the store's shared errors",
-				"api", "service/locks", "service/ratelimit", "service/store")
+				"api", "service/auth", "service/locks", "service/ratelimit", "service/store")
 		case p.path == "client":
 			allowOwn("the client shares nothing with the server but the wire format")
 			forbid("the client is what users import", "github.com/redis/go-redis")

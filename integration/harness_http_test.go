@@ -228,9 +228,9 @@ func (e *testEnv) acquireKeepalive(t testing.TB, name, body string) string {
 }
 
 // release releases one hold of name (200 required).
-func (e *testEnv) release(t testing.TB, name, token string) releaseJSON {
+func (e *testEnv) release(t testing.TB, name, token string, headerPairs ...string) releaseJSON {
 	t.Helper()
-	r := e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", token)
+	r := e.do(t, "DELETE", "/v1/locks/"+name, "", append([]string{"Lock-Token", token}, headerPairs...)...)
 	wantStatus(t, r, http.StatusOK)
 	return decodeAs[releaseJSON](t, r)
 }

@@ -13,11 +13,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/auth"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -38,6 +40,9 @@ type testEnv struct {
 	Prefix   string
 	Svc      *services
 
+	// Keys are the server's API keys (withKeysFile); nil: the API is open.
+	Keys *auth.Keys
+
 	srv         *httptest.Server
 	stopRenewer func()
 }
@@ -56,6 +61,7 @@ type envConfig struct {
 	wrap       func(testing.TB, *redis.Client) store.Client // wraps the service's client
 	noLoad     bool                                         // scripts are not loaded at start-up
 	renewer    bool                                         // the keep-alive renewer runs
+	keysFile   string                                       // the API keys file ("": none)
 }
 
 // envOption adjusts a server built by newTestEnv.
@@ -96,6 +102,16 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	}
 	svc := newServices(t, client, c.svc)
 	t.Cleanup(func() { _ = svc.Close() })
+	var keys *auth.Keys
+	if c.keysFile != "" {
+		var err error
+		keys, err = auth.LoadKeys(auth.KeysConfig{Path: c.keysFile, Read: func() ([]byte, error) { return os.ReadFile(c.keysFile) },
+			Logger: c.router.Logger, Registerer: c.svc.storeConfig.Registerer})
+		if err != nil {
+			t.Fatalf("keys file: %v", err)
+		}
+		c.router.Auth.Keys, c.router.Auth.Quotas = keys.Current, auth.NewCounter(svc.Store)
+	}
 	if !c.noLoad {
 		if err := svc.LoadScripts(t.Context()); err != nil {
 			t.Fatalf("load scripts: %v", err)
@@ -107,7 +123,7 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	e := &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: c.rdb, RedisURL: c.url, Prefix: c.svc.KeyPrefix, Svc: svc, srv: srv}
+	e := &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: c.rdb, RedisURL: c.url, Prefix: c.svc.KeyPrefix, Svc: svc, srv: srv, Keys: keys}
 	e.stopRenewer = func() {}
 	if c.renewer {
 		e.stopRenewer = startRenewer(t, svc)
@@ -140,6 +156,12 @@ func uniquePrefix() string {
 // Redis and key prefix.
 func beside(e *testEnv) envOption {
 	return func(c *envConfig) { c.rdb, c.url, c.svc.KeyPrefix = e.RDB, e.RedisURL, e.Prefix }
+}
+
+// withKeysFile requires the API keys of the keys file at path (reloaded
+// when the test calls e.Keys.Reload).
+func withKeysFile(path string) envOption {
+	return func(c *envConfig) { c.keysFile = path }
 }
 
 // withPrefix sets the key prefix (instances of one deployment share it).

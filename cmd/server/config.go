@@ -48,6 +48,7 @@ type Config struct {
 	IdleTimeout       time.Duration
 
 	RateLimit RateLimitFlags
+	Auth      AuthFlags
 
 	// HealthCheck makes the process probe /healthz of the server at Addr and
 	// exit instead of serving (for container HEALTHCHECKs: no shell or curl needed).
@@ -143,6 +144,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.WriteTimeout, "write-timeout", "LATCHKEY_WRITE_TIMEOUT", 90*time.Second, "HTTP write timeout")
 	e.dur(&c.IdleTimeout, "idle-timeout", "LATCHKEY_IDLE_TIMEOUT", 120*time.Second, "HTTP keep-alive idle timeout")
 	c.RateLimit.register(e)
+	c.Auth.register(e)
 	fs.BoolVar(&c.HealthCheck, "healthcheck", false, "probe /healthz of the server at -addr, exit 0 if it answers 200, 1 otherwise")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -220,6 +222,7 @@ func (c Config) Validate() error {
 		"-key-prefix %q must be non-empty, without braces or spaces", c.KeyPrefix)
 	check(c.AdminKey != "" && len(c.AdminKey) < 16, "-admin-key must be at least 16 characters")
 	errs = append(errs, c.RateLimit.validate()...)
+	errs = append(errs, c.Auth.validate()...)
 	if c.RedisURL == "" && !c.Dev && !isLoopback(c.Addr) {
 		errs = append(errs, fmt.Errorf("-addr %s is not a loopback address: the embedded store is for trying Latchkey out; "+
 			"set -redis-url (LATCHKEY_REDIS_URL) or pass -dev", c.Addr))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +18,11 @@ const healthCheckTimeout = 3 * time.Second
 // returns an error unless it answers 200. A wildcard or empty host (":8080",
 // "0.0.0.0:8080", "[::]:8080") is probed on loopback. It lets a container
 // image without a shell or curl declare a HEALTHCHECK on its own binary.
-func healthCheck(ctx context.Context, addr string, stdout io.Writer) error {
+// With tlsCfg (the server's -tls-cert) it probes over HTTPS, trusting any
+// certificate (the probe is of this host's own server), and presents the
+// server's certificate as its client certificate: with -tls-client-ca the
+// probe passes when that CA signed it for client authentication too.
+func healthCheck(ctx context.Context, addr string, tlsCfg *tls.Config, stdout io.Writer) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("healthcheck: -addr %q: %w", addr, err)
@@ -25,14 +30,22 @@ func healthCheck(ctx context.Context, addr string, stdout io.Writer) error {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	url := "http://" + net.JoinHostPort(host, port) + "/healthz"
+	scheme, client := "http", http.DefaultClient
+	if tlsCfg != nil {
+		scheme = "https"
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			InsecureSkipVerify: true, //nolint:gosec // a liveness probe of the server on this host
+			Certificates:       tlsCfg.Certificates,
+		}}}
+	}
+	url := scheme + "://" + net.JoinHostPort(host, port) + "/healthz"
 	ctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}

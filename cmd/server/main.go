@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,7 +46,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	if cfg.HealthCheck {
-		return healthCheck(ctx, cfg.Addr, stdout)
+		tlsCfg, err := cfg.Auth.tlsConfig()
+		if err != nil {
+			return err
+		}
+		return healthCheck(ctx, cfg.Addr, tlsCfg, stdout)
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	setRedisLogger(log)
@@ -93,6 +98,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer stopWatch()
+	keys, stopKeys, err := cfg.Auth.loadKeys(ctx, cfg.AdminKey, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopKeys()
+	authCfg := cfg.Auth.handlersAuth(keys, st) // registers its scripts before they are loaded
+	tlsCfg, err := cfg.Auth.tlsConfig()
+	if err != nil {
+		return err
+	}
 	if err := st.LoadScripts(ctx); err != nil {
 		if !errors.Is(err, store.ErrUnavailable) {
 			return fmt.Errorf("start-up: %w", err)
@@ -112,6 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		RateLimit: handlersRL,
 		HoldPing:  cfg.HoldPing,
 		Stopping:  stopping,
+		Auth:      authCfg,
 	})
 	srv := &http.Server{
 		Handler:           router,
@@ -123,13 +139,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		// Requests must outlive the stop signal, or Shutdown could not drain
 		// them: their context keeps ctx's values but not its cancellation.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		TLSConfig:   tlsCfg,
 	}
 	srv.RegisterOnShutdown(func() { close(stopping) })
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "store", storeName)
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "store", storeName, "tls", tlsCfg != nil,
+		"mtls", tlsCfg != nil && tlsCfg.ClientCAs != nil, "api_keys", keys != nil)
+	cfg.Auth.warnOpen(cfg.Addr, log)
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {

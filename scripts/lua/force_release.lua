@@ -10,7 +10,8 @@
 -- KEYS[5]  lost-lease reasons of this lock (hash: token -> reason)
 -- ARGV[1]  fence retention in milliseconds (the counter's TTL)
 -- ARGV[2]  how long lost-lease reasons are kept, in milliseconds
--- ARGV[3]  lock name (keep-alive registry members are "<token>:<name>")
+-- ARGV[3]  lock name, with "@<tenant>" for a tenant's lock (keep-alive
+--          registry members are "<token>:<name>[@<tenant>]")
 --
 -- Reply: 1 when a lease was removed, 0 when the lock was free.
 local v = redis.call('HMGET', KEYS[1], 't', 'f')

@@ -2,8 +2,9 @@
 -- The renewer passes these members to renew_batch, which checks again,
 -- atomically, that each one is still due. Entries that are neither
 -- "<token>:<name>" (the exclusive lock's) nor "<kind>/<token>:<name>" (another
--- primitive's, kind a lowercase tag) are removed: Latchkey never writes them,
--- and they must not crowd out the real ones.
+-- primitive's, kind a lowercase tag), each with "@<tenant>" after the name for
+-- a tenant's lease, are removed: Latchkey never writes them, and they must
+-- not crowd out the real ones.
 --
 -- KEYS[1]  keep-alive registry (zset: member -> next renewal due, ms)
 -- ARGV[1]  most entries to return
@@ -22,6 +23,13 @@ local function wellformed(m)
   local kind, rest = string.match(m, '^([a-z]+)/(.+)$')
   if kind then
     m = rest
+  end
+  local named, tenant = string.match(m, '^([^@]+)@(.*)$')
+  if named then
+    if #tenant < 1 or #tenant > 32 or not string.match(tenant, '^[a-z0-9-]+$') then
+      return false
+    end
+    m = named
   end
   local tok, name = string.match(m, '^([A-Za-z0-9_-]+):(.+)$')
   return tok and #tok >= 22 and #tok <= 128 and #name <= 128

@@ -135,3 +135,13 @@ var (
 	// RWRenewBatch renews a batch of keep-alive leases of read/write locks.
 	RWRenewBatch = mustAssemble("rw_renew_batch.lua")
 )
+
+// QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
+//
+//go:embed quota_reserve.lua
+var QuotaReserve string
+
+// QuotaRelease gives back one place of a tenant's lease or waiter quota.
+//
+//go:embed quota_release.lua
+var QuotaRelease string

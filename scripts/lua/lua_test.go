@@ -22,6 +22,7 @@ var scripts = map[string]string{
 	"rw_acquire.lua": lua.RWAcquire, "rw_release.lua": lua.RWRelease, "rw_renew.lua": lua.RWRenew,
 	"rw_inspect.lua": lua.RWInspect, "rw_force_release.lua": lua.RWForceRelease, "rw_leave.lua": lua.RWLeave,
 	"rw_renew_batch.lua": lua.RWRenewBatch,
+	"quota_reserve.lua":  lua.QuotaReserve, "quota_release.lua": lua.QuotaRelease,
 }
 
 // TestEveryScriptIsListed: the tests here see every script file.

@@ -27,6 +27,12 @@ func RegistryMember(tag, token, name string) string { return kind(tag).member(to
 
 // ParseMember is parseMember, with the kind as its tag.
 func ParseMember(m string) (tag, name string, ok bool) {
-	k, name, ok := parseMember(m)
+	k, name, _, ok := parseMember(m)
 	return string(k), name, ok
+}
+
+// ParseTenantMember is parseMember, with the kind as its tag and the tenant.
+func ParseTenantMember(m string) (tag, name, tenant string, ok bool) {
+	k, name, tenant, ok := parseMember(m)
+	return string(k), name, tenant, ok
 }

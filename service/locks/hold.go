@@ -77,7 +77,7 @@ func (s *Service) hold(ctx context.Context, p primitive, name string, req Acquir
 	if err != nil {
 		return nil, err
 	}
-	k := keysOf(s.prefix, p.kind(), name)
+	k := s.keysIn(ctx, p.kind(), name)
 	l, err := s.sub.join(k.channel, true)
 	if err == nil {
 		err = waitReady(ctx, l, min(time.Until(deadline), s.opTimeout))

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -119,16 +120,23 @@ func (k kind) member(token, name string) string {
 	return string(k) + "/" + token + ":" + name
 }
 
-// parseMember splits a registry member into its kind and lock name; ok is
-// false when it is not one Latchkey writes (the name is then not turned
-// into keys).
-func parseMember(m string) (k kind, name string, ok bool) {
+// parseMember splits a registry member into its kind, lock name and tenant
+// (see lockKeys.regName); ok is false when it is not one Latchkey writes
+// (the name is then not turned into keys).
+func parseMember(m string) (k kind, name, tenant string, ok bool) {
 	if tag, rest, found := strings.Cut(m, "/"); found {
 		k, m = kind(tag), rest
 	}
 	_, name, ok = strings.Cut(m, ":")
-	return k, name, ok && ValidateName(name) == nil
+	name, tenant, at := strings.Cut(name, "@")
+	return k, name, tenant, ok && ValidateName(name) == nil && (!at || validTenant(tenant))
 }
+
+// validTenant reports a tenant name as the keys file allows them: 1-32 of
+// a-z 0-9 -.
+func validTenant(t string) bool { return store.Matches(t, 1, 32, isTenantByte, isTenantByte) }
+
+func isTenantByte(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' }
 
 // keepaliveOf decodes the keep-alive fields of a script reply (ms values;
 // until 0 means the lease is not kept alive).

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"strings"
@@ -95,6 +96,18 @@ type lockKeys struct {
 	leases  string // hash: per-holder fields; primitives with many holders only
 	name    string // the name (keep-alive registry members carry it)
 	kind    kind
+	tenant  string // the tenant whose namespace the keys are in, "" for none
+}
+
+// regName is the name as keep-alive registry members carry it: the name,
+// and for a tenant's lock '@' and the tenant ("orders@billing"). Names hold
+// no '@', so the renewer finds the tenant, and with it the keys, of every
+// member, whichever instance acquired the lease.
+func (k lockKeys) regName() string {
+	if k.tenant == "" {
+		return k.name
+	}
+	return k.name + "@" + k.tenant
 }
 
 // keyParts are the roles of lockKeys in order; the exclusive lock has the
@@ -138,8 +151,26 @@ func keysOf(prefix string, k kind, name string) lockKeys {
 	return lk
 }
 
-// keys names the keys of the exclusive lock called name.
-func (s *Service) keys(name string) lockKeys { return keysOf(s.prefix, kindMutex, name) }
+// keysIn names the keys of the name of kind k in the namespace of the
+// tenant ctx acts for (see store.WithTenant): under the tenant's key prefix,
+// so no tenant's request can name another's keys.
+func (s *Service) keysIn(ctx context.Context, k kind, name string) lockKeys {
+	return tenantKeys(s.prefix, store.TenantOf(ctx), k, name)
+}
+
+// tenantKeys names the keys of the name of kind k of tenant ("" for none)
+// under the service's key prefix.
+func tenantKeys(prefix, tenant string, k kind, name string) lockKeys {
+	lk := keysOf(store.TenantPrefix(prefix, tenant), k, name)
+	lk.tenant = tenant
+	return lk
+}
+
+// keys names the keys of the exclusive lock called name, in the namespace
+// of the tenant ctx acts for.
+func (s *Service) keys(ctx context.Context, name string) lockKeys {
+	return s.keysIn(ctx, kindMutex, name)
+}
 
 // Keys are the Redis keys of one lock, as the service names them: for
 // whoever looks at a lock's state in Redis from outside the service.

@@ -138,7 +138,7 @@ func (s *Service) acquire(ctx context.Context, p primitive, name string, req Acq
 	if err := s.checkKeepalive(&req); err != nil {
 		return Lease{}, err
 	}
-	k := keysOf(s.prefix, p.kind(), name)
+	k := s.keysIn(ctx, p.kind(), name)
 	if req.Wait > 0 {
 		return s.acquireWaiting(ctx, p, k, req, keepTTL, ownToken)
 	}
@@ -168,7 +168,7 @@ func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
 func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := m.s
 	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
-		acquireArgs(s.cfg, req, k.name, waiterTimeout, keepTTL)...)
+		acquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -306,13 +306,13 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 			return Lease{}, err
 		}
 	}
-	return s.mutex.renew(ctx, s.keys(name), token, ttl)
+	return s.mutex.renew(ctx, s.keys(ctx, name), token, ttl)
 }
 
 func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
 	s := m.s
 	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
-		renewArgs(s.cfg, k.name, token, ttl)...)
+		renewArgs(s.cfg, k.regName(), token, ttl)...)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -341,13 +341,13 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 	if err := ValidateToken(token); err != nil {
 		return Released{}, err
 	}
-	return s.mutex.release(ctx, s.keys(name), token)
+	return s.mutex.release(ctx, s.keys(ctx, name), token)
 }
 
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
 	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
-		releaseArgs(k.name, token)...)
+		releaseArgs(k.regName(), token)...)
 	if err != nil {
 		return Released{}, err
 	}
@@ -379,9 +379,9 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
-	k := s.keys(name)
+	k := s.keys(ctx, name)
 	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
-		forceReleaseArgs(s.cfg, name)...)
+		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
 	}
@@ -405,9 +405,9 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 			return LockState{}, err
 		}
 	}
-	k := s.keys(name)
+	k := s.keys(ctx, name)
 	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
-		inspectArgs(name, token)...)
+		inspectArgs(k.regName(), token)...)
 	if err != nil {
 		return LockState{}, err
 	}

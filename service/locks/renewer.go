@@ -121,7 +121,7 @@ func (s *Service) batches(members []string) []batch {
 	var kinds []kind
 	groups := map[kind][]entry{}
 	for _, m := range members {
-		kd, name, ok := parseMember(m)
+		kd, name, tenant, ok := parseMember(m)
 		if !ok {
 			continue
 		}
@@ -131,7 +131,7 @@ func (s *Service) batches(members []string) []batch {
 		if _, seen := groups[kd]; !seen {
 			kinds = append(kinds, kd)
 		}
-		groups[kd] = append(groups[kd], entry{m, keysOf(s.prefix, kd, name)})
+		groups[kd] = append(groups[kd], entry{m, tenantKeys(s.prefix, tenant, kd, name)})
 	}
 	var out []batch
 	for _, kd := range kinds {

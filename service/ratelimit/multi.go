@@ -51,12 +51,12 @@ func (s *Service) checkLimits(ctx context.Context, set *policySet, pol Policy, r
 		if keys, err = multiKeys(pol, req); err != nil {
 			return Decision{}, err
 		}
-		rkeys = s.MultiKeys(pol, keys)
+		rkeys = s.multiKeys(store.PrefixFor(ctx, s.prefix), pol, keys)
 	} else {
 		if err := ValidateRateLimitKey("key", req.Key); err != nil {
 			return Decision{}, err
 		}
-		keys, rkeys = []string{req.Key}, []string{s.rateLimitKey(pol, req.Key)}
+		keys, rkeys = []string{req.Key}, []string{s.rateLimitKey(store.PrefixFor(ctx, s.prefix), pol, req.Key)}
 	}
 	what := "the policy's smallest limit"
 	if !pol.Multi() {
@@ -203,30 +203,36 @@ func (p Policy) SharedHashTag() bool {
 // key of one decision has the same hash tag (see SharedHashTag), and each
 // names its limit, so two limits never share a counter, and its algorithm,
 // so a limit whose algorithm changes starts afresh.
-func (s *Service) multiKey(pol Policy, shared bool, i int, key string) string {
+func multiKey(prefix string, pol Policy, shared bool, i int, key string) string {
 	l := pol.Limits[i]
 	if shared {
-		return s.prefix + "rl:{" + pol.Name + ":" + key + "}:" + l.Name + ":" + keyCode[l.Algorithm]
+		return prefix + "rl:{" + pol.Name + ":" + key + "}:" + l.Name + ":" + keyCode[l.Algorithm]
 	}
-	return s.prefix + "rl:{" + pol.Name + "}:" + l.Name + ":" + keyCode[l.Algorithm] + ":" + key
+	return prefix + "rl:{" + pol.Name + "}:" + l.Name + ":" + keyCode[l.Algorithm] + ":" + key
 }
 
 // Keys returns the Redis keys of a decision under pol for the given keys
 // of its limits, in the policy's order: a single-limit policy has one.
 func (s *Service) Keys(pol Policy, keys []string) []string {
 	if !pol.Multi() {
-		return []string{s.rateLimitKey(pol, keys[0])}
+		return []string{s.rateLimitKey(s.prefix, pol, keys[0])}
 	}
 	return s.MultiKeys(pol, keys)
 }
 
 // MultiKeys returns the Redis keys of a decision under a multi-limit
-// policy for the given limit keys, in the policy's order.
+// policy for the given limit keys, in the policy's order, in the shared
+// namespace.
 func (s *Service) MultiKeys(pol Policy, keys []string) []string {
+	return s.multiKeys(s.prefix, pol, keys)
+}
+
+// multiKeys is MultiKeys under a tenant's key prefix.
+func (s *Service) multiKeys(prefix string, pol Policy, keys []string) []string {
 	shared := pol.SharedHashTag()
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = s.multiKey(pol, shared, i, k)
+		out[i] = multiKey(prefix, pol, shared, i, k)
 	}
 	return out
 }

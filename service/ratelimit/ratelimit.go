@@ -226,7 +226,7 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 	if req.Cost, err = checkCost(req.Cost, pol.capacity(), "the limit"); err != nil {
 		return Decision{}, err
 	}
-	rkey := s.rateLimitKey(pol, req.Key)
+	rkey := s.rateLimitKey(store.PrefixFor(ctx, s.prefix), pol, req.Key)
 	ctr := s.rl.countersFor(set, pol)
 	d := Decision{Policy: pol.Name, Key: req.Key, Limit: pol.Limit.Limit, Window: pol.Window}
 	cacheKey := denyKey{key: rkey, limit: pol.Limit.Limit, burst: pol.Burst}
@@ -293,12 +293,13 @@ func (s *Service) resolvePolicy(set *policySet, req Request) (Policy, error) {
 
 // rateLimitKey is the one Redis key of a decision. Inline limits include
 // their window, so different windows over the same key never share a counter.
-func (s *Service) rateLimitKey(p Policy, key string) string {
+// prefix is the key prefix of the tenant the decision is for.
+func (s *Service) rateLimitKey(prefix string, p Policy, key string) string {
 	name := p.Name
 	if name == InlinePolicyName {
 		name += ":" + strconv.FormatInt(p.Window.Milliseconds(), 10)
 	}
-	return s.prefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
+	return prefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
 }
 
 // keyCode names each algorithm in its keys. Short codes keep a typical key

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -161,20 +162,5 @@ func (r *Reloader) refuse(err error, force bool) (PolicySet, bool, error) {
 // polling off) and at once, changed or not, on every value from trigger
 // (SIGHUP in the server), until ctx ends.
 func (r *Reloader) Run(ctx context.Context, interval time.Duration, trigger <-chan os.Signal) {
-	var tick <-chan time.Time
-	if interval > 0 {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-trigger:
-			_, _, _ = r.Reload(true)
-		case <-tick:
-			_, _, _ = r.Reload(false)
-		}
-	}
+	store.RunReloads(ctx, interval, trigger, func(force bool) { _, _, _ = r.Reload(force) })
 }

@@ -1,0 +1,201 @@
+package auth_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/service/auth"
+)
+
+func sha(secret string) string {
+	s := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(s[:])
+}
+
+var exampleFile = `
+defaults:
+  quotas: {leases: 100, waiters: 10}
+tenants:
+  billing:
+    quotas: {leases: 5, requests_per_second: 50}
+    keys:
+      - id: billing-ci
+        sha256: ` + sha("billing-secret") + `
+        scopes: [locks:read, locks:write, ratelimit:check]
+        names: ["billing:*", "shared"]
+  search:
+    keys:
+      - {id: search, sha256: ` + strings.ToUpper(sha("search-secret")) + `, scopes: [locks:read]}
+admin:
+  keys:
+    - {id: ops, sha256: "` + sha("ops-secret") + `", scopes: [admin, locks:read]}
+public_gate: [sidecar]
+`
+
+func TestParse(t *testing.T) {
+	set, err := auth.Parse([]byte(exampleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"billing", "search"}, set.Tenants()); diff != "" {
+		t.Errorf("tenants (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"billing-ci", "ops", "search"}, set.KeyIDs()); diff != "" {
+		t.Errorf("key ids (-want +got):\n%s", diff)
+	}
+	if got, want := set.Tenant("billing").Quotas, (auth.Quotas{Leases: 5, Waiters: 10, RequestsPerSecond: 50}); got != want {
+		t.Errorf("billing quotas = %+v, want %+v (its own, the rest from defaults)", got, want)
+	}
+	if got, want := set.Tenant("search").Quotas, (auth.Quotas{Leases: 100, Waiters: 10}); got != want {
+		t.Errorf("search quotas = %+v, want the defaults %+v", got, want)
+	}
+	k := set.Lookup("billing-secret")
+	if k == nil || k.ID != "billing-ci" || k.TenantName() != "billing" {
+		t.Fatalf("Lookup(billing secret) = %+v, want billing-ci of billing", k)
+	}
+	if !k.Has(auth.ScopeLocksWrite) || k.Has(auth.ScopeAdmin) {
+		t.Errorf("billing-ci scopes = %v", k.Scopes)
+	}
+	for name, want := range map[string]bool{"billing:x": true, "billing:": true, "billing": false, "shared": true, "shared2": false, "orders": false} {
+		if got := k.MayName(name); got != want {
+			t.Errorf("MayName(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if k := set.Lookup("search-secret"); k == nil || k.ID != "search" {
+		t.Errorf("an upper-case hash does not match: %+v", k)
+	}
+	if k := set.Lookup("ops-secret"); k == nil || k.Tenant != nil || !k.MayName("anything") {
+		t.Errorf("Lookup(ops) = %+v, want an admin-section key", k)
+	}
+	for _, s := range []string{"", "billing-secret ", "Billing-secret", sha("billing-secret")} {
+		if k := set.Lookup(s); k != nil {
+			t.Errorf("Lookup(%q) = %s, want nil", s, k.ID)
+		}
+	}
+	if !set.PublicGate("sidecar") || set.PublicGate("api") {
+		t.Error("public_gate: want sidecar only")
+	}
+	var none *auth.KeySet
+	if none.Lookup("x") != nil || none.Tenant("billing") != nil || none.PublicGate("sidecar") {
+		t.Error("a nil set matches something")
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	h := sha("x")
+	tests := []struct{ name, file, want string }{
+		{"unknown field", "tenants:\n  a:\n    kyes: []\n", "kyes"},
+		{"bad tenant name", "tenants:\n  Billing:\n    keys: []\n", "tenants.Billing: tenant name"},
+		{"tenant name with colon", "tenants:\n  a:b:\n    keys: []\n", "tenant name"},
+		{"long tenant name", "tenants:\n  " + strings.Repeat("a", 33) + ":\n    keys: []\n", "tenant name"},
+		{"bad hash", "admin:\n  keys:\n    - {id: k, sha256: abc, scopes: [admin]}\n", "admin.keys[0] (k): sha256"},
+		{"no scopes", "admin:\n  keys:\n    - {id: k, sha256: " + h + "}\n", "scopes is empty"},
+		{"unknown scope", "admin:\n  keys:\n    - {id: k, sha256: " + h + ", scopes: [root]}\n", `unknown scope "root"`},
+		{"bad id", "admin:\n  keys:\n    - {id: 'a b', sha256: " + h + ", scopes: [admin]}\n", "id must be"},
+		{"duplicate id", "admin:\n  keys:\n    - {id: k, sha256: " + h + ", scopes: [admin]}\n    - {id: k, sha256: " + sha("y") + ", scopes: [admin]}\n", `key id "k" is also used`},
+		{"duplicate hash", "admin:\n  keys:\n    - {id: k, sha256: " + h + ", scopes: [admin]}\n    - {id: j, sha256: " + h + ", scopes: [admin]}\n", "also the hash of key k"},
+		{"bad name pattern", "admin:\n  keys:\n    - {id: k, sha256: " + h + ", scopes: [admin], names: ['a*b']}\n", "names[0]"},
+		{"negative quota", "defaults:\n  quotas: {leases: -1}\n", "defaults.quotas"},
+		{"bad public policy", "public_gate: ['a b']\n", "public_gate[0]"},
+		{"not yaml", "tenants: [", "keys file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := auth.Parse([]byte(tt.file))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse error = %v, want one containing %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), h) {
+				t.Errorf("error %v repeats a hash", err)
+			}
+		})
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	set, err := auth.Parse(nil)
+	if err != nil || len(set.KeyIDs()) != 0 {
+		t.Errorf("Parse(empty) = %v, %v; want an empty set (every request refused)", set.KeyIDs(), err)
+	}
+}
+
+func TestParseBearer(t *testing.T) {
+	tests := []struct {
+		header, want string
+		ok           bool
+	}{
+		{"Bearer abc", "abc", true},
+		{"bearer abc", "abc", true},
+		{"BEARER  abc==", "abc==", true},
+		{"Bearer a-b.c_d~e+f/g", "a-b.c_d~e+f/g", true},
+		{"Bearer", "", false},
+		{"Bearer ", "", false},
+		{"Basic abc", "", false},
+		{"Bearerabc", "", false},
+		{"Bearer abc def", "", false},
+		{"Bearer =abc", "", false},
+		{"Bearer ab=c", "", false},
+		{"Bearer abc\n", "", false},
+		{"Bearer " + strings.Repeat("a", auth.MaxSecretLen), strings.Repeat("a", auth.MaxSecretLen), true},
+		{"Bearer " + strings.Repeat("a", auth.MaxSecretLen+1), "", false},
+	}
+	for _, tt := range tests {
+		got, ok := auth.ParseBearer(tt.header)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ParseBearer(%q) = %q, %v; want %q, %v", tt.header, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzParseBearer: whatever the header, a secret accepted is a non-empty
+// b64token the header ends with, and the header is "Bearer" (any case),
+// spaces and the secret.
+func FuzzParseBearer(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer  a==", "Basic x", "Bearer a b", "Bearer \x00", "Bearer é", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		secret, ok := auth.ParseBearer(header)
+		if !ok {
+			if secret != "" {
+				t.Fatalf("refused %q but returned %q", header, secret)
+			}
+			return
+		}
+		if secret == "" || len(secret) > auth.MaxSecretLen {
+			t.Fatalf("accepted %q with secret %q", header, secret)
+		}
+		scheme, rest, _ := strings.Cut(header, " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimLeft(rest, " ") != secret {
+			t.Fatalf("accepted %q as %q", header, secret)
+		}
+		body := strings.TrimRight(secret, "=")
+		if body == "" {
+			t.Fatalf("accepted %q: only padding", header)
+		}
+		for _, c := range []byte(body) {
+			if !strings.ContainsRune("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/", rune(c)) {
+				t.Fatalf("accepted %q with byte %q", header, c)
+			}
+		}
+	})
+}
+
+// TestExampleFile: the keys file of deploy/ parses.
+func TestExampleFile(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/keys.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := auth.Parse(b)
+	if err != nil {
+		t.Fatalf("deploy/keys.example.yaml: %v", err)
+	}
+	if got := set.Tenants(); len(got) != 3 {
+		t.Errorf("tenants = %v, want billing, edge, search", got)
+	}
+}
