@@ -64,3 +64,38 @@ var RenewBatch string
 //
 //go:embed ratelimit_multi.lua
 var RateLimitMulti string
+
+// SemAcquire takes permits of a semaphore as one lease.
+//
+//go:embed sem_acquire.lua
+var SemAcquire string
+
+// SemRelease gives back the permits of a semaphore lease.
+//
+//go:embed sem_release.lua
+var SemRelease string
+
+// SemRenew extends the TTL of a semaphore lease.
+//
+//go:embed sem_renew.lua
+var SemRenew string
+
+// SemInspect reads the state of a semaphore without changing it.
+//
+//go:embed sem_inspect.lua
+var SemInspect string
+
+// SemForceRelease removes every lease of a semaphore and bumps its fence.
+//
+//go:embed sem_force_release.lua
+var SemForceRelease string
+
+// SemSetPermits changes the capacity of a semaphore.
+//
+//go:embed sem_set_permits.lua
+var SemSetPermits string
+
+// SemLeave removes a semaphore waiter that gives up.
+//
+//go:embed sem_leave.lua
+var SemLeave string
