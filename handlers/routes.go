@@ -123,6 +123,12 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)
 	}
 	r.Post("/v1/locks/{name}/hold", a.handle(a.handleHoldLock))
+
+	r.Post("/v1/semaphores/{name}", a.handle(a.handleAcquireSemaphore))
+	r.Get("/v1/semaphores/{name}", a.handle(a.handleGetSemaphore))
+	r.Put("/v1/semaphores/{name}", a.handle(a.handleSetSemaphorePermits))
+	r.Delete("/v1/semaphores/{name}", a.handle(a.handleReleaseSemaphore))
+	r.Post("/v1/semaphores/{name}/renew", a.handle(a.handleRenewSemaphore))
 	metrics.learnRoutes(r)
 	return r
 }

@@ -20,6 +20,8 @@ type Locks interface {
 	Hold(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
 	// Ready checks that the store answers and runs scripts.
 	Ready(ctx context.Context) error
+
+	Semaphores
 }
 
 // RateLimits is what the HTTP layer needs from the rate-limit domain.
@@ -35,4 +37,15 @@ type RateLimits interface {
 type services struct {
 	Locks
 	RateLimits
+}
+
+// Semaphores is what the HTTP layer needs for semaphores. *locks.Service
+// satisfies it; Locks embeds it.
+type Semaphores interface {
+	AcquireSemaphore(ctx context.Context, name string, req locks.SemaphoreRequest) (locks.SemaphoreLease, error)
+	RenewSemaphore(ctx context.Context, name, token string, ttl time.Duration) (locks.SemaphoreLease, error)
+	ReleaseSemaphore(ctx context.Context, name, token string) (int64, error)
+	ForceReleaseSemaphore(ctx context.Context, name string) (int64, error)
+	SetSemaphorePermits(ctx context.Context, name string, permits int64) (locks.SemaphoreState, error)
+	InspectSemaphore(ctx context.Context, name, token string) (locks.SemaphoreState, error)
 }
