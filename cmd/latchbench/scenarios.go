@@ -108,17 +108,24 @@ func (b *bench) scenarios() []scenario {
 			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
 			run:         b.runWaiters,
 		},
+		semaphoreScenario(b),
 	}
 }
 
 // acquireRelease acquires name with body and, when granted, releases it
 // with its token; both requests are recorded.
 func (b *bench) acquireRelease(ctx context.Context, w *worker, name, body string) {
-	status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/locks/"+name, body), false)
+	b.takeGiveBack(ctx, w, "/v1/locks/"+name, body)
+}
+
+// takeGiveBack POSTs body to the lease resource at path and, when granted,
+// DELETEs it with its token; both requests are recorded.
+func (b *bench) takeGiveBack(ctx context.Context, w *worker, path, body string) {
+	status, h, _ := w.do(newRequest(ctx, http.MethodPost, b.base+path, body), false)
 	if status != http.StatusCreated {
 		return
 	}
-	req := newRequest(ctx, http.MethodDelete, b.base+"/v1/locks/"+name, "")
+	req := newRequest(ctx, http.MethodDelete, b.base+path, "")
 	req.Header.Set("Lock-Token", h.Get("Lock-Token"))
 	w.do(req, false)
 }
