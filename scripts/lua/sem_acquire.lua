@@ -18,7 +18,9 @@
 -- KEYS[5]  fair queue list: tokens of fair waiters in arrival order
 -- KEYS[6]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[7]  lost-lease reasons of this semaphore (hash: token -> reason)
--- KEYS[8]  pub/sub channel that waiters of this semaphore listen on
+-- KEYS[8]  pub/sub channel that waiters of this semaphore listen on: a
+--          grant that leaves permits free while others wait says how many
+--          ("granted:<available>")
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence retention in milliseconds (the capacity record's TTL)
@@ -154,6 +156,6 @@ end
 available = available - count
 if available > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
   -- permits remain: the next waiters may take them
-  redis.call('PUBLISH', KEYS[8], 'granted')
+  redis.call('PUBLISH', KEYS[8], 'granted:' .. available)
 end
 return {1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb, n, available}

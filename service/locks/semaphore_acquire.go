@@ -130,15 +130,14 @@ func (s *Service) semGiveBack(ctx context.Context, k semKeys, token string, ownT
 // to try again, a timed re-check covers a lost message or an expired lease,
 // the caller's end stops the wait at once and leaves the waiters, and every
 // Redis call runs under one deadline: the wait plus one Redis timeout.
-// Every waiter of the semaphore hears every hint (a broadcast listener): a
-// release may free permits for several of them, and which ones fit is for
-// the script to say.
+// A release wakes the waiters of this process whose counts fit in the
+// permits it freed (see semWakes); the script says which of them get them.
 func (s *Service) semWaiting(ctx context.Context, k semKeys, req SemaphoreRequest, ownToken bool) (lease SemaphoreLease, err error) {
 	waitEnd := time.Now().Add(req.Wait)
 	callDeadline := waitEnd.Add(s.opTimeout)
 	calls, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
-	l, err := s.sub.join(k.channel, true)
+	sw, err := s.semWakes.join(k.channel, req.Count, req.Fair)
 	if err != nil {
 		err = fmt.Errorf("wait for %s: %w: %w", k.name, store.ErrUnavailable, err)
 		s.semWaitDone(err)
@@ -158,10 +157,10 @@ func (s *Service) semWaiting(ctx context.Context, k semKeys, req SemaphoreReques
 		default:
 			leave(calls)
 		}
-		l.leave(false)
+		s.semWakes.leave(k.channel, sw)
 		s.semWaitDone(err)
 	}()
-	ready := l.Ready()
+	ready := sw.ready
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -189,7 +188,7 @@ func (s *Service) semWaiting(ctx context.Context, k semKeys, req SemaphoreReques
 		select {
 		case <-ctx.Done():
 			return SemaphoreLease{}, ctx.Err()
-		case <-l.C():
+		case <-sw.c:
 		case <-ready:
 		case <-timer.C:
 		}

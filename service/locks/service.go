@@ -31,6 +31,7 @@ type Service struct {
 	opTimeout time.Duration // the store's bound on a Redis call
 
 	semMetrics *semMetrics // the semaphore's (semaphore*.go)
+	semWakes   *semWakes
 }
 
 // New returns a Service on st and registers its scripts with it. It does no
@@ -50,7 +51,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)
-	s.semMetrics = newSemMetrics(cfg.Registerer)
+	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(semScripts...)
 	return s, nil
 }
