@@ -1,10 +1,11 @@
 -- keepalive_due: list the keep-alive leases that are due for renewal first.
 -- The renewer passes these members to renew_batch, which checks again,
--- atomically, that each one is still due. Entries that are not
--- "<token>:<name>" (Latchkey never writes them) are removed, so they cannot
--- crowd out the real ones.
+-- atomically, that each one is still due. Entries that are neither
+-- "<token>:<name>" (the exclusive lock's) nor "<kind>/<token>:<name>" (another
+-- primitive's, kind a lowercase tag) are removed: Latchkey never writes them,
+-- and they must not crowd out the real ones.
 --
--- KEYS[1]  keep-alive registry (zset: "<token>:<name>" -> next renewal due, ms)
+-- KEYS[1]  keep-alive registry (zset: member -> next renewal due, ms)
 -- ARGV[1]  most entries to return
 --
 -- Reply: {now_ms, tracked, next_due_ms, member1, due1_ms, member2, due2_ms, ...}
@@ -18,6 +19,10 @@ local limit = tonumber(ARGV[1])
 local out = {now_ms, redis.call('ZCARD', KEYS[1]), -1}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local function wellformed(m)
+  local kind, rest = string.match(m, '^([a-z]+)/(.+)$')
+  if kind then
+    m = rest
+  end
   local tok, name = string.match(m, '^([A-Za-z0-9_-]+):(.+)$')
   return tok and #tok >= 22 and #tok <= 128 and #name <= 128
     and string.match(name, '^[A-Za-z0-9][A-Za-z0-9._:-]*$') ~= nil

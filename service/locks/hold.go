@@ -42,7 +42,8 @@ type HoldEvent struct {
 // renews it every TTL/3 until Close, and reports renewals and the loss of
 // the lease as events.
 type Hold struct {
-	s      *Service
+	p      primitive // the lease's primitive
+	k      lockKeys  // the lease's keys
 	lease  Lease
 	l      *listener
 	events chan HoldEvent
@@ -64,12 +65,20 @@ type Hold struct {
 // lease then (a force-release in between was not heard). Returns the errors
 // of Acquire.
 func (s *Service) Hold(ctx context.Context, name string, req AcquireRequest) (*Hold, error) {
+	return s.hold(ctx, s.mutex, name, req, s.Acquire)
+}
+
+// hold is Hold of any primitive p: acquire takes the lease (with p's own
+// checks), then the hold keeps it alive with p's renewals.
+func (s *Service) hold(ctx context.Context, p primitive, name string, req AcquireRequest,
+	acquire func(context.Context, string, AcquireRequest) (Lease, error)) (*Hold, error) {
 	deadline := time.Now().Add(req.Wait + s.opTimeout)
-	lease, err := s.Acquire(ctx, name, req)
+	lease, err := acquire(ctx, name, req)
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.sub.join(s.keys(name).channel, true)
+	k := keysOf(s.prefix, p.kind(), name)
+	l, err := s.sub.join(k.channel, true)
 	if err == nil {
 		err = waitReady(ctx, l, min(time.Until(deadline), s.opTimeout))
 		if err != nil {
@@ -77,11 +86,11 @@ func (s *Service) Hold(ctx context.Context, name string, req AcquireRequest) (*H
 		}
 	}
 	if err != nil {
-		_, rerr := s.Release(context.WithoutCancel(ctx), name, lease.Token)
+		_, rerr := p.release(context.WithoutCancel(ctx), k, lease.Token)
 		return nil, errors.Join(err, rerr)
 	}
 	hctx, cancel := context.WithCancel(ctx)
-	h := &Hold{s: s, lease: lease, l: l, events: make(chan HoldEvent, 4), cancel: cancel, done: make(chan struct{})}
+	h := &Hold{p: p, k: k, lease: lease, l: l, events: make(chan HoldEvent, 4), cancel: cancel, done: make(chan struct{})}
 	go h.run(hctx)
 	return h, nil
 }
@@ -142,7 +151,7 @@ func (h *Hold) run(ctx context.Context) {
 			}
 		}
 		sent := time.Now()
-		lease, err := h.s.Renew(ctx, h.lease.Name, h.lease.Token, 0)
+		lease, err := h.p.renew(ctx, h.k, h.lease.Token, 0)
 		if ctx.Err() != nil {
 			return
 		}
@@ -176,11 +185,7 @@ func (h *Hold) run(ctx context.Context) {
 // recordedLoss is the reason the store recorded for the loss of the hold's
 // lease (a force-release, for one), or "" when none is known.
 func (h *Hold) recordedLoss(ctx context.Context) string {
-	st, err := h.s.Inspect(ctx, h.lease.Name, h.lease.Token)
-	if err != nil {
-		return ""
-	}
-	return st.LostReason
+	return h.p.lostReason(ctx, h.k, h.lease.Token)
 }
 
 // holdOutcome decides what one renewal means for a hold: a renewed lease
@@ -226,7 +231,7 @@ func (h *Hold) Close(ctx context.Context) (Released, error) {
 		if h.ended {
 			return
 		}
-		h.released, h.closeErr = h.s.Release(dctx, h.lease.Name, h.lease.Token)
+		h.released, h.closeErr = h.p.release(dctx, h.k, h.lease.Token)
 		if errors.Is(h.closeErr, store.ErrNotFound) || errors.Is(h.closeErr, ErrNotOwner) {
 			h.closeErr = nil
 		}

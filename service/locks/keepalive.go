@@ -14,9 +14,11 @@ import (
 //   - the lock hash holds the bounds: ka_until (max-hold deadline, ms),
 //     ka_hb (heartbeat interval, ms, 0 for none) and ka_hb_at (last
 //     heartbeat, ms);
-//   - the registry, one sorted set per key prefix, maps "<token>:<name>" to
-//     the time the next renewal is due; any instance's renewer renews the due
-//     entries (see renewer.go);
+//   - the registry, one sorted set per key prefix, maps a member naming the
+//     lease ("<token>:<name>" for the exclusive lock, "<kind>/<token>:<name>"
+//     for the others, see kind.member) to the time the next renewal is due;
+//     any instance's renewer renews the due entries, each with its
+//     primitive's batch script (see renewer.go);
 //   - the lost hash of a lock maps a token to why it lost its lease, for
 //     Config.LostTTL.
 //
@@ -101,13 +103,31 @@ func (s *Service) checkKeepalive(req *AcquireRequest) error {
 // registryKey is the sorted set of keep-alive leases.
 func (s *Service) registryKey() string { return s.regKey }
 
-// registryMember names a keep-alive lease in the registry. Tokens never hold
-// ':', so the first ':' separates the token from the lock name.
+// registryMember names a keep-alive lease of the exclusive lock in the
+// registry: "<token>:<name>". Tokens never hold ':', so the first ':'
+// separates the token from the lock name.
 func registryMember(token, name string) string { return token + ":" + name }
 
-func memberName(m string) (string, bool) {
-	_, name, ok := strings.Cut(m, ":")
-	return name, ok && ValidateName(name) == nil
+// member names a keep-alive lease of kind k in the registry: the exclusive
+// lock's "<token>:<name>" (see registryMember), any other kind's
+// "<kind>/<token>:<name>". Neither tokens nor names hold '/', so an entry
+// written before other kinds existed stays the exclusive lock's.
+func (k kind) member(token, name string) string {
+	if k == kindMutex {
+		return registryMember(token, name)
+	}
+	return string(k) + "/" + token + ":" + name
+}
+
+// parseMember splits a registry member into its kind and lock name; ok is
+// false when it is not one Latchkey writes (the name is then not turned
+// into keys).
+func parseMember(m string) (k kind, name string, ok bool) {
+	if tag, rest, found := strings.Cut(m, "/"); found {
+		k, m = kind(tag), rest
+	}
+	_, name, ok = strings.Cut(m, ":")
+	return k, name, ok && ValidateName(name) == nil
 }
 
 // keepaliveOf decodes the keep-alive fields of a script reply (ms values;

@@ -68,28 +68,62 @@ func NewToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// lockKeys names the keys of one lock. All share the hash tag {name}, so a
-// script touching them stays on one Redis Cluster slot.
+// kind is a lock primitive as its Redis keys and keep-alive registry entries
+// name it: the exclusive lock is the empty kind, whose keys and entries keep
+// the names they had before other primitives existed (an upgrade keeps its
+// held leases); every other kind is a short lowercase tag.
+type kind string
+
+// The lock primitives.
+const (
+	kindMutex kind = ""   // the exclusive lock (mutex.go)
+	kindRW    kind = "rw" // the read/write lock (rwlock.go)
+)
+
+// lockKeys names the keys of one name of one primitive. All share the hash
+// tag {name}, so a script touching them stays on one Redis Cluster slot.
+// What each key holds is the primitive's (its scripts' headers say); the
+// roles are common to every primitive.
 type lockKeys struct {
-	lock    string // hash: token, count, fence, ttl
+	lock    string // the name's state (exclusive lock: hash of token, count, fence, ttl)
 	fence   string // fence counter
 	channel string // pub/sub channel for wake-ups
 	waiters string // zset: waiter token -> deadline (ms, Redis clock)
 	queue   string // list: fair waiters in arrival order
 	lost    string // hash: token -> why that token lost its keep-alive lease
-	name    string // the lock's name (keep-alive registry members carry it)
+	holders string // zset: holder token -> lease expiry (ms); primitives with many holders only
+	leases  string // hash: per-holder fields; primitives with many holders only
+	name    string // the name (keep-alive registry members carry it)
+	kind    kind
 }
 
-// keys names the keys of the lock called name. They are cut from one
-// string, one allocation for all six: every lock request needs them.
-func (s *Service) keys(name string) lockKeys {
-	kinds := [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:"}
+// keyParts are the roles of lockKeys in order; the exclusive lock has the
+// first six.
+var keyParts = [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:", "holders:", "leases:"}
+
+// mutexParts is how many keyParts the exclusive lock has.
+const mutexParts = 6
+
+// keysOf names the keys of the name of kind k under prefix: prefix, then the
+// kind's tag and ':' (none for the exclusive lock), the role and the name
+// in braces, e.g. "latchkey:rw:lock:{orders}". It is the one place that
+// names a lock's keys. They are cut from one string, one allocation for all
+// of them: every lock request needs them.
+func keysOf(prefix string, k kind, name string) lockKeys {
+	n := len(keyParts)
+	if k == kindMutex {
+		n = mutexParts
+	}
 	var sb strings.Builder
-	sb.Grow(len(kinds) * (len(s.prefix) + len("waiters:{}") + len(name)))
-	var ends [len(kinds) + 1]int
-	for i, k := range kinds {
-		sb.WriteString(s.prefix)
-		sb.WriteString(k)
+	sb.Grow(n * (len(prefix) + len(k) + len(":waiters:{}") + len(name)))
+	var ends [len(keyParts) + 1]int
+	for i, p := range keyParts[:n] {
+		sb.WriteString(prefix)
+		if k != kindMutex {
+			sb.WriteString(string(k))
+			sb.WriteByte(':')
+		}
+		sb.WriteString(p)
 		sb.WriteByte('{')
 		sb.WriteString(name)
 		sb.WriteByte('}')
@@ -97,8 +131,15 @@ func (s *Service) keys(name string) lockKeys {
 	}
 	all := sb.String()
 	key := func(i int) string { return all[ends[i]:ends[i+1]] }
-	return lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name}
+	lk := lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name, kind: k}
+	if n > mutexParts {
+		lk.holders, lk.leases = key(6), key(7)
+	}
+	return lk
 }
+
+// keys names the keys of the exclusive lock called name.
+func (s *Service) keys(name string) lockKeys { return keysOf(s.prefix, kindMutex, name) }
 
 // Keys are the Redis keys of one lock, as the service names them: for
 // whoever looks at a lock's state in Redis from outside the service.
@@ -113,7 +154,7 @@ type Keys struct {
 
 // KeysOf names the keys of the lock called name under the key prefix.
 func KeysOf(prefix, name string) Keys {
-	k := (&Service{prefix: prefix}).keys(name)
+	k := keysOf(prefix, kindMutex, name)
 	return Keys{Lock: k.lock, Fence: k.fence, Channel: k.channel, Waiters: k.waiters, Queue: k.queue, Lost: k.lost}
 }
 

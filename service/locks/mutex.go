@@ -101,6 +101,12 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	if err := ValidateName(name); err != nil {
 		return Lease{}, err
 	}
+	return s.acquire(ctx, s.mutex, name, req)
+}
+
+// acquire is Acquire of any primitive p, for a valid name: it checks and
+// completes the rest of req, then tries once or waits (see acquireWaiting).
+func (s *Service) acquire(ctx context.Context, p primitive, name string, req AcquireRequest) (Lease, error) {
 	ownToken := req.Token == ""
 	if ownToken {
 		req.Token = NewToken()
@@ -126,25 +132,35 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	if err := s.checkKeepalive(&req); err != nil {
 		return Lease{}, err
 	}
-	k := s.keys(name)
+	k := keysOf(s.prefix, p.kind(), name)
 	if req.Wait > 0 {
-		return s.acquireWaiting(ctx, name, k, req, keepTTL, ownToken)
+		return s.acquireWaiting(ctx, p, k, req, keepTTL, ownToken)
 	}
-	r, err := s.attempt(ctx, k, req, 0, keepTTL)
+	r, err := p.attempt(ctx, k, req, 0, keepTTL)
 	if err != nil {
-		s.giveBack(ctx, k, req.Token, ownToken, err)
+		s.giveBack(ctx, p, k, req.Token, ownToken, err)
 		return Lease{}, err
 	}
 	if r.granted() {
-		return s.handOut(ctx, name, req.Token, ownToken, r)
+		return s.handOut(ctx, p, k, req.Token, ownToken, r)
 	}
 	return s.outcome(name, req.Token, r)
 }
 
+// mutex is the exclusive lock as a primitive (see primitive.go).
+type mutex struct{ s *Service }
+
+func (mutex) kind() kind { return kindMutex }
+
+// broadcast: one release lets one waiter in; fair waiters all hear it, as
+// only the queue's head may take the lock.
+func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
+
 // attempt is one run of the acquire script. waiterTimeout > 0 registers the
 // caller as a waiter for that long when the lock is not granted. keepTTL
 // makes a re-entry keep the lease's own TTL (the request gave none).
-func (s *Service) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
+func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
+	s := m.s
 	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
 		acquireArgs(s.cfg, req, k.name, waiterTimeout, keepTTL)...)
 	if err != nil {
@@ -214,13 +230,13 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 // may already be asking again with the same token (a retry after a lost
 // answer), and a release racing with that retry would free a lock the
 // client is told it holds.
-func (s *Service) handOut(ctx context.Context, name, token string, ownToken bool, r attemptResult) (Lease, error) {
-	lease, err := s.outcome(name, token, r)
+func (s *Service) handOut(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, r attemptResult) (Lease, error) {
+	lease, err := s.outcome(k.name, token, r)
 	if cerr := ctx.Err(); cerr != nil {
 		if !ownToken {
 			return Lease{}, cerr
 		}
-		if _, rerr := s.Release(context.WithoutCancel(ctx), name, token); rerr != nil {
+		if _, rerr := p.release(context.WithoutCancel(ctx), k, token); rerr != nil {
 			return Lease{}, errors.Join(cerr, rerr)
 		}
 		return Lease{}, cerr
@@ -248,14 +264,14 @@ func (s *Service) handOut(ctx context.Context, name, token string, ownToken bool
 //
 // A Redis error reply is an answer, not a lost one: the script did not run
 // (BUSY, LOADING, READONLY, ...) and there is nothing to give back.
-func (s *Service) giveBack(ctx context.Context, k lockKeys, token string, ownToken bool, err error) {
+func (s *Service) giveBack(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, err error) {
 	if !ownToken || store.IsServerError(err) {
 		return
 	}
 	if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return
 	}
-	go func() { _, _ = s.Release(context.WithoutCancel(ctx), k.name, token) }()
+	go func() { _, _ = p.release(context.WithoutCancel(ctx), k, token) }()
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's
@@ -278,9 +294,13 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 			return Lease{}, err
 		}
 	}
-	k := s.keys(name)
+	return s.mutex.renew(ctx, s.keys(name), token, ttl)
+}
+
+func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
+	s := m.s
 	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
-		renewArgs(s.cfg, name, token, ttl)...)
+		renewArgs(s.cfg, k.name, token, ttl)...)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -292,7 +312,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 		return Lease{}, err
 	}
 	return Lease{
-		Name: name, Token: token, HoldCount: v[1], Fence: v[2],
+		Name: k.name, Token: token, HoldCount: v[1], Fence: v[2],
 		TTL:       time.Duration(v[3]) * time.Millisecond,
 		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
 		Keepalive: keepaliveOf(v[5], v[6], v[4]), // the renewal is the heartbeat
@@ -309,9 +329,13 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 	if err := ValidateToken(token); err != nil {
 		return Released{}, err
 	}
-	k := s.keys(name)
+	return s.mutex.release(ctx, s.keys(name), token)
+}
+
+func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
+	s := m.s
 	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
-		releaseArgs(name, token)...)
+		releaseArgs(k.name, token)...)
 	if err != nil {
 		return Released{}, err
 	}
@@ -322,12 +346,17 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 	if err := ownerStatus(v[0]); err != nil {
 		return Released{}, err
 	}
-	if v[1] == 0 {
+	s.released(v[1])
+	return Released{Released: v[1] == 0, HoldCount: v[1]}, nil
+}
+
+// released counts a release that leaves holds holds.
+func (s *Service) released(holds int64) {
+	if holds == 0 {
 		s.metrics.releases.WithLabelValues("final").Inc()
 	} else {
 		s.metrics.releases.WithLabelValues("partial").Inc()
 	}
-	return Released{Released: v[1] == 0, HoldCount: v[1]}, nil
 }
 
 // ForceRelease frees the lock name whoever holds it, bumps its fence so the
@@ -392,6 +421,23 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 	}
 	return st, nil
 }
+
+func (m mutex) lostReason(ctx context.Context, k lockKeys, token string) string {
+	st, err := m.s.Inspect(ctx, k.name, token)
+	if err != nil {
+		return ""
+	}
+	return st.LostReason
+}
+
+func (m mutex) leave(ctx context.Context, k lockKeys, token string) error {
+	_, err := m.s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
+	return err
+}
+
+func (mutex) batchScript() *store.Script { return renewBatchScript }
+
+func (mutex) batchKeys(keys []string, k lockKeys) []string { return append(keys, k.lock, k.lost) }
 
 // ownerStatus maps the statuses of the release and renew scripts to errors.
 func ownerStatus(status int64) error {

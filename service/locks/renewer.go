@@ -67,23 +67,24 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 	return 0
 }
 
-// renewBatches splits members into batches of Config.RenewBatch, each
-// member in exactly one, runs renew_batch once per batch with every batch in
-// flight at once (a pipelining client sends them together) and waits for all
-// of them. Every batch that fails is counted (reason "store") unless ctx
-// ended; the outcomes of the others are recorded as usual. Returns nil when
-// every batch ran, else the errors of the failed ones joined: each wraps
-// ErrUnavailable (timeout, lost connection), is ctx's error (the renewer is
-// stopping) or is the script's own error.
+// renewBatches splits members by primitive, and each primitive's into
+// batches of Config.RenewBatch, each member in exactly one; it runs the
+// primitive's batch script once per batch with every batch in flight at
+// once (a pipelining client sends them together) and waits for all of them.
+// Every batch that fails is counted (reason "store") unless ctx ended; the
+// outcomes of the others are recorded as usual. Returns nil when every batch
+// ran, else the errors of the failed ones joined: each wraps ErrUnavailable
+// (timeout, lost connection), is ctx's error (the renewer is stopping) or is
+// the script's own error.
 func (s *Service) renewBatches(ctx context.Context, members []string) error {
+	batches := s.batches(members)
 	var errs []error
-	switch {
-	case len(members) == 0:
+	switch len(batches) {
+	case 0:
 		return nil
-	case len(members) <= s.cfg.RenewBatch: // one batch: no goroutine needed
-		errs = []error{s.renewBatch(ctx, members)}
+	case 1: // one batch: no goroutine needed
+		errs = []error{s.renewBatch(ctx, batches[0])}
 	default:
-		batches := slices.Collect(slices.Chunk(members, s.cfg.RenewBatch))
 		errs = make([]error, len(batches))
 		var wg sync.WaitGroup
 		for i, b := range batches {
@@ -97,6 +98,54 @@ func (s *Service) renewBatches(ctx context.Context, members []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// batch is the due members of one primitive that one script call renews,
+// with the keys that call takes.
+type batch struct {
+	p       primitive
+	members []string
+	keys    []string // the registry, then p.batchKeys of each member
+}
+
+// batches groups members by primitive, in the order each primitive first
+// appears, and cuts each group into batches of Config.RenewBatch. Members
+// that are not a valid registry entry of a primitive this service knows
+// (never written by this version of Latchkey) are skipped rather than turned
+// into keys.
+func (s *Service) batches(members []string) []batch {
+	type entry struct {
+		m string
+		k lockKeys
+	}
+	var kinds []kind
+	groups := map[kind][]entry{}
+	for _, m := range members {
+		kd, name, ok := parseMember(m)
+		if !ok {
+			continue
+		}
+		if _, known := s.primitive(kd); !known {
+			continue
+		}
+		if _, seen := groups[kd]; !seen {
+			kinds = append(kinds, kd)
+		}
+		groups[kd] = append(groups[kd], entry{m, keysOf(s.prefix, kd, name)})
+	}
+	var out []batch
+	for _, kd := range kinds {
+		p, _ := s.primitive(kd)
+		for c := range slices.Chunk(groups[kd], s.cfg.RenewBatch) {
+			b := batch{p: p, members: make([]string, 0, len(c)), keys: []string{s.registryKey()}}
+			for _, e := range c {
+				b.members = append(b.members, e.m)
+				b.keys = p.batchKeys(b.keys, e.k)
+			}
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // storeFailed counts a failed Redis call of the renewer, unless it failed
@@ -148,33 +197,16 @@ func (s *Service) dueLeases(ctx context.Context, limit int) (dueSet, error) {
 	return d, nil
 }
 
-// renewBatch runs renew_batch once for members and records the outcome.
-// Members whose name is not a valid lock name (never written by Latchkey)
-// are skipped rather than turned into keys.
-func (s *Service) renewBatch(ctx context.Context, members []string) error {
-	keys := make([]string, 1, 1+2*len(members))
-	keys[0] = s.registryKey()
-	valid := make([]string, 0, len(members))
-	for _, m := range members {
-		name, ok := memberName(m)
-		if !ok {
-			continue
-		}
-		k := s.keys(name)
-		keys = append(keys, k.lock, k.lost)
-		valid = append(valid, m)
-	}
-	if len(valid) == 0 {
-		return nil
-	}
+// renewBatch runs b's batch script once and records the outcome.
+func (s *Service) renewBatch(ctx context.Context, b batch) error {
 	s.ka.batches.Inc()
-	res, err := s.st.Run(ctx, renewBatchScript, keys, renewBatchArgs(s.cfg, valid)...)
+	res, err := s.st.Run(ctx, b.p.batchScript(), b.keys, renewBatchArgs(s.cfg, b.members)...)
 	if err != nil {
 		return err
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 1+3*len(valid) {
-		return fmt.Errorf("renew_batch: unexpected reply %T of %d entries", res, len(arr))
+	if !ok || len(arr) != 1+3*len(b.members) {
+		return fmt.Errorf("%s: unexpected reply %T of %d entries", b.p.batchScript().Name(), res, len(arr))
 	}
 	for i := 1; i+2 < len(arr); i += 3 {
 		code, _ := arr[i].(int64)

@@ -8,6 +8,26 @@
 // waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
 // their renewer (keepalive.go, renewer.go), connection-held leases
 // (hold.go), and the table of every lock script (scripts.go).
+//
+// # Adding a primitive
+//
+// A new primitive provides:
+//   - a kind (keys.go): the tag that keysOf puts in every key of its names,
+//     all under the name's hash tag {name}, and that its keep-alive
+//     registry members carry ("<kind>/<token>:<name>", see kind.member);
+//   - an implementation of the primitive interface (primitive.go) on its
+//     own scripts: attempt (the acquire script, registering waiters and
+//     queueing fair ones as acquire.lua does), release of a token's lease,
+//     renew, the recorded lost reason of a token, leave (a waiter gives up),
+//     and its keep-alive batch renewal script with the keys it takes per
+//     entry; the scripts follow the rules listed with the interface (wake-up
+//     messages, registry entries, lost reasons, reply shapes);
+//   - its case in Service.primitive, so the renewer dispatches its due
+//     registry entries to its batch script;
+//   - exported methods that validate their input and call the shared
+//     machinery with it: acquire (trying once, or waiting with
+//     acquireWaiting, handing out or giving back a grant), hold (a
+//     connection-held lease), and its own inspect and force release.
 package locks
 
 import (
@@ -26,6 +46,7 @@ type Service struct {
 	metrics   *metrics
 	ka        *keepaliveMetrics
 	sub       *subscriber
+	mutex     primitive     // the exclusive lock (mutex.go)
 	regKey    string        // the keep-alive registry's key, named once
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
@@ -48,6 +69,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	sc := st.Config()
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
+	s.mutex = mutex{s}
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)

@@ -43,7 +43,8 @@ const (
 // the waiters when it gives up) runs under one deadline, set once when it
 // starts, and it never waits for the subscription. When an attempt fails,
 // leaving the waiters is not waited for: the caller is answered at once.
-func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, req AcquireRequest, keepTTL, ownToken bool) (lease Lease, err error) {
+func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, req AcquireRequest, keepTTL, ownToken bool) (lease Lease, err error) {
+	name := k.name
 	waitEnd := time.Now().Add(req.Wait)
 	callDeadline := waitEnd.Add(s.opTimeout)
 	// Attempts run to completion even when the client goes away, so the
@@ -51,7 +52,7 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 	// back); all of them are still bounded by the request's deadline.
 	calls, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
-	l, err := s.sub.join(k.channel, req.Fair)
+	l, err := s.sub.join(k.channel, p.broadcast(req))
 	if err != nil {
 		err = fmt.Errorf("wait for %s: %w: %w", name, store.ErrUnavailable, err)
 		s.waitDone(err)
@@ -62,9 +63,9 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		switch {
 		case err == nil || !registered:
 		case failed:
-			go s.leaveWaiters(context.WithoutCancel(ctx), callDeadline, k, req.Token)
+			go s.leaveWaiters(context.WithoutCancel(ctx), callDeadline, p, k, req.Token)
 		default:
-			s.leaveWaiters(calls, callDeadline, k, req.Token)
+			s.leaveWaiters(calls, callDeadline, p, k, req.Token)
 		}
 		l.leave(err != nil)
 		s.waitDone(err)
@@ -83,19 +84,19 @@ func (s *Service) acquireWaiting(ctx context.Context, name string, k lockKeys, r
 		if isClosed(ready) {
 			ready = nil
 		}
-		r, err := s.attempt(calls, k, req, waiterTimeout, keepTTL)
+		r, err := p.attempt(calls, k, req, waiterTimeout, keepTTL)
 		if err != nil {
 			// The script may have run and registered (and queued) the
 			// caller although its answer is lost: leave, or a fair queue
 			// waits behind a waiter that is gone until its deadline.
 			registered = registered || waiterTimeout > 0
 			failed = true
-			s.giveBack(calls, k, req.Token, ownToken, err)
+			s.giveBack(calls, p, k, req.Token, ownToken, err)
 			return Lease{}, err
 		}
 		if r.granted() {
 			// When the client went away during the attempt, it takes nothing.
-			return s.handOut(ctx, name, req.Token, ownToken, r)
+			return s.handOut(ctx, p, k, req.Token, ownToken, r)
 		}
 		if r.status == acquireModeMismatch || final {
 			registered = registered || r.status == acquireNotGranted && waiterTimeout > 0
@@ -140,13 +141,13 @@ func recheckAfter(recheck, remaining time.Duration) time.Duration {
 // queue, waking the rest when it was queued for a free lock, unless the
 // request's deadline has passed. A failure is not reported: the entry
 // expires at the waiter's deadline anyway.
-func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, k lockKeys, token string) {
+func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, p primitive, k lockKeys, token string) {
 	if !time.Now().Before(deadline) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	_, _ = s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
+	_ = p.leave(ctx, k, token)
 }
 
 // waitDone counts the outcome of a wait.
