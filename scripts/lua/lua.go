@@ -99,3 +99,8 @@ var SemSetPermits string
 //
 //go:embed sem_leave.lua
 var SemLeave string
+
+// SemRenewBatch renews a batch of keep-alive semaphore leases in one call.
+//
+//go:embed sem_renew_batch.lua
+var SemRenewBatch string

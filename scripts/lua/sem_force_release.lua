@@ -10,7 +10,8 @@
 -- KEYS[6]  pub/sub channel that waiters of this semaphore listen on
 -- ARGV[1]  fence retention in milliseconds
 -- ARGV[2]  how long lost-lease reasons are kept, in milliseconds
--- ARGV[3]  what follows the token in a lease's keep-alive registry member
+-- ARGV[3]  what precedes the token in a lease's keep-alive registry member
+-- ARGV[4]  what follows the token in it
 --
 -- Reply: the number of leases removed (0 when none was held).
 local t = redis.call('TIME')
@@ -22,7 +23,7 @@ if #live == 0 then
   return 0
 end
 for _, tok in ipairs(live) do
-  redis.call('ZREM', KEYS[4], tok .. ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3] .. tok .. ARGV[4])
   redis.call('HSET', KEYS[5], tok, 'force_released')
 end
 redis.call('PEXPIRE', KEYS[5], ARGV[2])

@@ -18,7 +18,8 @@
 -- Reply: {status, count, fence, ttl_ms, now_ms, ka_until_ms, ka_heartbeat_ms}
 --   status 1 = renewed, -1 = no such lease (expired, released or
 --   force-released). ka_until_ms is 0 when the lease is not kept alive.
--- A new TTL that ends the lease sooner publishes "shortened" (see renew.lua).
+-- A new TTL that ends the lease sooner publishes "shortened", and a new TTL
+-- reschedules the service's renewals of a keep-alive lease (see renew.lua).
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok = ARGV[1]
@@ -31,6 +32,7 @@ local count, fence, own, untl, hb, kb, owner =
   string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
 untl, hb = tonumber(untl), tonumber(hb)
 local ttl = tonumber(ARGV[2])
+local changed = ttl > 0 and ttl ~= tonumber(own)
 if ttl <= 0 then
   ttl = tonumber(own)
 else
@@ -48,7 +50,10 @@ if untl > 0 then
     redis.call('HSET', KEYS[5], tok, 'max_hold')
     redis.call('PEXPIRE', KEYS[5], ARGV[3])
   end
-  redis.call('ZADD', KEYS[4], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])
+  if changed then
+    -- the next renewal was due on the old TTL's schedule
+    redis.call('ZADD', KEYS[4], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])
+  end
 end
 if now_ms + pttl < expiry then
   redis.call('PUBLISH', KEYS[6], 'shortened')

@@ -97,24 +97,12 @@ func (e *PermitsUnavailableError) Unwrap() error { return store.ErrConflict }
 // semaphore: a semaphore lease is not reentrant. It wraps ErrConflict.
 var ErrTokenInUse = fmt.Errorf("%w: the token already holds a lease on this semaphore; a lease is one acquisition, acquire with another token", store.ErrConflict)
 
-// semKeys names the keys of one semaphore, all under the hash tag {name}.
-type semKeys struct {
-	capacity string // hash: p permits, f last fence, m fair
-	holders  string // zset: token -> expiry (ms)
-	leases   string // hash: token -> count, fence, ttl, keep-alive, owner
-	waiters  string // zset: waiter token -> deadline (ms)
-	queue    string // list: fair waiters in arrival order
-	lost     string // hash: token -> why that token lost its lease
-	channel  string // pub/sub channel for wake-ups
-	name     string
-}
-
-// semKeys names the keys of the semaphore called name.
-func (s *Service) semKeys(name string) semKeys {
-	k := func(part string) string { return s.prefix + "sem:" + part + "{" + name + "}" }
-	return semKeys{capacity: k(""), holders: k("holders:"), leases: k("leases:"), waiters: k("waiters:"),
-		queue: k("queue:"), lost: k("lost:"), channel: k("wake:"), name: name}
-}
+// semKeys names the keys of the semaphore called name (keysOf, kind
+// "sem"). Its lock key is the capacity record (hash: p permits, f last
+// fence, m fair), holders map a token to its lease's expiry and leases to
+// its count, fence, TTL, keep-alive and owner; the fence key is not used:
+// the capacity record keeps the fence.
+func (s *Service) semKeys(name string) lockKeys { return keysOf(s.prefix, kindSem, name) }
 
 // SemaphoreKeys are the Redis keys of one semaphore, as the service names
 // them: for whoever looks at its state in Redis from outside the service.
@@ -124,16 +112,13 @@ type SemaphoreKeys struct {
 
 // SemaphoreKeysOf names the keys of the semaphore called name under the key prefix.
 func SemaphoreKeysOf(prefix, name string) SemaphoreKeys {
-	k := (&Service{prefix: prefix}).semKeys(name)
-	return SemaphoreKeys{Capacity: k.capacity, Holders: k.holders, Leases: k.leases, Waiters: k.waiters,
+	k := keysOf(prefix, kindSem, name)
+	return SemaphoreKeys{Capacity: k.lock, Holders: k.holders, Leases: k.leases, Waiters: k.waiters,
 		Queue: k.queue, Lost: k.lost, Channel: k.channel}
 }
 
 // semMember names a semaphore lease in the keep-alive registry.
-func semMember(token, name string) string { return token + semMemberSuffix(name) }
-
-// semMemberSuffix is what follows the token in a semaphore lease's registry member.
-func semMemberSuffix(name string) string { return ":sem:" + name }
+func semMember(token, name string) string { return kindSem.member(token, name) }
 
 // checkSemaphore validates a semaphore acquire and fills in its defaults.
 // It reports whether the service generated the token.

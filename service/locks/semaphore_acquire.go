@@ -54,9 +54,9 @@ type semResult struct {
 
 // semAttempt is one run of sem_acquire.lua. waiterTimeout > 0 registers the
 // caller as a waiter for that long when it is not granted.
-func (s *Service) semAttempt(ctx context.Context, k semKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
+func (s *Service) semAttempt(ctx context.Context, k lockKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
 	res, err := s.st.RunReplicated(ctx, semAcquireScript,
-		[]string{k.capacity, k.holders, k.leases, k.waiters, k.queue, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(), k.lost, k.channel},
 		semAcquireArgs(s.cfg, req, semMember(req.Token, k.name), waiterTimeout)...)
 	if err != nil {
 		return semResult{}, err
@@ -98,7 +98,7 @@ func (s *Service) semOutcome(name string, req SemaphoreRequest, r semResult) (Se
 // permits while ctx ended (the client went away): then, under a token the
 // service generated, the lease is given back and ctx's error returned (see
 // handOut).
-func (s *Service) semHandOut(ctx context.Context, k semKeys, req SemaphoreRequest, ownToken bool, r semResult) (SemaphoreLease, error) {
+func (s *Service) semHandOut(ctx context.Context, k lockKeys, req SemaphoreRequest, ownToken bool, r semResult) (SemaphoreLease, error) {
 	lease, err := s.semOutcome(k.name, req, r)
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		if !ownToken {
@@ -115,7 +115,7 @@ func (s *Service) semHandOut(ctx context.Context, k semKeys, req SemaphoreReques
 // semGiveBack releases, in the background and best effort, the lease a
 // failed attempt may have been granted under a token the service generated
 // (see giveBack: the same reasoning holds).
-func (s *Service) semGiveBack(ctx context.Context, k semKeys, token string, ownToken bool, err error) {
+func (s *Service) semGiveBack(ctx context.Context, k lockKeys, token string, ownToken bool, err error) {
 	if !ownToken || store.IsServerError(err) {
 		return
 	}
@@ -132,7 +132,7 @@ func (s *Service) semGiveBack(ctx context.Context, k semKeys, token string, ownT
 // Redis call runs under one deadline: the wait plus one Redis timeout.
 // A release wakes the waiters of this process whose counts fit in the
 // permits it freed (see semWakes); the script says which of them get them.
-func (s *Service) semWaiting(ctx context.Context, k semKeys, req SemaphoreRequest, ownToken bool) (lease SemaphoreLease, err error) {
+func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreRequest, ownToken bool) (lease SemaphoreLease, err error) {
 	waitEnd := time.Now().Add(req.Wait)
 	callDeadline := waitEnd.Add(s.opTimeout)
 	calls, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)

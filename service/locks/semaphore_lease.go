@@ -24,10 +24,14 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 			return SemaphoreLease{}, err
 		}
 	}
-	k := s.semKeys(name)
+	return s.renewSemaphore(ctx, s.semKeys(name), token, ttl)
+}
+
+// renewSemaphore is RenewSemaphore on validated input.
+func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semRenewScript,
-		[]string{k.capacity, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semRenewArgs(s.cfg, token, semMember(token, name), ttl)...)
+		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		semRenewArgs(s.cfg, token, semMember(token, k.name), ttl)...)
 	if err != nil {
 		return SemaphoreLease{}, err
 	}
@@ -38,7 +42,7 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	if err := ownerStatus(v[0]); err != nil {
 		return SemaphoreLease{}, err
 	}
-	return SemaphoreLease{Name: name, Token: token, Count: v[1], Fence: v[2],
+	return SemaphoreLease{Name: k.name, Token: token, Count: v[1], Fence: v[2],
 		TTL:       time.Duration(v[3]) * time.Millisecond,
 		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
 		Keepalive: keepaliveOf(v[5], v[6], v[4])}, nil
@@ -52,10 +56,14 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 	if err := checkNameToken(name, token); err != nil {
 		return 0, err
 	}
-	k := s.semKeys(name)
+	return s.releaseSemaphore(ctx, s.semKeys(name), token)
+}
+
+// releaseSemaphore is ReleaseSemaphore on validated input.
+func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semReleaseScript,
-		[]string{k.capacity, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semReleaseArgs(token, semMember(token, name))...)
+		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		semReleaseArgs(token, semMember(token, k.name))...)
 	if err != nil {
 		return 0, err
 	}
@@ -81,8 +89,8 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 	}
 	k := s.semKeys(name)
 	res, err := s.st.RunReplicated(ctx, semForceReleaseScript,
-		[]string{k.capacity, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semForceReleaseArgs(s.cfg, semMemberSuffix(name))...)
+		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		semForceReleaseArgs(s.cfg, name)...)
 	if err != nil {
 		return 0, err
 	}
@@ -106,7 +114,7 @@ func (s *Service) SetSemaphorePermits(ctx context.Context, name string, permits 
 		return SemaphoreState{}, err
 	}
 	k := s.semKeys(name)
-	if _, err := s.st.RunReplicated(ctx, semSetPermitsScript, []string{k.capacity, k.channel},
+	if _, err := s.st.RunReplicated(ctx, semSetPermitsScript, []string{k.lock, k.channel},
 		semSetPermitsArgs(s.cfg, permits)...); err != nil {
 		return SemaphoreState{}, err
 	}
@@ -127,7 +135,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 	}
 	k := s.semKeys(name)
 	res, err := s.st.Run(ctx, semInspectScript,
-		[]string{k.capacity, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
 		semInspectArgs(token, semMember(token, name))...)
 	if err != nil {
 		return SemaphoreState{}, err

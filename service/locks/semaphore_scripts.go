@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
@@ -20,7 +21,7 @@ var (
 
 // semScripts lists the semaphore's scripts, loaded with the others.
 var semScripts = []*store.Script{semAcquireScript, semReleaseScript, semRenewScript, semInspectScript,
-	semForceReleaseScript, semSetPermitsScript, semLeaveScript}
+	semForceReleaseScript, semSetPermitsScript, semLeaveScript, semRenewBatchScript}
 
 // Statuses of sem_acquire.lua's reply.
 const (
@@ -85,11 +86,13 @@ func semInspectArgs(token, member string) []any {
 }
 
 // semForceReleaseArgs is sem_force_release.lua's ARGV.
-func semForceReleaseArgs(cfg Config, memberSuffix string) []any {
+func semForceReleaseArgs(cfg Config, name string) []any {
+	before, after, _ := strings.Cut(semMember("|", name), "|")
 	return []any{
 		cfg.FenceTTL.Milliseconds(), // ARGV[1] fence retention, ms
 		cfg.LostTTL.Milliseconds(),  // ARGV[2] lost-lease reasons' retention, ms
-		memberSuffix,                // ARGV[3] what follows the token in a registry member
+		before,                      // ARGV[3] what precedes the token in a registry member
+		after,                       // ARGV[4] what follows the token in a registry member
 	}
 }
 
