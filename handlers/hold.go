@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -47,19 +48,31 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	wait := parseDuration(req.Wait)
+	return a.streamHold(w, r, name, lockLocation(name), parseDuration(req.Wait),
+		func(ctx context.Context) (*locks.Hold, error) {
+			return a.svc.Hold(ctx, name, locks.AcquireRequest{
+				Token: token,
+				TTL:   parseDuration(req.TTL),
+				Wait:  parseDuration(req.Wait),
+				Fair:  req.Fair != nil && *req.Fair,
+				Owner: req.Owner,
+			})
+		})
+}
+
+// streamHold serves a hold stream of any lock primitive: hold takes the
+// lease (waiting up to wait), then the stream reports it as handleHoldLock
+// says, location naming the lock. Returns the errors of hold (an
+// *interruptedError when a shutdown cut its wait short); once the stream
+// has started it returns nil.
+func (a *api) streamHold(w http.ResponseWriter, r *http.Request, name, location string, wait time.Duration,
+	hold func(context.Context) (*locks.Hold, error)) error {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // the body is read; a hold outlives any read timeout
 	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
 	ctx, cancel := a.untilStopping(r)
 	defer cancel()
-	h, err := a.svc.Hold(ctx, name, locks.AcquireRequest{
-		Token: token,
-		TTL:   parseDuration(req.TTL),
-		Wait:  wait,
-		Fair:  req.Fair != nil && *req.Fair,
-		Owner: req.Owner,
-	})
+	h, err := hold(ctx)
 	if err != nil {
 		return waitError(ctx, err)
 	}
@@ -69,7 +82,7 @@ func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.Header().Set("Lock-Token", lease.Token)
-	w.Header().Set("Location", lockLocation(name))
+	w.Header().Set("Location", location)
 	w.WriteHeader(http.StatusOK)
 
 	// release ends the hold and tells the client, when it is still there

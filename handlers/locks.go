@@ -39,6 +39,7 @@ type leaseResponse struct {
 	ExpiresAt time.Time          `json:"expires_at"`
 	Reentrant bool               `json:"reentrant"`
 	Keepalive *keepaliveResponse `json:"keepalive,omitempty"`
+	Mode      string             `json:"mode,omitempty"` // a read/write lock's lease
 }
 
 // lockStateResponse is the answer to GET /v1/locks/{name}. It never holds a token.
@@ -67,7 +68,7 @@ type releaseResponse struct {
 func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 	resp := leaseResponse{Name: l.Name, Fence: l.Fence, HoldCount: l.HoldCount,
 		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant,
-		Keepalive: toKeepaliveResponse(l.Keepalive)}
+		Keepalive: toKeepaliveResponse(l.Keepalive), Mode: string(l.Mode)}
 	if withToken {
 		resp.Token = l.Token
 	}

@@ -48,6 +48,7 @@ const (
 	permitsUnavailable
 	tokenInUse
 	lockModeMismatch
+	upgradeNotSupported
 	notOwner
 	invalidRequest
 	leaseNotFound
@@ -92,6 +93,8 @@ var problemTypes = [...]problemRow{
 		match: is(locks.ErrTokenInUse), detail: fixed("the Lock-Token already holds a lease on this semaphore: a lease is one acquisition, send another token or none")},
 	lockModeMismatch: {typ: "lock-mode-mismatch", title: "Lock is in the other mode (fair or not)", status: http.StatusConflict,
 		match: as[*locks.ModeError](), detail: modeMismatchDetail},
+	upgradeNotSupported: {typ: "upgrade-not-supported", title: "Read lease cannot be upgraded to write", status: http.StatusConflict,
+		match: as[*locks.UpgradeError](), detail: fixed("the token holds the read lease: release it, then ask for the write lease")},
 	notOwner: {typ: "not-owner", title: "Lock-Token does not own this lease", status: http.StatusConflict,
 		match: is(locks.ErrNotOwner), detail: fixed("the lease is held by another token")},
 	invalidRequest: {typ: "invalid-request", title: "Invalid request", status: http.StatusBadRequest,

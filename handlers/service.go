@@ -11,6 +11,7 @@ import (
 // Locks is what the HTTP layer needs from the lock domain. *locks.Service
 // satisfies it; tests use a fake.
 type Locks interface {
+	RWLocks
 	Acquire(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error)
 	Renew(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error)
 	Release(ctx context.Context, name, token string) (locks.Released, error)
@@ -22,6 +23,17 @@ type Locks interface {
 	Ready(ctx context.Context) error
 
 	Semaphores
+}
+
+// RWLocks is what the HTTP layer needs of read/write locks. Locks embeds it.
+type RWLocks interface {
+	AcquireRW(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error)
+	RenewRW(ctx context.Context, name, token string, mode locks.RWMode, ttl time.Duration) (locks.Lease, error)
+	ReleaseRW(ctx context.Context, name, token string, mode locks.RWMode) (locks.Released, error)
+	ForceReleaseRW(ctx context.Context, name string) (bool, error)
+	InspectRW(ctx context.Context, name, token string) (locks.RWState, error)
+	// HoldRW acquires a read or write lease that the service renews until Close.
+	HoldRW(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
 }
 
 // RateLimits is what the HTTP layer needs from the rate-limit domain.

@@ -34,6 +34,7 @@ type fakeService struct {
 	InspectFn      func(ctx context.Context, name, token string) (locks.LockState, error)
 	ReadyFn        func(ctx context.Context) error
 	HoldFn         func(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
+	fakeRW         // the read/write lock's methods (rwlocks_test.go)
 
 	PolicyFn func(name string) (ratelimit.Policy, error)
 	CheckFn  func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)

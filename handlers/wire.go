@@ -74,6 +74,10 @@ func appendLeaseJSON(b []byte, l leaseResponse) []byte {
 		}
 		b = append(b, '}')
 	}
+	if l.Mode != "" {
+		b = append(b, `,"mode":`...)
+		b = appendJSONString(b, l.Mode)
+	}
 	return append(b, "}\n"...)
 }
 

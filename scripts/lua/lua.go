@@ -104,3 +104,44 @@ var SemLeave string
 //
 //go:embed sem_renew_batch.lua
 var SemRenewBatch string
+
+// RWLib holds the helpers every read/write lock script (RW*) runs with:
+// each of them is RWLib followed by its own file.
+//
+//go:embed rw_lib.lua
+var RWLib string
+
+// RWAcquire takes a read or write lease of a read/write lock, or re-enters it.
+//
+//go:embed rw_acquire.lua
+var RWAcquire string
+
+// RWRelease drops one hold of a read or write lease.
+//
+//go:embed rw_release.lua
+var RWRelease string
+
+// RWRenew extends a token's leases of a read/write lock.
+//
+//go:embed rw_renew.lua
+var RWRenew string
+
+// RWInspect reads the state of a read/write lock without changing it.
+//
+//go:embed rw_inspect.lua
+var RWInspect string
+
+// RWForceRelease evicts every holder of a read/write lock and bumps its fence.
+//
+//go:embed rw_force_release.lua
+var RWForceRelease string
+
+// RWLeave removes a waiter of a read/write lock that gives up.
+//
+//go:embed rw_leave.lua
+var RWLeave string
+
+// RWRenewBatch renews a batch of keep-alive leases of read/write locks.
+//
+//go:embed rw_renew_batch.lua
+var RWRenewBatch string

@@ -43,3 +43,17 @@ func (e *HeldError) Error() string { return "service: lock " + e.Name + " is hel
 
 // Unwrap makes errors.Is(err, ErrConflict) true.
 func (e *HeldError) Unwrap() error { return store.ErrConflict }
+
+// UpgradeError reports a token holding the read lease of a read/write lock
+// that asked for its write lease: upgrades are refused, as two readers
+// upgrading at once would deadlock. It wraps ErrConflict.
+type UpgradeError struct {
+	Name string
+}
+
+func (e *UpgradeError) Error() string {
+	return "service: read/write lock " + e.Name + ": the token holds the read lease; release it before asking for write"
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (e *UpgradeError) Unwrap() error { return store.ErrConflict }

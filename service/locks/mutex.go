@@ -35,6 +35,10 @@ type AcquireRequest struct {
 	// Inspect to anyone. Empty means none. A re-entry keeps the owner the
 	// lease was first granted with.
 	Owner string
+
+	// Mode is the lease asked of a read/write lock (AcquireRW); other
+	// primitives take none.
+	Mode RWMode
 }
 
 // Lease is a granted lock lease.
@@ -47,12 +51,14 @@ type Lease struct {
 	ExpiresAt time.Time  // computed from the Redis clock
 	Reentrant bool       // true when an existing lease was re-entered
 	Keepalive *Keepalive // set when the service keeps the lease alive
+	Mode      RWMode     // a read/write lock's lease: read or write; else empty
 }
 
 // Released is the outcome of a release.
 type Released struct {
-	Released  bool  // true when the lock is now free
-	HoldCount int64 // holds that remain
+	Released  bool   // true when the lease is now gone (the lock free, for the exclusive lock)
+	HoldCount int64  // holds that remain
+	Mode      RWMode // a read/write lock's lease that was released; else empty
 }
 
 // LockState is what inspection reveals about a lock. It never includes the
@@ -186,6 +192,8 @@ type attemptResult struct {
 	recheck   time.Duration // when not granted: retry by then without a wake-up
 	fair      bool          // the lock's mode
 	keepalive *Keepalive    // a granted keep-alive lease's bounds
+	mode      RWMode        // the lease's mode (read/write lock)
+	refused   error         // a primitive's own refusal (ErrConflict), when status is acquireRefused
 }
 
 // granted reports a grant, new or reentrant.
@@ -206,6 +214,9 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 	case acquireModeMismatch:
 		s.metrics.conflicts.Inc()
 		return Lease{}, &ModeError{Name: name, Fair: r.fair}
+	case acquireRefused:
+		s.metrics.conflicts.Inc()
+		return Lease{}, r.refused
 	}
 	lease := Lease{
 		Name: name, Token: token, Fence: r.fence, HoldCount: r.holdCount,
@@ -213,6 +224,7 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 		ExpiresAt: time.UnixMilli(r.nowMS + r.ttl.Milliseconds()).UTC(),
 		Reentrant: r.status == acquireReentered,
 		Keepalive: r.keepalive,
+		Mode:      r.mode,
 	}
 	if lease.Reentrant {
 		s.metrics.grants.WithLabelValues("reentrant").Inc()

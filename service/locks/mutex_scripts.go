@@ -8,6 +8,7 @@ const (
 	acquireReentered    = 2  // the token owned the lease: a reentrant grant
 	acquireNotGranted   = 0  // held by another token, or a fair queue's head goes first
 	acquireModeMismatch = -3 // the lock is fair and the caller is not, or the other way round
+	acquireRefused      = -4 // refused by a rule of the primitive (attemptResult.refused says which)
 )
 
 // acquireArgs is acquire.lua's ARGV. waiterTimeout > 0 registers the caller

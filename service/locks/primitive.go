@@ -61,6 +61,8 @@ func (s *Service) primitive(k kind) (primitive, bool) {
 		return s.mutex, true
 	case kindSem:
 		return semaphore{s}, true
+	case kindRW:
+		return s.rwlock, true
 	}
 	return nil, false
 }

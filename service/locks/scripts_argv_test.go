@@ -61,6 +61,13 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		{"leave.lua", lua.Leave, leaveArgs(req.Token), 0},
 		{"keepalive_due.lua", lua.KeepaliveDue, keepaliveDueArgs(10), 0},
 		{"renew_batch.lua", lua.RenewBatch, renewBatchArgs(cfg, members), len(members)},
+		{"rw_acquire.lua", lua.RWAcquire, rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
+		{"rw_release.lua", lua.RWRelease, rwReleaseArgs("orders", req.Token, ModeRead), 0},
+		{"rw_renew.lua", lua.RWRenew, rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
+		{"rw_inspect.lua", lua.RWInspect, rwInspectArgs("orders", req.Token), 0},
+		{"rw_force_release.lua", lua.RWForceRelease, rwForceReleaseArgs(cfg, "orders"), 0},
+		{"rw_leave.lua", lua.RWLeave, leaveArgs(req.Token), 0},
+		{"rw_renew_batch.lua", lua.RWRenewBatch, renewBatchArgs(cfg, members), len(members)},
 	}
 	for _, tt := range tests {
 		fixed, per := argvLayout(t, tt.name, tt.src)

@@ -46,7 +46,9 @@ type Service struct {
 	metrics   *metrics
 	ka        *keepaliveMetrics
 	sub       *subscriber
-	mutex     primitive     // the exclusive lock (mutex.go)
+	mutex     primitive // the exclusive lock (mutex.go)
+	rwlock    primitive // the read/write lock (rwlock.go)
+	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
@@ -69,12 +71,14 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	sc := st.Config()
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
-	s.mutex = mutex{s}
+	s.mutex, s.rwlock = mutex{s}, rwlock{s}
+	s.rw = newRWMetrics(cfg.Registerer)
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(semScripts...)
+	st.Register(rwScripts...)
 	return s, nil
 }
 

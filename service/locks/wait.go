@@ -98,7 +98,7 @@ func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, r
 			// When the client went away during the attempt, it takes nothing.
 			return s.handOut(ctx, p, k, req.Token, ownToken, r)
 		}
-		if r.status == acquireModeMismatch || final {
+		if r.status == acquireModeMismatch || r.status == acquireRefused || final {
 			registered = registered || r.status == acquireNotGranted && waiterTimeout > 0
 			return s.outcome(name, req.Token, r)
 		}

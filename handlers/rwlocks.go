@@ -1,0 +1,202 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/latchkey/latchkey/service/locks"
+)
+
+// rwAcquireRequest is the body of POST /v1/rwlocks/{name}: the mode
+// (required) and the acquire fields of a lock.
+type rwAcquireRequest struct {
+	Mode string `json:"mode" validate:"required,oneof=read write"`
+	acquireRequest
+}
+
+// rwHoldRequest is the body of POST /v1/rwlocks/{name}/hold.
+type rwHoldRequest struct {
+	Mode string `json:"mode" validate:"required,oneof=read write"`
+	holdRequest
+}
+
+// rwStateResponse is the answer to GET /v1/rwlocks/{name}. It never holds a token.
+type rwStateResponse struct {
+	Name       string             `json:"name"`
+	WriteHeld  bool               `json:"write_held"`
+	Readers    int64              `json:"readers"`
+	Fence      int64              `json:"fence"`
+	Waiters    rwWaitersResponse  `json:"waiters"`
+	Fair       bool               `json:"fair"`
+	Owned      *bool              `json:"owned,omitempty"`
+	Mode       string             `json:"mode,omitempty"`
+	Modes      []string           `json:"modes,omitempty"`
+	HoldCount  int64              `json:"hold_count,omitempty"`
+	TTLMS      int64              `json:"ttl_ms,omitempty"`
+	ExpiresAt  *time.Time         `json:"expires_at,omitempty"`
+	Keepalive  *keepaliveResponse `json:"keepalive,omitempty"`
+	Owner      string             `json:"owner,omitempty"`
+	LostReason string             `json:"lost_reason,omitempty"`
+}
+
+// rwWaitersResponse counts a read/write lock's waiters by mode.
+type rwWaitersResponse struct {
+	Read  int64 `json:"read"`
+	Write int64 `json:"write"`
+}
+
+// rwReleaseResponse is the answer to DELETE /v1/rwlocks/{name}.
+type rwReleaseResponse struct {
+	Released  bool   `json:"released"`
+	HoldCount int64  `json:"hold_count"`
+	Mode      string `json:"mode"`
+}
+
+func rwLockLocation(name string) string { return "/v1/rwlocks/" + url.PathEscape(name) }
+
+// modeParam reads the optional ?mode= naming the lease to release or renew;
+// the service checks it.
+func modeParam(r *http.Request) locks.RWMode { return locks.RWMode(r.URL.Query().Get("mode")) }
+
+// handleAcquireRWLock implements operationId acquireRWLock. Returns the
+// errors of decoding the request and of locks.Service.AcquireRW, or an
+// *interruptedError when a shutdown cut its wait short.
+func (a *api) handleAcquireRWLock(w http.ResponseWriter, r *http.Request) error {
+	var req rwAcquireRequest
+	name, token, err := a.decodeLockRequest(w, r, &req)
+	if err != nil {
+		return err
+	}
+	wait := parseDuration(req.Wait)
+	ctx := r.Context()
+	if wait > 0 {
+		a.allowWait(w, wait)
+		var cancel context.CancelFunc
+		ctx, cancel = a.untilStopping(r)
+		defer cancel()
+	}
+	lease, err := a.svc.AcquireRW(ctx, name, locks.AcquireRequest{
+		Token: token,
+		Mode:  locks.RWMode(req.Mode),
+		TTL:   parseDuration(req.TTL),
+		Wait:  wait,
+		Fair:  req.Fair != nil && *req.Fair,
+
+		Keepalive: req.Keepalive != nil && *req.Keepalive,
+		MaxHold:   parseDuration(req.MaxHold),
+		Heartbeat: parseDuration(req.Heartbeat),
+		Owner:     req.Owner,
+	})
+	if err != nil {
+		return waitError(ctx, err)
+	}
+	w.Header().Set("Lock-Token", lease.Token)
+	w.Header().Set("Location", rwLockLocation(name))
+	status := http.StatusCreated
+	if lease.Reentrant {
+		status = http.StatusOK
+	}
+	writeLeaseJSON(w, status, toLeaseResponse(lease, true))
+	return nil
+}
+
+// handleGetRWLock implements operationId getRWLock. Returns the errors of
+// locks.Service.InspectRW.
+func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
+	name, token := lockName(r), r.Header.Get("Lock-Token")
+	st, err := a.svc.InspectRW(r.Context(), name, token)
+	if err != nil {
+		return err
+	}
+	resp := rwStateResponse{Name: st.Name, WriteHeld: st.WriteHeld, Readers: st.Readers, Fence: st.Fence,
+		Waiters: rwWaitersResponse{Read: st.WaitingReaders, Write: st.WaitingWriters}, Fair: st.Fair,
+		LostReason: st.LostReason}
+	if token != "" {
+		resp.Owned = &st.Owned
+	}
+	if st.Owned {
+		resp.Mode, resp.HoldCount, resp.TTLMS = string(st.Mode), st.HoldCount, st.TTL.Milliseconds()
+		for _, m := range st.Modes {
+			resp.Modes = append(resp.Modes, string(m))
+		}
+		resp.ExpiresAt = &st.ExpiresAt
+		resp.Keepalive = toKeepaliveResponse(st.Keepalive)
+		resp.Owner = st.Owner
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleRenewRWLock implements operationId renewRWLock. Returns the errors
+// of decoding the request and of locks.Service.RenewRW.
+func (a *api) handleRenewRWLock(w http.ResponseWriter, r *http.Request) error {
+	var req renewRequest
+	if err := a.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	token, err := requireToken(r)
+	if err != nil {
+		return err
+	}
+	lease, err := a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), parseDuration(req.TTL))
+	if err != nil {
+		return err
+	}
+	writeLeaseJSON(w, http.StatusOK, toLeaseResponse(lease, false))
+	return nil
+}
+
+// handleReleaseRWLock implements operationId releaseRWLock, and with
+// ?force=true the admin force-release of every holder. Returns the errors
+// of reading the request, a forbidden error without the admin credential,
+// and the errors of locks.Service.ReleaseRW and ForceReleaseRW.
+func (a *api) handleReleaseRWLock(w http.ResponseWriter, r *http.Request) error {
+	name := lockName(r)
+	force, err := forceParam(r)
+	if err != nil {
+		return err
+	}
+	if force {
+		if err := a.checkAdmin(r); err != nil {
+			return err
+		}
+		if _, err := a.svc.ForceReleaseRW(r.Context(), name); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	token, err := requireToken(r)
+	if err != nil {
+		return err
+	}
+	rel, err := a.svc.ReleaseRW(r.Context(), name, token, modeParam(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rwReleaseResponse{Released: rel.Released, HoldCount: rel.HoldCount, Mode: string(rel.Mode)})
+	return nil
+}
+
+// handleHoldRWLock implements operationId holdRWLock: a connection-scoped
+// read or write lease streamed as Server-Sent Events, as handleHoldLock.
+func (a *api) handleHoldRWLock(w http.ResponseWriter, r *http.Request) error {
+	var req rwHoldRequest
+	name, token, err := a.decodeLockRequest(w, r, &req)
+	if err != nil {
+		return err
+	}
+	return a.streamHold(w, r, name, rwLockLocation(name), parseDuration(req.Wait),
+		func(ctx context.Context) (*locks.Hold, error) {
+			return a.svc.HoldRW(ctx, name, locks.AcquireRequest{
+				Token: token,
+				Mode:  locks.RWMode(req.Mode),
+				TTL:   parseDuration(req.TTL),
+				Wait:  parseDuration(req.Wait),
+				Fair:  req.Fair != nil && *req.Fair,
+				Owner: req.Owner,
+			})
+		})
+}

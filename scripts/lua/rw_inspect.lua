@@ -1,0 +1,60 @@
+-- rw_inspect: read the state of a read/write lock (read-only). Expired
+-- leases are not counted, though only a state change removes them.
+--
+-- KEYS[1]  state hash (fields: see rw_acquire.lua)
+-- KEYS[2]  readers zset (token -> expiry, ms)
+-- KEYS[3]  fence counter
+-- KEYS[4]  waiters zset (token -> deadline, ms)
+-- KEYS[5]  queue list ("r<token>" / "w<token>")
+-- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[7]  keep-alive registry (zset)
+-- ARGV[1]  token to look up, or "" for none
+-- ARGV[2]  the token's keep-alive registry member, or ""
+--
+-- Reply: {write_held, readers, fence, now_ms, waiting_readers,
+--         waiting_writers, fair, mode, hold_count, ttl_ms, ka_until_ms,
+--         ka_heartbeat_ms, ka_heartbeat_at_ms, lost_reason, owner}
+--   fence is the writer's fence when write-held, else the last fence issued
+--   (0 when none is known). mode is what the token holds: 0 nothing, 1 the
+--   read lease, 2 the write lease, 3 both; hold_count, ttl_ms, the ka_*
+--   fields and owner are those of its write lease when it holds one, else
+--   of its read lease. lost_reason is why the token lost its lease ("" when
+--   it holds one or nothing is known); a keep-alive lease that is gone
+--   while its registry entry stays ran out before a renewal reached it.
+local S, H, F, W, Q, L, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local tok = ARGV[1]
+local v = redis.call('HMGET', S, 'w', 'wn', 'wf', 'wl', 'wx', 'm', 'wku', 'wkh', 'wkb', 'wo')
+local wx = tonumber(v[5]) or 0
+local write_held = v[1] and wx > now_ms
+local readers = redis.call('ZCOUNT', H, '(' .. now_ms, '+inf')
+local fence = write_held and tonumber(v[3]) or tonumber(redis.call('GET', F) or '0') or 0
+local wr, ww = 0, 0
+local live = {}
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', W, '(' .. now_ms, '+inf')) do live[m] = true end
+for _, e in ipairs(redis.call('LRANGE', Q, 0, -1)) do
+  if live[string.sub(e, 2)] then
+    if string.sub(e, 1, 1) == 'w' then ww = ww + 1 else wr = wr + 1 end
+  end
+end
+local busy = write_held or readers > 0 or wr + ww > 0
+local fair = (busy and v[6] == '1') and 1 or 0
+local mode, n, ttl, ku, kh, kb, owner, lost = 0, 0, 0, 0, 0, 0, '', ''
+if tok ~= '' then
+  local exp = tonumber(redis.call('ZSCORE', H, tok))
+  if exp and exp > now_ms then
+    local r = rw_reader(redis.call('HGET', S, tok))
+    mode, n, ttl, ku, kh, kb, owner = 1, r.n, exp - now_ms, r.ku, r.kh, r.kb, r.o
+  end
+  if write_held and v[1] == tok then
+    mode = mode + 2
+    n, ttl, owner = tonumber(v[2]), wx - now_ms, v[10] or ''
+    ku, kh, kb = tonumber(v[7]) or 0, tonumber(v[8]) or 0, tonumber(v[9]) or 0
+  end
+  if mode == 0 then
+    lost = redis.call('HGET', L, tok) or ''
+    if lost == '' and ARGV[2] ~= '' and redis.call('ZSCORE', R, ARGV[2]) then
+      lost = 'expired'
+    end
+  end
+end
+return {write_held and 1 or 0, readers, fence, now_ms, wr, ww, fair, mode, n, ttl, ku, kh, kb, lost, owner}

@@ -1,0 +1,17 @@
+-- rw_leave: a waiter of a read/write lock gives up (its wait ended or its
+-- client went away). It is removed from the waiters and the queue; when it
+-- was queued, the remaining waiters are woken (readers queued behind a
+-- departing writer may now go).
+--
+-- KEYS[1]  waiters zset (member = waiter token)
+-- KEYS[2]  queue list ("r<token>" / "w<token>")
+-- KEYS[3]  pub/sub channel that waiters of this lock listen on
+-- ARGV[1]  waiter token
+--
+-- Reply: 1 when the waiter was registered, 0 when it was not.
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+local queued = redis.call('LREM', KEYS[2], 0, 'r' .. ARGV[1]) + redis.call('LREM', KEYS[2], 0, 'w' .. ARGV[1])
+if queued > 0 then
+  redis.call('PUBLISH', KEYS[3], 'left')
+end
+return removed

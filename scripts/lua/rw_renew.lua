@@ -1,0 +1,86 @@
+-- rw_renew: extend a token's leases of a read/write lock (its write lease,
+-- its read lease, or both). On a keep-alive lease this is also the
+-- holder's heartbeat, and the TTL never reaches past its max-hold deadline.
+--
+-- KEYS[1]  state hash (fields: see rw_acquire.lua)
+-- KEYS[2]  readers zset (token -> expiry, ms)
+-- KEYS[3]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[4]  keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[5]  pub/sub channel that waiters and hold streams listen on
+-- KEYS[6]  fence counter; kept for the fence retention
+-- KEYS[7]  waiters zset (token -> deadline, ms)
+-- ARGV[1]  token (base64url)
+-- ARGV[2]  new lease TTL in milliseconds; 0 renews for each lease's own TTL
+-- ARGV[3]  how long lost-lease reasons are kept, in milliseconds
+-- ARGV[4]  keep-alive registry member ("rw/<token>:<name>")
+-- ARGV[5]  fence retention in milliseconds
+-- ARGV[6]  mode: "w", "r", or "" for every lease the token holds
+--
+-- Reply: {status, hold_count, fence, ttl_ms, now_ms, ka_until_ms,
+--         ka_heartbeat_ms, mode}
+--   status 1 = renewed, -1 = no such lease and nobody holds the lock,
+--   -2 = no such lease and another token holds it. The other fields are
+--   those of the write lease when it was renewed, else the read lease's;
+--   mode 1 = read, 2 = write. A new TTL that ends a lease sooner publishes
+--   "shortened" on the channel.
+local S, H, L, R, C, F, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local tok, mode = ARGV[1], ARGV[6]
+local writer, readers = rw_prune(S, H)
+local want_w = (mode == 'w' or mode == '') and writer == tok
+local rv = (mode == 'r' or mode == '') and readers > 0 and redis.call('HGET', S, tok)
+if not want_w and not rv then
+  if writer or readers > 0 then
+    return {-2, 0, 0, 0, now_ms, 0, 0, 0}
+  end
+  return {-1, 0, 0, 0, now_ms, 0, 0, 0}
+end
+local ask = tonumber(ARGV[2])
+local shortened, due = false, nil
+-- renew gives one lease its new expiry; returns its TTL (ms)
+local function renew(lttl, untl, old_exp)
+  local pttl = lttl
+  if untl and untl > 0 then
+    if redis.call('HGET', L, tok) == 'heartbeat_missed' then
+      redis.call('HDEL', L, tok)
+    end
+    if untl - now_ms < lttl then
+      pttl = math.max(untl - now_ms, 1)
+      redis.call('HSET', L, tok, 'max_hold')
+      redis.call('PEXPIRE', L, ARGV[3])
+    end
+    local d = math.min(now_ms + math.max(math.floor(lttl / 3), 1), untl)
+    if not due or d < due then due = d end
+  end
+  if now_ms + pttl < old_exp then shortened = true end
+  return pttl
+end
+local out
+if rv then
+  local r = rw_reader(rv)
+  local lttl = ask > 0 and ask or r.l
+  r.l = lttl
+  if r.ku > 0 then r.kb = now_ms end
+  local pttl = renew(lttl, r.ku, tonumber(redis.call('ZSCORE', H, tok)))
+  redis.call('HSET', S, tok, rw_packed(r))
+  redis.call('ZADD', H, now_ms + pttl, tok)
+  out = {1, r.n, tonumber(r.f), pttl, now_ms, r.ku, r.kh, 1}
+end
+if want_w then
+  local v = redis.call('HMGET', S, 'wn', 'wf', 'wl', 'wx', 'wku', 'wkh')
+  local lttl = ask > 0 and ask or tonumber(v[3])
+  local untl = tonumber(v[5])
+  if untl then redis.call('HSET', S, 'wkb', now_ms) end
+  local pttl = renew(lttl, untl, tonumber(v[4]))
+  redis.call('HSET', S, 'wl', lttl, 'wx', now_ms + pttl)
+  out = {1, tonumber(v[1]), tonumber(v[2]), pttl, now_ms, untl or 0, tonumber(v[6]) or 0, 2}
+end
+if due and ask > 0 then
+  -- the next renewal was due on the old TTL's schedule
+  redis.call('ZADD', R, due, ARGV[4])
+end
+rw_settle(S, H, W)
+redis.call('PEXPIRE', F, ARGV[5])
+if shortened then
+  redis.call('PUBLISH', C, 'shortened')
+end
+return out

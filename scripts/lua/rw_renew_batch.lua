@@ -1,0 +1,126 @@
+-- rw_renew_batch: renew a batch of keep-alive leases of read/write locks in
+-- one call, as renew_batch.lua does for the exclusive lock. A registry entry
+-- "rw/<token>:<name>" stands for every kept-alive lease the token holds on
+-- that lock (its write lease, its read lease, or both during a downgrade):
+-- each is checked against its own bounds and renewed, or lost.
+--
+-- KEYS[1]      keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[3i-1]   state hash of entry i's lock (fields: see rw_acquire.lua)
+-- KEYS[3i]     readers zset of entry i's lock
+-- KEYS[3i+1]   lost-lease reasons of entry i's lock (hash: token -> reason)
+-- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
+-- ARGV[1+i]    registry member of entry i ("rw/<token>:<name>")
+--
+-- Reply: {now_ms, code1, lag1_ms, reason1, ...} with renew_batch.lua's codes:
+--   0 skipped (not due or not registered), 1 renewed, 2 heartbeat missed,
+--   3 lost (reason says why), 4 dropped (no lease is kept alive).
+local keep = ARGV[1]
+local out = {now_ms}
+local function lose(lost, tok, reason)
+  redis.call('HSET', lost, tok, reason)
+  redis.call('PEXPIRE', lost, keep)
+end
+for i = 1, #ARGV - 1 do
+  local m = ARGV[1 + i]
+  local S, H, L = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local due = tonumber(redis.call('ZSCORE', KEYS[1], m))
+  local code, lag, reason = 0, 0, ''
+  if due and due <= now_ms then
+    lag = now_ms - due
+    local tok = string.match(m, '^%a+/([^:]+):')
+    local ok, err = pcall(function()
+      -- the token's kept-alive leases: {ttl, until, hb, hb_at, set(expiry)}
+      local leases = {}
+      local any = false
+      local v = redis.call('HMGET', S, 'w', 'wx', 'wl', 'wku', 'wkh', 'wkb')
+      if v[1] == tok and (tonumber(v[2]) or 0) > now_ms then
+        any = true
+        if v[4] then
+          leases[#leases + 1] = {ttl = tonumber(v[3]), untl = tonumber(v[4]), hb = tonumber(v[5]) or 0,
+            hb_at = tonumber(v[6]) or 0, w = true}
+        end
+      end
+      local exp = tonumber(redis.call('ZSCORE', H, tok))
+      if exp and exp > now_ms then
+        any = true
+        local r = rw_reader(redis.call('HGET', S, tok))
+        if r.ku > 0 then
+          leases[#leases + 1] = {ttl = r.l, untl = r.ku, hb = r.kh, hb_at = r.kb, w = false}
+        end
+      end
+      if not any then
+        code, reason = 3, redis.call('HGET', L, tok) or 'expired'
+        lose(L, tok, reason)
+        redis.call('ZREM', KEYS[1], m)
+        return
+      end
+      if #leases == 0 then
+        code = 4
+        redis.call('ZREM', KEYS[1], m)
+        return
+      end
+      local nxt, renewed, missed, upto = nil, false, false, 0
+      for _, l in ipairs(leases) do
+        if now_ms >= l.untl then
+          reason = 'max_hold'
+          lose(L, tok, reason)
+          if l.w then
+            redis.call('HDEL', S, unpack(rw_writer_fields))
+          else
+            redis.call('HDEL', S, tok)
+            redis.call('ZREM', H, tok)
+          end
+        elseif l.hb > 0 and now_ms - l.hb_at > l.hb then
+          missed = true
+          reason = 'heartbeat_missed'
+          lose(L, tok, reason)
+          local e = l.w and tonumber(v[2]) or exp
+          if not nxt or e < nxt then nxt = e end
+        else
+          renewed = true
+          local pttl, d = l.ttl, now_ms + math.max(math.floor(l.ttl / 3), 1)
+          if l.untl - now_ms <= l.ttl then
+            pttl, d, reason = l.untl - now_ms, l.untl, 'max_hold'
+            lose(L, tok, reason)
+          end
+          if l.w then
+            redis.call('HSET', S, 'wx', now_ms + pttl)
+          else
+            redis.call('ZADD', H, now_ms + pttl, tok)
+          end
+          upto = math.max(upto, pttl)
+          if not nxt or d < nxt then nxt = d end
+        end
+      end
+      if renewed then
+        code = 1
+        if reason == 'heartbeat_missed' then reason = '' end
+      elseif missed then
+        code = 2
+      else
+        code = 3
+      end
+      if nxt then
+        redis.call('ZADD', KEYS[1], math.max(nxt, now_ms + 1), m)
+      else
+        redis.call('ZREM', KEYS[1], m)
+      end
+      -- the keys live at least as long as the renewed leases (waiters may
+      -- need them longer: never shortened here)
+      for _, k in ipairs({S, H}) do
+        local pt = redis.call('PTTL', k)
+        if pt >= 0 and pt < upto then redis.call('PEXPIRE', k, upto) end
+      end
+    end)
+    if not ok then
+      -- not a read/write lock's keys (written by something else): drop the
+      -- entry rather than fail the whole batch on it, every time
+      code, reason = 4, ''
+      redis.call('ZREM', KEYS[1], m)
+    end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = lag
+  out[#out + 1] = reason
+end
+return out

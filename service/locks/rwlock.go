@@ -1,0 +1,373 @@
+package locks
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RWMode is the lease a read/write lock hands out: many readers or one writer.
+type RWMode string
+
+// The modes of a read/write lock's leases.
+const (
+	ModeRead  RWMode = "read"
+	ModeWrite RWMode = "write"
+)
+
+// RWState is what inspection reveals about a read/write lock. It never
+// includes a holder's token.
+type RWState struct {
+	Name           string
+	WriteHeld      bool
+	Readers        int64 // read leases that have not expired
+	Fence          int64 // the writer's fence when write-held, else the last fence issued
+	WaitingReaders int64
+	WaitingWriters int64
+	Fair           bool // held or waited for in fair mode
+
+	// With a token: what it holds (Mode is write when it holds both, during
+	// a downgrade; Modes lists both), and that lease's hold count, TTL,
+	// keep-alive and owner text.
+	Owned      bool
+	Mode       RWMode
+	Modes      []RWMode
+	HoldCount  int64
+	TTL        time.Duration
+	ExpiresAt  time.Time
+	Keepalive  *Keepalive
+	Owner      string
+	LostReason string // why the token lost its lease, when it holds none and that is known
+}
+
+// rwlock is the read/write lock as a primitive (see primitive.go).
+type rwlock struct{ s *Service }
+
+func (rwlock) kind() kind { return kindRW }
+
+// broadcast: a release may let many readers in at once.
+func (rwlock) broadcast(AcquireRequest) bool { return true }
+
+func (l rwlock) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
+	s := l.s
+	res, err := s.st.RunReplicated(ctx, rwAcquireScript,
+		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost, k.holders},
+		rwAcquireArgs(s.cfg, req, k.name, waiterTimeout, keepTTL)...)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	v, err := store.Int64s("rw_acquire", res, 9)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	r := attemptResult{status: v[0], holdCount: v[1], fence: v[2],
+		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
+		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
+		keepalive: keepaliveOf(v[7], v[8], v[4]), mode: req.Mode}
+	if r.status == rwUpgradeRefused {
+		r.status, r.refused = acquireRefused, &UpgradeError{Name: k.name}
+	}
+	return r, nil
+}
+
+func (l rwlock) release(ctx context.Context, k lockKeys, token string) (Released, error) {
+	return l.releaseMode(ctx, k, token, "")
+}
+
+// releaseMode drops one hold of token's lease of mode ("": its write lease
+// when it holds one, else its read lease).
+func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode RWMode) (Released, error) {
+	s := l.s
+	res, err := s.st.RunReplicated(ctx, rwReleaseScript,
+		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(), k.lost},
+		rwReleaseArgs(k.name, token, mode)...)
+	if err != nil {
+		return Released{}, err
+	}
+	v, err := store.Int64s("rw_release", res, 3)
+	if err != nil {
+		return Released{}, err
+	}
+	if err := ownerStatus(v[0]); err != nil {
+		return Released{}, err
+	}
+	m := modeOf(v[2])
+	s.rw.releases.WithLabelValues(string(m), releaseKind(v[1])).Inc()
+	return Released{Released: v[1] == 0, HoldCount: v[1], Mode: m}, nil
+}
+
+// releaseKind labels a release that leaves holds holds.
+func releaseKind(holds int64) string {
+	if holds == 0 {
+		return "final"
+	}
+	return "partial"
+}
+
+func (l rwlock) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
+	return l.renewMode(ctx, k, token, "", ttl)
+}
+
+// renewMode extends token's lease of mode ("": every lease it holds).
+func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RWMode, ttl time.Duration) (Lease, error) {
+	s := l.s
+	res, err := s.st.RunReplicated(ctx, rwRenewScript,
+		[]string{k.lock, k.holders, k.lost, s.registryKey(), k.channel, k.fence, k.waiters},
+		rwRenewArgs(s.cfg, k.name, token, mode, ttl)...)
+	if err != nil {
+		return Lease{}, err
+	}
+	v, err := store.Int64s("rw_renew", res, 8)
+	if err != nil {
+		return Lease{}, err
+	}
+	if err := ownerStatus(v[0]); err != nil {
+		return Lease{}, err
+	}
+	var ka *Keepalive
+	if v[5] > 0 {
+		ka = keepaliveOf(v[5], v[6], v[4]) // the renewal is the heartbeat
+	}
+	return Lease{
+		Name: k.name, Token: token, HoldCount: v[1], Fence: v[2],
+		TTL:       time.Duration(v[3]) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
+		Keepalive: ka, Mode: modeOf(v[7]),
+	}, nil
+}
+
+func (l rwlock) lostReason(ctx context.Context, k lockKeys, token string) string {
+	st, err := l.inspect(ctx, k, token)
+	if err != nil {
+		return ""
+	}
+	return st.LostReason
+}
+
+func (l rwlock) leave(ctx context.Context, k lockKeys, token string) error {
+	_, err := l.s.st.Run(ctx, rwLeaveScript, []string{k.waiters, k.queue, k.channel}, leaveArgs(token)...)
+	return err
+}
+
+func (rwlock) batchScript() *store.Script { return rwRenewBatchScript }
+
+func (rwlock) batchKeys(keys []string, k lockKeys) []string {
+	return append(keys, k.lock, k.holders, k.lost)
+}
+
+func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState, error) {
+	s := l.s
+	res, err := s.st.Run(ctx, rwInspectScript,
+		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+		rwInspectArgs(k.name, token)...)
+	if err != nil {
+		return RWState{}, err
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 15 {
+		return RWState{}, fmt.Errorf("rw_inspect: unexpected reply %T %v", res, res)
+	}
+	v, err := store.Int64s("rw_inspect", arr[:13], 13)
+	if err != nil {
+		return RWState{}, err
+	}
+	st := RWState{Name: k.name, WriteHeld: truth(v[0]), Readers: v[1], Fence: v[2],
+		WaitingReaders: v[4], WaitingWriters: v[5], Fair: truth(v[6])}
+	st.LostReason, _ = arr[13].(string)
+	if v[7] != 0 {
+		st.Owned = true
+		st.Mode = ModeRead
+		st.Modes = []RWMode{ModeRead}
+		switch v[7] {
+		case 2:
+			st.Mode, st.Modes = ModeWrite, []RWMode{ModeWrite}
+		case 3:
+			st.Mode, st.Modes = ModeWrite, []RWMode{ModeRead, ModeWrite}
+		}
+		st.HoldCount = v[8]
+		st.TTL = time.Duration(v[9]) * time.Millisecond
+		st.ExpiresAt = time.UnixMilli(v[3] + v[9]).UTC()
+		st.Keepalive = keepaliveOf(v[10], v[11], v[12])
+		st.Owner, _ = arr[14].(string)
+	}
+	return st, nil
+}
+
+// checkMode checks the mode of a read/write acquire (required).
+func checkMode(m RWMode) error {
+	if m != ModeRead && m != ModeWrite {
+		return invalid("mode", "oneof", "mode must be read or write")
+	}
+	return nil
+}
+
+// checkOptionalMode checks a mode naming a lease to release or renew: read,
+// write or empty (the token's write lease, else its read lease).
+func checkOptionalMode(m RWMode) error {
+	if m != "" && m != ModeRead && m != ModeWrite {
+		return invalid("mode", "oneof", "mode must be read or write")
+	}
+	return nil
+}
+
+// AcquireRW takes the read or write lease (req.Mode, required) of the
+// read/write lock name for req.Token, or re-enters that lease when the
+// token holds it. Many readers hold at once, or one writer; the writer may
+// also take the read lease with its token (then release the write lease: a
+// downgrade). Readers arriving after a waiting writer wait behind it, and
+// with req.Fair every lease is granted in arrival order. Each lease has its
+// own TTL and fence. Waiting, keep-alive and owner text work as in Acquire.
+// Returns Acquire's errors, a *ValidationError for a bad mode, and an
+// *UpgradeError (ErrConflict) when the token holds the read lease and asks
+// for write.
+func (s *Service) AcquireRW(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return Lease{}, err
+	}
+	if err := checkMode(req.Mode); err != nil {
+		return Lease{}, err
+	}
+	lease, err := s.acquire(ctx, s.rwlock, name, req)
+	if err == nil {
+		kind := "new"
+		if lease.Reentrant {
+			kind = "reentrant"
+		}
+		s.rw.grants.WithLabelValues(string(lease.Mode), kind).Inc()
+	}
+	return lease, err
+}
+
+// RenewRW extends the lease of mode ("" for every lease the token holds:
+// its read and write lease during a downgrade) of the read/write lock name
+// owned by token, to ttl (zero: each lease's own TTL), as Renew does. The
+// lease returned is the write lease when it was renewed, else the read
+// lease. Returns ErrNotFound when the token holds no such lease and nobody
+// holds the lock, ErrNotOwner when others hold it, a *ValidationError or an
+// error wrapping ErrUnavailable.
+func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, ttl time.Duration) (Lease, error) {
+	if err := s.checkLeaseArgs(name, token, mode); err != nil {
+		return Lease{}, err
+	}
+	if ttl != 0 {
+		if err := s.checkTTL("ttl", ttl); err != nil {
+			return Lease{}, err
+		}
+	}
+	return rwlock{s}.renewMode(ctx, keysOf(s.prefix, kindRW, name), token, mode, ttl)
+}
+
+// ReleaseRW drops one hold of token's lease of mode on the read/write lock
+// name; an empty mode names its write lease when it holds one, else its
+// read lease. The last hold of the write lease, and of the last reader,
+// wake the lock's waiters. Returns ErrNotFound, ErrNotOwner, a
+// *ValidationError or an error wrapping ErrUnavailable.
+func (s *Service) ReleaseRW(ctx context.Context, name, token string, mode RWMode) (Released, error) {
+	if err := s.checkLeaseArgs(name, token, mode); err != nil {
+		return Released{}, err
+	}
+	return rwlock{s}.releaseMode(ctx, keysOf(s.prefix, kindRW, name), token, mode)
+}
+
+func (s *Service) checkLeaseArgs(name, token string, mode RWMode) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := ValidateToken(token); err != nil {
+		return err
+	}
+	return checkOptionalMode(mode)
+}
+
+// ForceReleaseRW evicts every holder of the read/write lock name (the
+// writer and all readers), bumps its fence so every evicted fence is stale,
+// and wakes waiters. It reports whether any lease was removed. Returns a
+// *ValidationError or an error wrapping ErrUnavailable.
+func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	k := keysOf(s.prefix, kindRW, name)
+	res, err := s.st.RunReplicated(ctx, rwForceReleaseScript,
+		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(), k.lost, k.waiters},
+		rwForceReleaseArgs(s.cfg, name)...)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.(int64)
+	if n > 0 {
+		s.rw.releases.WithLabelValues("any", "forced").Inc()
+	}
+	return n > 0, nil
+}
+
+// InspectRW reads the state of the read/write lock name; with a token it
+// also reports what that token holds. Returns a *ValidationError or an
+// error wrapping ErrUnavailable.
+func (s *Service) InspectRW(ctx context.Context, name, token string) (RWState, error) {
+	if err := ValidateName(name); err != nil {
+		return RWState{}, err
+	}
+	if token != "" {
+		if err := ValidateToken(token); err != nil {
+			return RWState{}, err
+		}
+	}
+	return rwlock{s}.inspect(ctx, keysOf(s.prefix, kindRW, name), token)
+}
+
+// HoldRW acquires a lease of the read/write lock name as AcquireRW does and
+// keeps it alive until Close or until it is lost, as Hold does. Returns the
+// errors of AcquireRW.
+func (s *Service) HoldRW(ctx context.Context, name string, req AcquireRequest) (*Hold, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := checkMode(req.Mode); err != nil {
+		return nil, err
+	}
+	return s.hold(ctx, s.rwlock, name, req, s.AcquireRW)
+}
+
+// RWKeys are the Redis keys of one read/write lock, as the service names
+// them: for whoever looks at its state in Redis from outside the service.
+type RWKeys struct {
+	State   string // hash: the writer's fields, fairness, one field per reader
+	Readers string // zset: reader token -> lease expiry (ms)
+	Fence   string // fence counter
+	Channel string // pub/sub channel for wake-ups
+	Waiters string // zset: waiter token -> deadline
+	Queue   string // list: "r<token>" / "w<token>" of waiters in arrival order
+	Lost    string // hash: token -> why that token lost its keep-alive lease
+}
+
+// RWKeysOf names the keys of the read/write lock called name under the key prefix.
+func RWKeysOf(prefix, name string) RWKeys {
+	k := keysOf(prefix, kindRW, name)
+	return RWKeys{State: k.lock, Readers: k.holders, Fence: k.fence, Channel: k.channel,
+		Waiters: k.waiters, Queue: k.queue, Lost: k.lost}
+}
+
+// rwMetrics are the read/write lock's Prometheus collectors.
+type rwMetrics struct {
+	grants   *prometheus.CounterVec // mode: read, write; kind: new, reentrant
+	releases *prometheus.CounterVec // mode: read, write, any; kind: partial, final, forced
+}
+
+func newRWMetrics(reg prometheus.Registerer) *rwMetrics {
+	m := &rwMetrics{
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_rwlock_grants_total", Help: "Read/write lock leases granted, by mode (read, write) and kind (new, reentrant).",
+		}, []string{"mode", "kind"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "latchkey_rwlock_releases_total", Help: "Read/write lock releases, by mode (read, write; any for forced) and kind (partial, final, forced).",
+		}, []string{"mode", "kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.grants, m.releases)
+	}
+	return m
+}
