@@ -129,6 +129,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Put("/v1/semaphores/{name}", a.handle(a.handleSetSemaphorePermits))
 	r.Delete("/v1/semaphores/{name}", a.handle(a.handleReleaseSemaphore))
 	r.Post("/v1/semaphores/{name}/renew", a.handle(a.handleRenewSemaphore))
+	r.Post("/v1/semaphores/{name}/hold", a.handle(a.handleHoldSemaphore))
 	r.Post("/v1/rwlocks/{name}", a.handle(a.handleAcquireRWLock))
 	r.Get("/v1/rwlocks/{name}", a.handle(a.handleGetRWLock))
 	r.Delete("/v1/rwlocks/{name}", a.handle(a.handleReleaseRWLock))

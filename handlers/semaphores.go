@@ -24,6 +24,16 @@ type semaphoreAcquireRequest struct {
 	Owner     string `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
+// semaphoreHoldRequest is the body of POST /v1/semaphores/{name}/hold.
+type semaphoreHoldRequest struct {
+	Permits int64  `json:"permits" validate:"required,min=1,max=1000000"`
+	Count   *int64 `json:"count" validate:"omitempty,min=1,max=1000000"` // at most permits: checked by the service
+	TTL     string `json:"ttl" validate:"omitempty,posduration"`
+	Wait    string `json:"wait" validate:"omitempty,duration"`
+	Fair    *bool  `json:"fair"`
+	Owner   string `json:"owner"` // checked by the service (locks.ValidateOwner)
+}
+
 // semaphorePermitsRequest is the body of PUT /v1/semaphores/{name}.
 type semaphorePermitsRequest struct {
 	Permits int64 `json:"permits" validate:"required,min=1,max=1000000"`
@@ -117,6 +127,23 @@ func (req semaphoreAcquireRequest) semaphoreRequest(token string) locks.Semaphor
 		Heartbeat: parseDuration(req.Heartbeat),
 		Owner:     req.Owner,
 	}}
+}
+
+// handleHoldSemaphore implements operationId holdSemaphore: permits held
+// for as long as the connection stays open, streamed as handleHoldLock
+// streams a lock's lease (streamHold); the events' hold_count is the
+// permits held. Returns the errors of decoding the request and of
+// locks.Service.HoldSemaphore; once the stream has started it returns nil.
+func (a *api) handleHoldSemaphore(w http.ResponseWriter, r *http.Request) error {
+	var body semaphoreHoldRequest
+	name, token, err := a.decodeLockRequest(w, r, &body)
+	if err != nil {
+		return err
+	}
+	req := semaphoreAcquireRequest{Permits: body.Permits, Count: body.Count, TTL: body.TTL, Wait: body.Wait,
+		Fair: body.Fair, Owner: body.Owner}.semaphoreRequest(token)
+	return a.streamHold(w, r, name, semaphoreLocation(name), req.Wait,
+		func(ctx context.Context) (*locks.Hold, error) { return a.svc.HoldSemaphore(ctx, name, req) })
 }
 
 // handleAcquireSemaphore implements operationId acquireSemaphore. Returns

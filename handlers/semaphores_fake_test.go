@@ -18,6 +18,16 @@ type fakeSemaphores struct {
 	ForceReleaseSemaphoreFn func(ctx context.Context, name string) (int64, error)
 	SetSemaphorePermitsFn   func(ctx context.Context, name string, permits int64) (locks.SemaphoreState, error)
 	InspectSemaphoreFn      func(ctx context.Context, name, token string) (locks.SemaphoreState, error)
+	HoldSemaphoreFn         func(ctx context.Context, name string, req locks.SemaphoreRequest) (*locks.Hold, error)
+}
+
+func (f *fakeSemaphores) HoldSemaphore(ctx context.Context, name string, req locks.SemaphoreRequest) (*locks.Hold, error) {
+	var err error
+	h, cerr := fakeCall(name, req.Token, req.Owner, func() (h *locks.Hold) {
+		h, err = f.HoldSemaphoreFn(ctx, name, req)
+		return h
+	}, f.HoldSemaphoreFn != nil)
+	return h, firstErr(cerr, err)
 }
 
 // fakeCall runs fn when it is set, after the service's input checks.

@@ -181,3 +181,32 @@ func TestSemaphoreInputTheServiceRefuses(t *testing.T) {
 		wantField(t, wantProblem(t, serve(t, h, req), req, 400, "invalid-request"), tt.field)
 	}
 }
+
+// TestHoldSemaphoreRequest: a hold's body reaches the service as a
+// semaphore request; bad input and a refusal are problem answers before the
+// stream starts.
+func TestHoldSemaphoreRequest(t *testing.T) {
+	var got locks.SemaphoreRequest
+	fake := &fakeService{fakeSemaphores: fakeSemaphores{
+		HoldSemaphoreFn: func(_ context.Context, _ string, req locks.SemaphoreRequest) (*locks.Hold, error) {
+			got = req
+			return nil, &locks.PermitsUnavailableError{Name: "pool", RetryAfter: time.Second}
+		},
+	}}
+	h := newTestRouter(t, fake, handlers.Config{})
+	req := newRequest(http.MethodPost, "/v1/semaphores/pool/hold", `{"permits": 8, "count": 2, "ttl": "9s", "wait": "1s", "fair": true, "owner": "w"}`)
+	wantProblem(t, serve(t, h, req), req, 409, "permits-unavailable")
+	want := locks.SemaphoreRequest{Permits: 8, Count: 2, AcquireRequest: locks.AcquireRequest{TTL: 9 * time.Second,
+		Wait: time.Second, Fair: true, Owner: "w"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hold request (-want +got):\n%s", diff)
+	}
+	for _, tt := range []struct{ body, field string }{
+		{`{}`, "permits"},
+		{`{"permits": 8, "keepalive": true}`, "keepalive"},
+		{`{"permits": 8, "count": 0}`, "count"},
+	} {
+		req := newRequest(http.MethodPost, "/v1/semaphores/pool/hold", tt.body)
+		wantField(t, wantProblem(t, serve(t, h, req), req, 400, "invalid-request"), tt.field)
+	}
+}

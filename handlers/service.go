@@ -60,4 +60,6 @@ type Semaphores interface {
 	ForceReleaseSemaphore(ctx context.Context, name string) (int64, error)
 	SetSemaphorePermits(ctx context.Context, name string, permits int64) (locks.SemaphoreState, error)
 	InspectSemaphore(ctx context.Context, name, token string) (locks.SemaphoreState, error)
+	// HoldSemaphore takes permits as a lease that the service renews until Close.
+	HoldSemaphore(ctx context.Context, name string, req locks.SemaphoreRequest) (*locks.Hold, error)
 }

@@ -132,11 +132,17 @@ func sendExample(t *testing.T, e *testEnv, method, path string, op *openapi3.Ope
 	}
 }
 
-// exampleLease takes a lease for an example that needs one: a semaphore's
-// on a semaphore path, else a lock's.
+// exampleLease takes a lease for an example that needs one, of the
+// primitive its path names: a semaphore's, a read/write lock's (read) or a
+// lock's.
 func exampleLease(t *testing.T, e *testEnv, path, name string) string {
-	if strings.HasPrefix(path, "/v1/semaphores/") {
+	switch {
+	case strings.HasPrefix(path, "/v1/semaphores/"):
 		return e.semAcquire(t, name, `{"permits":8,"ttl":"30s"}`).Token
+	case strings.HasPrefix(path, "/v1/rwlocks/"):
+		r := e.do(t, "POST", "/v1/rwlocks/"+name, `{"mode":"read","ttl":"30s"}`)
+		wantStatus(t, r, 201)
+		return r.Token()
 	}
 	return e.acquire(t, name, `{"ttl":"30s"}`).Token
 }
