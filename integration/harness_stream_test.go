@@ -38,11 +38,17 @@ type holdStream struct {
 // background into Events until close or the end of the stream.
 func (e *testEnv) openHold(t testing.TB, name, body string, headerPairs ...string) *holdStream {
 	t.Helper()
+	return e.openHoldAt(t, "/v1/locks/"+name+"/hold", body, headerPairs...)
+}
+
+// openHoldAt starts the hold stream at path (any primitive's), as openHold.
+func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...string) *holdStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", "/v1/locks/"+name+"/hold", body, headerPairs...))
+	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", path, body, headerPairs...))
 	if err != nil {
 		cancel()
-		t.Fatalf("hold %s: %v", name, err)
+		t.Fatalf("hold %s: %v", path, err)
 	}
 	h := &holdStream{Status: resp.StatusCode, Header: resp.Header, Events: make(chan sseEvent, 64), cancel: cancel, done: make(chan struct{})}
 	t.Cleanup(h.close)
