@@ -156,15 +156,11 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 // handleRenewLock implements operationId renewLock. Returns the errors of
 // decoding the request and of locks.Service.Renew.
 func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
-	var req renewRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	token, err := requireToken(r)
+	token, ttl, err := a.decodeRenew(w, r)
 	if err != nil {
 		return err
 	}
-	lease, err := a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
+	lease, err := a.svc.Renew(r.Context(), lockName(r), token, ttl)
 	if err != nil {
 		return err
 	}
@@ -180,16 +176,32 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 // service that checks access before input tells no one without access what
 // it would accept.
 func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) error {
+	return a.releaseOrForce(w, r, func(ctx context.Context, name string) error {
+		_, err := a.svc.ForceRelease(ctx, name)
+		return err
+	}, func(ctx context.Context, name, token string) (any, error) {
+		rel, err := a.svc.Release(ctx, name, token)
+		return releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount}, err
+	})
+}
+
+// releaseOrForce serves a DELETE of a lock primitive's name: with
+// ?force=true the admin's force (204), the credential checked first; else
+// the release of the Lock-Token's lease, whose answer release returns.
+// Returns the errors of reading the request, a forbidden error without the
+// admin credential, and those of force and release.
+func (a *api) releaseOrForce(w http.ResponseWriter, r *http.Request, force func(ctx context.Context, name string) error,
+	release func(ctx context.Context, name, token string) (any, error)) error {
 	name := lockName(r)
-	force, err := forceParam(r)
+	forced, err := forceParam(r)
 	if err != nil {
 		return err
 	}
-	if force {
+	if forced {
 		if err := a.checkAdmin(r); err != nil {
 			return err
 		}
-		if _, err := a.svc.ForceRelease(r.Context(), name); err != nil {
+		if err := force(r.Context(), name); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -199,12 +211,23 @@ func (a *api) handleReleaseLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rel, err := a.svc.Release(r.Context(), name, token)
+	resp, err := release(r.Context(), name, token)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, releaseResponse{Released: rel.Released, HoldCount: rel.HoldCount})
+	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// decodeRenew reads what a renew of any lock primitive sends: the body's
+// optional ttl and the required Lock-Token.
+func (a *api) decodeRenew(w http.ResponseWriter, r *http.Request) (token string, ttl time.Duration, err error) {
+	var req renewRequest
+	if err := a.decodeJSON(w, r, &req); err != nil {
+		return "", 0, err
+	}
+	token, err = requireToken(r)
+	return token, parseDuration(req.TTL), err
 }
 
 // forceParam reads the optional ?force= of a release. Returns an

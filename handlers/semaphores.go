@@ -213,15 +213,11 @@ func (a *api) handleSetSemaphorePermits(w http.ResponseWriter, r *http.Request) 
 // handleRenewSemaphore implements operationId renewSemaphore. Returns the
 // errors of decoding the request and of locks.Service.RenewSemaphore.
 func (a *api) handleRenewSemaphore(w http.ResponseWriter, r *http.Request) error {
-	var req renewRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	token, err := requireToken(r)
+	token, ttl, err := a.decodeRenew(w, r)
 	if err != nil {
 		return err
 	}
-	lease, err := a.svc.RenewSemaphore(r.Context(), lockName(r), token, parseDuration(req.TTL))
+	lease, err := a.svc.RenewSemaphore(r.Context(), lockName(r), token, ttl)
 	if err != nil {
 		return err
 	}
@@ -235,31 +231,13 @@ func (a *api) handleRenewSemaphore(w http.ResponseWriter, r *http.Request) error
 // (checked before the name), and the errors of
 // locks.Service.ReleaseSemaphore and ForceReleaseSemaphore.
 func (a *api) handleReleaseSemaphore(w http.ResponseWriter, r *http.Request) error {
-	name := lockName(r)
-	force, err := forceParam(r)
-	if err != nil {
+	return a.releaseOrForce(w, r, func(ctx context.Context, name string) error {
+		_, err := a.svc.ForceReleaseSemaphore(ctx, name)
 		return err
-	}
-	if force {
-		if err := a.checkAdmin(r); err != nil {
-			return err
-		}
-		if _, err := a.svc.ForceReleaseSemaphore(r.Context(), name); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}
-	token, err := requireToken(r)
-	if err != nil {
-		return err
-	}
-	n, err := a.svc.ReleaseSemaphore(r.Context(), name, token)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, semaphoreReleaseResponse{Released: true, Count: n})
-	return nil
+	}, func(ctx context.Context, name, token string) (any, error) {
+		n, err := a.svc.ReleaseSemaphore(ctx, name, token)
+		return semaphoreReleaseResponse{Released: true, Count: n}, err
+	})
 }
 
 func permitsMismatchDetail(err error) string {

@@ -196,18 +196,4 @@ func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreReque
 }
 
 // semWaitDone counts the outcome of a semaphore wait.
-func (s *Service) semWaitDone(err error) {
-	var unavailable *PermitsUnavailableError
-	outcome := "error"
-	switch {
-	case err == nil:
-		outcome = "acquired"
-	case errors.As(err, &unavailable):
-		outcome = "timeout"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		outcome = "canceled"
-	case errors.Is(err, store.ErrConflict):
-		outcome = "conflict"
-	}
-	s.semMetrics.waits.WithLabelValues(outcome).Inc()
-}
+func (s *Service) semWaitDone(err error) { s.semMetrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
