@@ -181,19 +181,15 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 // exclusive lock, and answers it. Returns the errors of decoding the request
 // and of the service's renew.
 func (a *api) renew(w http.ResponseWriter, r *http.Request, rw bool) error {
-	var req renewRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	token, err := requireToken(r)
+	token, ttl, err := a.decodeRenew(w, r)
 	if err != nil {
 		return err
 	}
 	var lease locks.Lease
 	if rw {
-		lease, err = a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), parseDuration(req.TTL))
+		lease, err = a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), ttl)
 	} else {
-		lease, err = a.svc.Renew(r.Context(), lockName(r), token, parseDuration(req.TTL))
+		lease, err = a.svc.Renew(r.Context(), lockName(r), token, ttl)
 	}
 	if err != nil {
 		return err
@@ -243,6 +239,17 @@ func (a *api) releaseOrForce(w http.ResponseWriter, r *http.Request, force func(
 		return "", nil
 	}
 	return requireToken(r)
+}
+
+// decodeRenew reads what a renew of any lock primitive sends: the body's
+// optional ttl and the required Lock-Token.
+func (a *api) decodeRenew(w http.ResponseWriter, r *http.Request) (token string, ttl time.Duration, err error) {
+	var req renewRequest
+	if err := a.decodeJSON(w, r, &req); err != nil {
+		return "", 0, err
+	}
+	token, err = requireToken(r)
+	return token, parseDuration(req.TTL), err
 }
 
 // forceParam reads the optional ?force= of a release. Returns an

@@ -47,6 +47,9 @@ const (
 	policyNotFound problemType = iota
 	quotaExceeded
 	lockHeld
+	permitsMismatch
+	permitsUnavailable
+	tokenInUse
 	lockModeMismatch
 	upgradeNotSupported
 	notOwner
@@ -86,6 +89,12 @@ var problemTypes = [...]problemRow{
 		match: as[*ratelimit.PolicyNotFoundError](), detail: policyNotFoundDetail},
 	lockHeld: {typ: "lock-held", title: "Lock is held by another owner", status: http.StatusConflict,
 		match: as[*locks.HeldError](), detail: fixed("the lock is held by another owner"), header: heldRetryAfter},
+	permitsMismatch: {typ: "permits-mismatch", title: "Semaphore has another number of permits", status: http.StatusConflict,
+		match: as[*locks.PermitsMismatchError](), detail: permitsMismatchDetail},
+	permitsUnavailable: {typ: "permits-unavailable", title: "Not enough permits are free", status: http.StatusConflict,
+		match: as[*locks.PermitsUnavailableError](), detail: permitsUnavailableDetail, header: permitsRetryAfter},
+	tokenInUse: {typ: "token-in-use", title: "Lock-Token already holds a lease here", status: http.StatusConflict,
+		match: is(locks.ErrTokenInUse), detail: fixed("the Lock-Token already holds a lease on this semaphore: a lease is one acquisition, send another token or none")},
 	lockModeMismatch: {typ: "lock-mode-mismatch", title: "Lock is in the other mode (fair or not)", status: http.StatusConflict,
 		match: as[*locks.ModeError](), detail: modeMismatchDetail},
 	upgradeNotSupported: {typ: "upgrade-not-supported", title: "Read lease cannot be upgraded to write", status: http.StatusConflict,

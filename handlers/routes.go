@@ -127,6 +127,13 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)
 	}
 	r.Post("/v1/locks/{name}/hold", a.handle(a.handleHoldLock))
+
+	r.Post("/v1/semaphores/{name}", a.handle(a.handleAcquireSemaphore))
+	r.Get("/v1/semaphores/{name}", a.handle(a.handleGetSemaphore))
+	r.Put("/v1/semaphores/{name}", a.handle(a.handleSetSemaphorePermits))
+	r.Delete("/v1/semaphores/{name}", a.handle(a.handleReleaseSemaphore))
+	r.Post("/v1/semaphores/{name}/renew", a.handle(a.handleRenewSemaphore))
+	r.Post("/v1/semaphores/{name}/hold", a.handle(a.handleHoldSemaphore))
 	r.Post("/v1/rwlocks/{name}", a.handle(a.handleAcquireRWLock))
 	r.Get("/v1/rwlocks/{name}", a.handle(a.handleGetRWLock))
 	r.Delete("/v1/rwlocks/{name}", a.handle(a.handleReleaseRWLock))

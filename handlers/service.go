@@ -21,6 +21,8 @@ type Locks interface {
 	Hold(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
 	// Ready checks that the store answers and runs scripts.
 	Ready(ctx context.Context) error
+
+	Semaphores
 }
 
 // RWLocks is what the HTTP layer needs of read/write locks. Locks embeds it.
@@ -47,4 +49,17 @@ type RateLimits interface {
 type services struct {
 	Locks
 	RateLimits
+}
+
+// Semaphores is what the HTTP layer needs for semaphores. *locks.Service
+// satisfies it; Locks embeds it.
+type Semaphores interface {
+	AcquireSemaphore(ctx context.Context, name string, req locks.SemaphoreRequest) (locks.SemaphoreLease, error)
+	RenewSemaphore(ctx context.Context, name, token string, ttl time.Duration) (locks.SemaphoreLease, error)
+	ReleaseSemaphore(ctx context.Context, name, token string) (int64, error)
+	ForceReleaseSemaphore(ctx context.Context, name string) (int64, error)
+	SetSemaphorePermits(ctx context.Context, name string, permits int64) (locks.SemaphoreState, error)
+	InspectSemaphore(ctx context.Context, name, token string) (locks.SemaphoreState, error)
+	// HoldSemaphore takes permits as a lease that the service renews until Close.
+	HoldSemaphore(ctx context.Context, name string, req locks.SemaphoreRequest) (*locks.Hold, error)
 }

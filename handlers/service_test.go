@@ -39,6 +39,8 @@ type fakeService struct {
 	PolicyFn func(name string) (ratelimit.Policy, error)
 	CheckFn  func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 
+	fakeSemaphores
+
 	mu    sync.Mutex
 	calls []string
 	names []string // the lock names the lock methods were given, in order

@@ -45,12 +45,11 @@ func (e *testEnv) openHold(t testing.TB, name, body string, headerPairs ...strin
 // openHoldAt is openHold of the hold route at path (any lock primitive's).
 func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...string) *holdStream {
 	t.Helper()
-	name := path
 	ctx, cancel := context.WithCancel(t.Context())
 	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", path, body, headerPairs...))
 	if err != nil {
 		cancel()
-		t.Fatalf("hold %s: %v", name, err)
+		t.Fatalf("hold %s: %v", path, err)
 	}
 	h := &holdStream{Status: resp.StatusCode, Header: resp.Header, Events: make(chan sseEvent, 64), cancel: cancel, done: make(chan struct{})}
 	t.Cleanup(h.close)

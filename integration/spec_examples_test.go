@@ -109,12 +109,11 @@ func sendExample(t *testing.T, e *testEnv, method, path string, op *openapi3.Ope
 	var headers []string
 	for _, p := range op.Parameters {
 		if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Lock-Token" && p.Value.Required {
-			if strings.HasPrefix(path, "/v1/rwlocks/") {
-				headers = append(headers, "Lock-Token", e.do(t, "POST", "/v1/rwlocks/"+lockName, `{"mode":"read","ttl":"30s"}`).Token())
-				continue
-			}
-			headers = append(headers, "Lock-Token", e.acquire(t, lockName, `{"ttl":"30s"}`).Token)
+			headers = append(headers, "Lock-Token", exampleLease(t, e, path, lockName))
 		}
+	}
+	if op.Security != nil && len(*op.Security) == 1 { // an admin-only operation
+		headers = append(headers, "Authorization", "Bearer "+testAdminKey)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -131,4 +130,19 @@ func sendExample(t *testing.T, e *testEnv, method, path string, op *openapi3.Ope
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		t.Errorf("%s %s with example %s %s: %d %s, want 2xx", method, url, ex.name, ex.body, resp.StatusCode, body)
 	}
+}
+
+// exampleLease takes a lease for an example that needs one, of the
+// primitive its path names: a semaphore's, a read/write lock's (read) or a
+// lock's.
+func exampleLease(t *testing.T, e *testEnv, path, name string) string {
+	switch {
+	case strings.HasPrefix(path, "/v1/semaphores/"):
+		return e.semAcquire(t, name, `{"permits":8,"ttl":"30s"}`).Token
+	case strings.HasPrefix(path, "/v1/rwlocks/"):
+		r := e.do(t, "POST", "/v1/rwlocks/"+name, `{"mode":"read","ttl":"30s"}`)
+		wantStatus(t, r, 201)
+		return r.Token()
+	}
+	return e.acquire(t, name, `{"ttl":"30s"}`).Token
 }

@@ -115,6 +115,7 @@ func (b *bench) scenarios() []scenario {
 			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
 			run:         b.runWaiters,
 		},
+		semaphoreScenario(b),
 	}, b.gatewayScenarios()...)
 }
 

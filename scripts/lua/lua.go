@@ -135,6 +135,46 @@ var (
 	// RWRenewBatch renews a batch of keep-alive leases of read/write locks.
 	RWRenewBatch = mustAssemble("rw_renew_batch.lua")
 )
+// SemAcquire takes permits of a semaphore as one lease.
+//
+//go:embed sem_acquire.lua
+var SemAcquire string
+
+// SemRelease gives back the permits of a semaphore lease.
+//
+//go:embed sem_release.lua
+var SemRelease string
+
+// SemRenew extends the TTL of a semaphore lease.
+//
+//go:embed sem_renew.lua
+var SemRenew string
+
+// SemInspect reads the state of a semaphore without changing it.
+//
+//go:embed sem_inspect.lua
+var SemInspect string
+
+// SemForceRelease removes every lease of a semaphore and bumps its fence.
+//
+//go:embed sem_force_release.lua
+var SemForceRelease string
+
+// SemSetPermits changes the capacity of a semaphore.
+//
+//go:embed sem_set_permits.lua
+var SemSetPermits string
+
+// SemLeave removes a semaphore waiter that gives up.
+//
+//go:embed sem_leave.lua
+var SemLeave string
+
+// SemRenewBatch renews a batch of keep-alive semaphore leases in one call.
+//
+//go:embed sem_renew_batch.lua
+var SemRenewBatch string
+
 
 // QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
 //

@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,6 +147,8 @@ func (h *Hold) run(ctx context.Context) {
 			ready = nil
 		case <-tick.C:
 		case hint = <-h.l.C():
+			// a semaphore's hints say how many permits are free: "released:3"
+			hint, _, _ = strings.Cut(hint, ":")
 			if hint == hintLeft {
 				continue
 			}

@@ -77,8 +77,9 @@ type kind string
 
 // The lock primitives.
 const (
-	kindMutex kind = ""   // the exclusive lock (mutex.go)
-	kindRW    kind = "rw" // the read/write lock (rwlock.go)
+	kindMutex kind = ""    // the exclusive lock (mutex.go)
+	kindRW    kind = "rw"  // the read/write lock (rwlock.go)
+	kindSem   kind = "sem" // the semaphore (semaphore.go)
 )
 
 // lockKeys names the keys of one name of one primitive. All share the hash

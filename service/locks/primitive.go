@@ -59,6 +59,8 @@ func (s *Service) primitive(k kind) (primitive, bool) {
 	switch k {
 	case kindMutex:
 		return s.mutex, true
+	case kindSem:
+		return semaphore{s}, true
 	case kindRW:
 		return s.rwlock, true
 	}

@@ -53,6 +53,9 @@ type Service struct {
 	regKey    string        // the keep-alive registry's key, named once
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
+
+	semMetrics *semMetrics // the semaphore's (semaphore*.go)
+	semWakes   *semWakes
 }
 
 // New returns a Service on st and registers its scripts with it. It does no
@@ -74,6 +77,8 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)
+	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
+	st.Register(semScripts...)
 	st.Register(rwScripts...)
 	return s, nil
 }

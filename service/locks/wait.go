@@ -151,18 +151,21 @@ func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, p primit
 }
 
 // waitDone counts the outcome of a wait.
-func (s *Service) waitDone(err error) {
-	var held *HeldError
-	outcome := "error"
+func (s *Service) waitDone(err error) { s.metrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
+
+// waitOutcome names the outcome of any primitive's wait, as its metric
+// counts it: acquired, timeout (still held, or too few permits free, when
+// the wait ended), canceled, conflict or error.
+func waitOutcome(err error) string {
 	switch {
 	case err == nil:
-		outcome = "acquired"
-	case errors.As(err, &held):
-		outcome = "timeout"
+		return "acquired"
+	case errors.As(err, new(*HeldError)), errors.As(err, new(*PermitsUnavailableError)):
+		return "timeout"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		outcome = "canceled"
+		return "canceled"
 	case errors.Is(err, store.ErrConflict):
-		outcome = "conflict"
+		return "conflict"
 	}
-	s.metrics.waits.WithLabelValues(outcome).Inc()
+	return "error"
 }

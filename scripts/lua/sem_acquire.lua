@@ -1,0 +1,161 @@
+-- sem_acquire: take count permits of a semaphore as one lease under its own
+-- token. The first acquisition (or the admin's PUT) sets the capacity; a
+-- request naming another capacity is refused. A caller that is willing to
+-- wait is registered as a waiter when not enough permits are free; in fair
+-- mode it also joins the FIFO queue, and only the queue's head may take
+-- permits, so a large request is never overtaken by small ones.
+--
+-- KEYS[1]  capacity hash: p permits (N), f last fence issued, m "1" when
+--          the last grant or waiter was fair ("0" when not); kept for the fence
+--          retention (ARGV[3]) after every grant
+-- KEYS[2]  holders zset: member = lease token, score = the lease's expiry
+--          (ms, Redis clock); every script drops the members past it, and
+--          their permits return at once
+-- KEYS[3]  leases hash: token -> "count:fence:ttl_ms:ku:kh:kb:owner", ku the
+--          keep-alive max-hold deadline (ms, 0 when not kept alive), kh the
+--          heartbeat interval (ms, 0 for none), kb the last heartbeat (ms)
+-- KEYS[4]  waiters zset: member = waiter token, score = its deadline (ms)
+-- KEYS[5]  fair queue list: tokens of fair waiters in arrival order
+-- KEYS[6]  keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[7]  lost-lease reasons of this semaphore (hash: token -> reason)
+-- KEYS[8]  pub/sub channel that waiters of this semaphore listen on: a
+--          grant that leaves permits free while others wait says how many
+--          ("granted:<available>")
+-- ARGV[1]  token (base64url)
+-- ARGV[2]  lease TTL in milliseconds
+-- ARGV[3]  fence retention in milliseconds (the capacity record's TTL)
+-- ARGV[4]  mode: "1" fair, "0" plain
+-- ARGV[5]  waiter timeout in milliseconds: when > 0 and the permits are not
+--          granted, the caller stays registered as a waiter until now + this
+--          (0: try once, register nothing)
+-- ARGV[6]  "1" to keep the lease alive (renewed by the service), else "0"
+-- ARGV[7]  keep-alive max hold in milliseconds (the lease ends at grant + max hold)
+-- ARGV[8]  keep-alive heartbeat interval in milliseconds, 0 for none
+-- ARGV[9]  keep-alive registry member of the lease
+-- ARGV[10] how long lost-lease reasons are kept, in milliseconds
+-- ARGV[11] owner text of the lease, "" for none
+-- ARGV[12] permits: the capacity N the caller expects
+-- ARGV[13] count: the permits this lease takes (1 <= count <= N)
+--
+-- Reply: {status, fence, ttl_ms, now_ms, recheck_ms, fair, ka_until_ms,
+--         ka_heartbeat_ms, permits, available}
+--   status 1 = granted,
+--          0 = not granted: fewer than count permits are free, or (fair
+--              mode) another waiter is first in the queue,
+--         -3 = mode mismatch: the semaphore is fair and the caller is not,
+--              or the other way round (fair says which),
+--         -4 = permits mismatch: the stored capacity differs (permits is it),
+--         -5 = the token already holds a lease on this semaphore
+--   permits is the stored capacity, available the permits free after this
+--   call (negative when the admin lowered N below the permits in use).
+--   When not granted, recheck_ms is the latest time to try again without a
+--   wake-up: until the first lease expires, or the queue head's deadline.
+-- A grant's fence is max(last fence + 1, Redis TIME in µs), as acquire.lua's.
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tok, fair = ARGV[1], ARGV[4] == '1'
+local n, count = tonumber(ARGV[12]), tonumber(ARGV[13])
+local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
+local stored = tonumber(cap[1])
+if stored and stored ~= n then
+  return {-4, 0, 0, now_ms, 0, cap[3] == '1' and 1 or 0, 0, 0, stored, 0}
+end
+
+-- Leases past their expiry give their permits back.
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+  redis.call('HDEL', KEYS[3], unpack(gone))
+end
+if redis.call('HEXISTS', KEYS[3], tok) == 1 then
+  return {-5, 0, 0, now_ms, 0, cap[3] == '1' and 1 or 0, 0, 0, n, 0}
+end
+
+-- Waiters: drop the ones past their deadline, and queue heads that are no
+-- longer registered (departed or expired), so the queue never sticks.
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+local head = redis.call('LINDEX', KEYS[5], 0)
+while head and not redis.call('ZSCORE', KEYS[4], head) do
+  redis.call('LPOP', KEYS[5])
+  head = redis.call('LINDEX', KEYS[5], 0)
+end
+local waiters = redis.call('ZCARD', KEYS[4])
+local holders = redis.call('ZCARD', KEYS[2])
+local held_fair = cap[3] == '1'
+if (holders > 0 or waiters > 0) and held_fair ~= fair then
+  return {-3, 0, 0, now_ms, 0, held_fair and 1 or 0, 0, 0, n, 0}
+end
+
+local in_use = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[3])) do
+  in_use = in_use + tonumber(string.match(v, '^%d+'))
+end
+local available = n - in_use
+
+if available < count or (head and head ~= tok) then
+  -- the first lease to expire frees permits; a queue head that goes away
+  -- lets the next one in
+  local recheck = -1
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if #first > 0 then
+    recheck = tonumber(first[2]) - now_ms
+  end
+  if head and head ~= tok then
+    local d = tonumber(redis.call('ZSCORE', KEYS[4], head)) - now_ms
+    if recheck < 0 or d < recheck then
+      recheck = d
+    end
+  end
+  local timeout = tonumber(ARGV[5])
+  if timeout > 0 and not redis.call('ZSCORE', KEYS[4], tok) then
+    redis.call('ZADD', KEYS[4], now_ms + timeout, tok)
+    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    local keep = tonumber(last[2]) - now_ms + 1000
+    redis.call('PEXPIRE', KEYS[4], keep)
+    -- a waiter sets the capacity and the mode as a holder does
+    redis.call('HSET', KEYS[1], 'p', n, 'm', fair and '1' or '0')
+    if fair then
+      redis.call('RPUSH', KEYS[5], tok)
+      redis.call('PEXPIRE', KEYS[5], keep)
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return {0, 0, 0, now_ms, recheck, fair and 1 or 0, 0, 0, n, available}
+end
+
+-- Granted.
+if head then
+  redis.call('LPOP', KEYS[5])
+end
+redis.call('ZREM', KEYS[4], tok)
+local granted = t[1] .. string.sub('000000' .. t[2], -6)
+local fence = granted
+local last = tonumber(cap[2])
+if last and last >= tonumber(fence) then
+  fence = string.format('%d', last + 1)
+end
+redis.call('HSET', KEYS[1], 'p', n, 'f', fence, 'm', fair and '1' or '0')
+local ttl = tonumber(ARGV[2])
+local pttl, untl, hb = ttl, 0, 0
+if ARGV[6] == '1' then
+  untl, hb = now_ms + tonumber(ARGV[7]), tonumber(ARGV[8])
+  pttl = math.max(math.min(ttl, untl - now_ms), 1)
+  redis.call('ZADD', KEYS[6], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
+end
+redis.call('HDEL', KEYS[7], tok)
+if pttl < ttl then
+  -- the max-hold deadline ends this lease; say so if it is not renewed by hand
+  redis.call('HSET', KEYS[7], tok, 'max_hold')
+  redis.call('PEXPIRE', KEYS[7], ARGV[10])
+end
+redis.call('HSET', KEYS[3], tok, table.concat({count, fence, ARGV[2], untl, hb, untl > 0 and now_ms or 0, ARGV[11]}, ':'))
+redis.call('ZADD', KEYS[2], now_ms + pttl, tok)
+for i = 1, 3 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[3])
+end
+available = available - count
+if available > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
+  -- permits remain: the next waiters may take them
+  redis.call('PUBLISH', KEYS[8], 'granted:' .. available)
+end
+return {1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb, n, available}

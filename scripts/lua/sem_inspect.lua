@@ -1,0 +1,55 @@
+-- sem_inspect: read the state of a semaphore (read-only). Leases past their
+-- expiry count as gone, though only a writing script removes them.
+--
+-- KEYS[1]  capacity hash (fields: see sem_acquire.lua)
+-- KEYS[2]  holders zset: token -> the lease's expiry (ms)
+-- KEYS[3]  leases hash: token -> "count:fence:ttl_ms:ku:kh:kb:owner"
+-- KEYS[4]  waiters zset (score = waiter deadline in ms)
+-- KEYS[5]  lost-lease reasons of this semaphore (hash: token -> reason)
+-- KEYS[6]  keep-alive registry (zset: member -> next renewal due, ms)
+-- ARGV[1]  token to report on, or "" for none
+-- ARGV[2]  the token's keep-alive registry member, or ""
+--
+-- Reply: {permits, in_use, holders, waiters, fair, fence, now_ms, owned,
+--         count, lease_fence, ttl_ms, ka_until_ms, ka_heartbeat_ms,
+--         ka_heartbeat_at_ms, lost_reason, owner}
+--   permits is the stored capacity (0 when no record is kept); fence the
+--   last fence issued (0 when none is known); fair is 1 when the semaphore
+--   is fair and held or waited for. owned is 1 when the token holds a
+--   lease; count .. owner describe that lease (0 and "" otherwise).
+--   lost_reason says why the token lost its lease ("" when it holds one or
+--   nothing is known); a keep-alive lease gone with no reason recorded
+--   while still in the registry ran out before a renewal reached it:
+--   "expired".
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
+local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now_ms, '+inf')
+local in_use = 0
+if #live > 0 then
+  for _, v in ipairs(redis.call('HMGET', KEYS[3], unpack(live))) do
+    in_use = in_use + (tonumber(v and string.match(v, '^%d+')) or 0)
+  end
+end
+local waiters = redis.call('ZCOUNT', KEYS[4], '(' .. now_ms, '+inf')
+local fair = (cap[3] == '1' and (#live > 0 or waiters > 0)) and 1 or 0
+local out = {tonumber(cap[1]) or 0, in_use, #live, waiters, fair, tonumber(cap[2]) or 0, now_ms,
+  0, 0, 0, 0, 0, 0, 0, '', ''}
+if ARGV[1] == '' then
+  return out
+end
+local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
+local v = redis.call('HGET', KEYS[3], ARGV[1])
+if v and expiry and expiry > now_ms then
+  local count, fence, _, untl, hb, kb, owner =
+    string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
+  out[8], out[9], out[10], out[11] = 1, tonumber(count), tonumber(fence), expiry - now_ms
+  out[12], out[13], out[14], out[16] = tonumber(untl), tonumber(hb), tonumber(kb), owner
+  return out
+end
+local lost = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+if lost == '' and ARGV[2] ~= '' and redis.call('ZSCORE', KEYS[6], ARGV[2]) then
+  lost = 'expired'
+end
+out[15] = lost
+return out

@@ -1,0 +1,76 @@
+-- sem_renew_batch: renew a batch of keep-alive semaphore leases in one call,
+-- as renew_batch.lua does for locks: each entry is checked atomically
+-- against the registry (still due), the lease (still held by the token,
+-- not past its expiry) and its bounds, so a renewal never revives a lease
+-- that was released, force-released or has expired, nor extends one past
+-- its max-hold deadline. A lease past that deadline is removed, and its
+-- permits are free at once.
+--
+-- KEYS[1]      keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[3i-1]   holders zset of entry i's semaphore (token -> expiry, ms)
+-- KEYS[3i]     leases hash of entry i's semaphore (see sem_acquire.lua)
+-- KEYS[3i+1]   lost-lease reasons of entry i's semaphore (hash: token -> reason)
+-- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
+-- ARGV[1+i]    registry member of entry i ("sem/<token>:<name>")
+--
+-- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
+--   codes, lags and reasons as renew_batch.lua's: 0 skipped, 1 renewed,
+--   2 heartbeat missed, 3 lost (reason says why), 4 dropped.
+-- The keys of one batch span many hash slots: this needs a single Redis node
+-- (or Sentinel), not Redis Cluster.
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local keep = ARGV[1]
+local out = {now_ms}
+
+for i = 1, #ARGV - 1 do
+  local m = ARGV[1 + i]
+  local holders, leases, lost = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local due = tonumber(redis.call('ZSCORE', KEYS[1], m))
+  local code, lag, reason = 0, 0, ''
+  if due and due <= now_ms then
+    lag = now_ms - due
+    local tok = string.match(m, '^[a-z]+/([^:]+):')
+    local expiry = tonumber(redis.call('ZSCORE', holders, tok))
+    local v = redis.call('HGET', leases, tok)
+    local count, fence, own, untl, hb, kb, owner
+    if v then
+      count, fence, own, untl, hb, kb, owner = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
+    end
+    if not v or not expiry or expiry <= now_ms or not untl or now_ms >= tonumber(untl) then
+      code, reason = 3, redis.call('HGET', lost, tok) or 'expired'
+      if v and expiry and expiry > now_ms then
+        reason = 'max_hold'
+      end
+      -- the lease is over: its permits are free
+      redis.call('ZREM', holders, tok)
+      redis.call('HDEL', leases, tok)
+      redis.call('HSET', lost, tok, reason)
+      redis.call('PEXPIRE', lost, keep)
+      redis.call('ZREM', KEYS[1], m)
+    elseif tonumber(untl) == 0 then
+      code = 4
+      redis.call('ZREM', KEYS[1], m)
+    elseif tonumber(hb) > 0 and now_ms - tonumber(kb) > tonumber(hb) then
+      code, reason = 2, 'heartbeat_missed'
+      redis.call('HSET', lost, tok, reason)
+      redis.call('PEXPIRE', lost, keep)
+      redis.call('ZADD', KEYS[1], expiry, m)
+    else
+      code = 1
+      local ttl = tonumber(own)
+      local pttl, nxt = ttl, now_ms + math.max(math.floor(ttl / 3), 1)
+      if tonumber(untl) - now_ms <= ttl then
+        pttl, nxt, reason = tonumber(untl) - now_ms, tonumber(untl), 'max_hold'
+        redis.call('HSET', lost, tok, reason)
+        redis.call('PEXPIRE', lost, keep)
+      end
+      redis.call('ZADD', holders, now_ms + pttl, tok)
+      redis.call('ZADD', KEYS[1], nxt, m)
+    end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = lag
+  out[#out + 1] = reason
+end
+return out

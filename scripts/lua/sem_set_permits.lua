@@ -1,0 +1,17 @@
+-- sem_set_permits: the admin changes a semaphore's capacity. Leases already
+-- granted keep their permits; when the new capacity is below the permits in
+-- use, new grants wait until enough leases end. Waiters are woken: a larger
+-- capacity may let them in, and a waiter that asked for the old capacity
+-- learns of the change on its next attempt.
+--
+-- KEYS[1]  capacity hash (fields: see sem_acquire.lua)
+-- KEYS[2]  pub/sub channel that waiters of this semaphore listen on
+-- ARGV[1]  permits: the new capacity N
+-- ARGV[2]  fence retention in milliseconds (the capacity record's TTL)
+--
+-- Reply: the previous capacity (0 when none was stored).
+local prev = tonumber(redis.call('HGET', KEYS[1], 'p')) or 0
+redis.call('HSET', KEYS[1], 'p', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PUBLISH', KEYS[2], 'resized')
+return prev
