@@ -135,6 +135,7 @@ var (
 	// RWRenewBatch renews a batch of keep-alive leases of read/write locks.
 	RWRenewBatch = mustAssemble("rw_renew_batch.lua")
 )
+
 // SemAcquire takes permits of a semaphore as one lease.
 //
 //go:embed sem_acquire.lua
@@ -174,7 +175,6 @@ var SemLeave string
 //
 //go:embed sem_renew_batch.lua
 var SemRenewBatch string
-
 
 // QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
 //
