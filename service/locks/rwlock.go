@@ -55,7 +55,7 @@ func (l rwlock) attempt(ctx context.Context, k lockKeys, req AcquireRequest, wai
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwAcquireScript,
 		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost, k.holders},
-		rwAcquireArgs(s.cfg, req, k.name, waiterTimeout, keepTTL)...)
+		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -83,7 +83,7 @@ func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode 
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwReleaseScript,
 		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(), k.lost},
-		rwReleaseArgs(k.name, token, mode)...)
+		rwReleaseArgs(k.regName(), token, mode)...)
 	if err != nil {
 		return Released{}, err
 	}
@@ -116,7 +116,7 @@ func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RW
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwRenewScript,
 		[]string{k.lock, k.holders, k.lost, s.registryKey(), k.channel, k.fence, k.waiters},
-		rwRenewArgs(s.cfg, k.name, token, mode, ttl)...)
+		rwRenewArgs(s.cfg, k.regName(), token, mode, ttl)...)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -162,7 +162,7 @@ func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState,
 	s := l.s
 	res, err := s.st.Run(ctx, rwInspectScript,
 		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
-		rwInspectArgs(k.name, token)...)
+		rwInspectArgs(k.regName(), token)...)
 	if err != nil {
 		return RWState{}, err
 	}
@@ -257,7 +257,7 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 			return Lease{}, err
 		}
 	}
-	return rwlock{s}.renewMode(ctx, keysOf(s.prefix, kindRW, name), token, mode, ttl)
+	return rwlock{s}.renewMode(ctx, s.keysIn(ctx, kindRW, name), token, mode, ttl)
 }
 
 // ReleaseRW drops one hold of token's lease of mode on the read/write lock
@@ -269,7 +269,7 @@ func (s *Service) ReleaseRW(ctx context.Context, name, token string, mode RWMode
 	if err := s.checkLeaseArgs(name, token, mode); err != nil {
 		return Released{}, err
 	}
-	return rwlock{s}.releaseMode(ctx, keysOf(s.prefix, kindRW, name), token, mode)
+	return rwlock{s}.releaseMode(ctx, s.keysIn(ctx, kindRW, name), token, mode)
 }
 
 func (s *Service) checkLeaseArgs(name, token string, mode RWMode) error {
@@ -290,10 +290,10 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
-	k := keysOf(s.prefix, kindRW, name)
+	k := s.keysIn(ctx, kindRW, name)
 	res, err := s.st.RunReplicated(ctx, rwForceReleaseScript,
 		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(), k.lost, k.waiters},
-		rwForceReleaseArgs(s.cfg, name)...)
+		rwForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
 	}
@@ -316,7 +316,7 @@ func (s *Service) InspectRW(ctx context.Context, name, token string) (RWState, e
 			return RWState{}, err
 		}
 	}
-	return rwlock{s}.inspect(ctx, keysOf(s.prefix, kindRW, name), token)
+	return rwlock{s}.inspect(ctx, s.keysIn(ctx, kindRW, name), token)
 }
 
 // HoldRW acquires a lease of the read/write lock name as AcquireRW does and

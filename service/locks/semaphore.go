@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -102,7 +103,9 @@ var ErrTokenInUse = fmt.Errorf("%w: the token already holds a lease on this sema
 // fence, m fair), holders map a token to its lease's expiry and leases to
 // its count, fence, TTL, keep-alive and owner; the fence key is not used:
 // the capacity record keeps the fence.
-func (s *Service) semKeys(name string) lockKeys { return keysOf(s.prefix, kindSem, name) }
+func (s *Service) semKeys(ctx context.Context, name string) lockKeys {
+	return s.keysIn(ctx, kindSem, name)
+}
 
 // SemaphoreKeys are the Redis keys of one semaphore, as the service names
 // them: for whoever looks at its state in Redis from outside the service.

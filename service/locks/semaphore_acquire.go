@@ -27,7 +27,7 @@ func (s *Service) AcquireSemaphore(ctx context.Context, name string, req Semapho
 	if err != nil {
 		return SemaphoreLease{}, err
 	}
-	k := s.semKeys(name)
+	k := s.semKeys(ctx, name)
 	if req.Wait > 0 {
 		return s.semWaiting(ctx, k, req, ownToken)
 	}
@@ -57,7 +57,7 @@ type semResult struct {
 func (s *Service) semAttempt(ctx context.Context, k lockKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
 	res, err := s.st.RunReplicated(ctx, semAcquireScript,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(), k.lost, k.channel},
-		semAcquireArgs(s.cfg, req, semMember(req.Token, k.name), waiterTimeout)...)
+		semAcquireArgs(s.cfg, req, semMember(req.Token, k.regName()), waiterTimeout)...)
 	if err != nil {
 		return semResult{}, err
 	}

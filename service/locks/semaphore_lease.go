@@ -24,14 +24,14 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 			return SemaphoreLease{}, err
 		}
 	}
-	return s.renewSemaphore(ctx, s.semKeys(name), token, ttl)
+	return s.renewSemaphore(ctx, s.semKeys(ctx, name), token, ttl)
 }
 
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semRenewScript,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semRenewArgs(s.cfg, token, semMember(token, k.name), ttl)...)
+		semRenewArgs(s.cfg, token, semMember(token, k.regName()), ttl)...)
 	if err != nil {
 		return SemaphoreLease{}, err
 	}
@@ -56,14 +56,14 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 	if err := checkNameToken(name, token); err != nil {
 		return 0, err
 	}
-	return s.releaseSemaphore(ctx, s.semKeys(name), token)
+	return s.releaseSemaphore(ctx, s.semKeys(ctx, name), token)
 }
 
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semReleaseScript,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semReleaseArgs(token, semMember(token, k.name))...)
+		semReleaseArgs(token, semMember(token, k.regName()))...)
 	if err != nil {
 		return 0, err
 	}
@@ -87,10 +87,10 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 	if err := ValidateName(name); err != nil {
 		return 0, err
 	}
-	k := s.semKeys(name)
+	k := s.semKeys(ctx, name)
 	res, err := s.st.RunReplicated(ctx, semForceReleaseScript,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semForceReleaseArgs(s.cfg, name)...)
+		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +113,7 @@ func (s *Service) SetSemaphorePermits(ctx context.Context, name string, permits 
 	if err := checkPermits(permits); err != nil {
 		return SemaphoreState{}, err
 	}
-	k := s.semKeys(name)
+	k := s.semKeys(ctx, name)
 	if _, err := s.st.RunReplicated(ctx, semSetPermitsScript, []string{k.lock, k.channel},
 		semSetPermitsArgs(s.cfg, permits)...); err != nil {
 		return SemaphoreState{}, err
@@ -133,10 +133,10 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 			return SemaphoreState{}, err
 		}
 	}
-	k := s.semKeys(name)
+	k := s.semKeys(ctx, name)
 	res, err := s.st.Run(ctx, semInspectScript,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
-		semInspectArgs(token, semMember(token, name))...)
+		semInspectArgs(token, semMember(token, k.regName()))...)
 	if err != nil {
 		return SemaphoreState{}, err
 	}
