@@ -21,6 +21,9 @@ type Client interface {
 	// Subscribe opens a pub/sub connection; the lock service opens one per
 	// process, lazily, for the waiters of every lock.
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	// SSubscribe opens a sharded pub/sub connection (Redis 7): on a
+	// cluster, to the primary of the channels' slot.
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
 // Config tunes a Store. Zero values fall back to the defaults below.
@@ -38,6 +41,10 @@ type Config struct {
 	ReplicaTimeout time.Duration
 	// Registerer receives the store's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
+	// Cluster says the client is a Redis Cluster client: every script's
+	// keys share one hash slot (see Slot), wake-ups use sharded pub/sub,
+	// and the keep-alive registry is sharded by slot.
+	Cluster bool
 }
 
 func (c Config) withDefaults() Config {
