@@ -7,6 +7,11 @@
 //	go run ./cmd/latchbench -start                # starts redis-server and Latchkey itself
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
 //	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -scenarios gate,multi1,multi,leased,nginx
+//	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
+//
+// Every scenario's notes say what each Redis node did per request: CPU,
+// commands and the busiest commands (INFO cpu, stats and commandstats), of
+// the one node or of every primary of a cluster.
 package main
 
 import (
@@ -22,8 +27,6 @@ import (
 	"os/signal"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -47,6 +50,7 @@ type options struct {
 	scenarios string
 	jsonOut   string
 	redisURL  string
+	cluster   string
 	b         bench
 	meter     meter
 	// ceilingOp is the ceiling scenario's iteration, run in every round of
@@ -79,6 +83,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
 	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
+	fs.StringVar(&o.cluster, "redis-cluster", "", "seed URL of a Redis Cluster on loopback (redis://h1:p1?addr=h2:p2&addr=h3:p3): -start runs Latchkey on it instead of a redis-server of its own; Redis commands and CPU are reported per primary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,8 +102,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.start == (o.url != "") {
 		return errors.New("give exactly one of -url and -start")
 	}
+	if o.cluster != "" && o.redisURL != "" {
+		return errors.New("give at most one of -redis-url and -redis-cluster")
+	}
 	if o.start {
-		st, err := startStack(ctx, o.serverBin, o.redisBin)
+		st, err := startStack(ctx, o.serverBin, o.redisBin, o.cluster)
 		if err != nil {
 			return err
 		}
@@ -113,16 +121,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		o.b.nginx = &o
 	}
 	o.meter.base = o.b.base
-	if o.redisURL != "" {
-		ropts, err := redis.ParseURL(o.redisURL)
+	if o.redisURL != "" || o.cluster != "" {
+		flagName, raw := "-redis-url", o.redisURL
+		if o.cluster != "" {
+			flagName, raw = "-redis-cluster", o.cluster
+		}
+		nodes, err := openRedisNodes(raw, o.cluster != "")
 		if err != nil {
-			return fmt.Errorf("-redis-url: %w", err)
+			return fmt.Errorf("%s: %w", flagName, err)
 		}
-		if err := checkLoopback("http://" + ropts.Addr); err != nil {
-			return fmt.Errorf("-redis-url: %w", err)
-		}
-		o.meter.redis = redis.NewClient(ropts)
-		defer o.meter.redis.Close()
+		o.meter.redis = nodes
+		defer nodes.Close()
 	}
 
 	want := map[string]bool{"ceiling": true}
@@ -142,6 +151,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			res = Result{Scenario: sc.name, Description: sc.description, Notes: []string{"skipped: " + err.Error()}}
 		}
+		res.Notes = append(res.Notes, nodeNotes(res.Usage.RedisNodes, res.Requests)...)
 		if sc.name == "ceiling" {
 			ceiling = res
 			res.RPSRatio, res.P99Ratio = 1, 1
@@ -165,7 +175,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	printText(stdout, report)
 	fmt.Fprintln(stdout, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
 		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds;\n"+
-		"lg cpu s: the load generator's own CPU seconds")
+		"lg cpu s: the load generator's own CPU seconds; redis notes: per node (every primary of a cluster),\n"+
+		"CPU µs and commands per request and the most called commands per request (INFO commandstats)")
 	if o.jsonOut != "" {
 		return writeJSON(stdout, o.jsonOut, report)
 	}

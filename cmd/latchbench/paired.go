@@ -54,6 +54,7 @@ func addUsage(total, round usage, first bool) usage {
 	total.HeapInuseEndMiB = round.HeapInuseEndMiB
 	total.RedisCommands += round.RedisCommands
 	total.RedisCPUSeconds += round.RedisCPUSeconds
+	total.RedisNodes = addNodeUsages(total.RedisNodes, round.RedisNodes)
 	total.LoadgenCPUSeconds += round.LoadgenCPUSeconds
 	return total
 }
