@@ -210,8 +210,12 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 		return res, nil
 	}
 	res := runPaired(ctx, o, sc)
-	if sc.name == "keepalive" {
+	if sc.name == "keepalive" || sc.name == "keepidle" {
 		res.Notes = append(res.Notes, o.meter.keepaliveReport(ctx)...)
+		if u := res.Usage; u.KeepaliveRenewals > 0 && u.RedisCPUSeconds > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%.0f renewals while measured: %.1f µs Redis CPU per renewal, if renewals were all Redis did",
+				u.KeepaliveRenewals, u.RedisCPUSeconds/u.KeepaliveRenewals*1e6))
+		}
 	}
 	if res.Requests == 0 {
 		return res, fmt.Errorf("no request succeeded (%d transport errors)", res.Errors)

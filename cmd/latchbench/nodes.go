@@ -186,7 +186,7 @@ func nodeNotes(nodes []nodeUsage, requests int) []string {
 			share = float64(u.Commands) / float64(total) * 100
 		}
 		notes = append(notes, fmt.Sprintf("redis %s: %.1f µs CPU/req, %.2f cmds/req (%.0f%% of commands); %s",
-			hostPort(u.Addr), u.CPUSeconds/q*1e6, float64(u.Commands)/q, share, topCalls(u.Calls, q, 6)))
+			hostPort(u.Addr), u.CPUSeconds/q*1e6, float64(u.Commands)/q, share, topCalls(u.Calls, q, 8)))
 	}
 	return notes
 }

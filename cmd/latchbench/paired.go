@@ -56,6 +56,7 @@ func addUsage(total, round usage, first bool) usage {
 	total.RedisCPUSeconds += round.RedisCPUSeconds
 	total.RedisNodes = addNodeUsages(total.RedisNodes, round.RedisNodes)
 	total.LoadgenCPUSeconds += round.LoadgenCPUSeconds
+	total.KeepaliveRenewals += round.KeepaliveRenewals
 	return total
 }
 

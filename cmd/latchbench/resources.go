@@ -23,6 +23,8 @@ type usage struct {
 	// RedisNodes is what each node did: the one Redis, or each primary of a
 	// cluster. RedisCommands and RedisCPUSeconds are their sums.
 	RedisNodes []nodeUsage `json:"redis_nodes,omitempty"`
+	// KeepaliveRenewals is how many keep-alive leases the server renewed.
+	KeepaliveRenewals float64 `json:"keepalive_renewals,omitempty"`
 	// LoadgenCPUSeconds is latchbench's own CPU: on a machine it shares with
 	// the server and Redis, every microsecond it spends is one they lack.
 	LoadgenCPUSeconds float64 `json:"loadgen_cpu_seconds"`
@@ -31,6 +33,7 @@ type usage struct {
 // snapshot is a reading of the counters usage is computed from.
 type snapshot struct {
 	serverCPU, rss, heapInuse float64
+	renewals                  float64
 	redis                     map[string]nodeSnapshot // by node address
 	loadgenCPU                float64
 }
@@ -64,6 +67,8 @@ func (m *meter) read(ctx context.Context) snapshot {
 					s.rss = f
 				case "go_memstats_heap_inuse_bytes":
 					s.heapInuse = f
+				case "latchkey_keepalive_renewals_total":
+					s.renewals = f
 				}
 			}
 			resp.Body.Close()
@@ -83,6 +88,7 @@ func (m *meter) usage(before, after snapshot, requests int) usage {
 		ServerRSSEndMiB:   after.rss / mib,
 		HeapInuseEndMiB:   after.heapInuse / mib,
 		LoadgenCPUSeconds: after.loadgenCPU - before.loadgenCPU,
+		KeepaliveRenewals: after.renewals - before.renewals,
 	}
 	if m.redis != nil {
 		u.RedisNodes = nodeUsages(before.redis, after.redis)

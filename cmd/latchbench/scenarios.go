@@ -56,13 +56,14 @@ func clientIP(n uint64) string {
 }
 
 func (b *bench) scenarios() []scenario {
+	healthz := func(ctx context.Context, w *worker) {
+		w.do(newRequest(ctx, http.MethodGet, b.base+"/healthz", ""), false)
+	}
 	return append([]scenario{
 		{
 			name:        "ceiling",
 			description: "GET /healthz: the same server's trivial route, the throughput ceiling",
-			op: func(ctx context.Context, w *worker) {
-				w.do(newRequest(ctx, http.MethodGet, b.base+"/healthz", ""), false)
-			},
+			op:          healthz,
 		},
 		{
 			name:        "gate",
@@ -109,6 +110,13 @@ func (b *bench) scenarios() []scenario {
 			description: "gate traffic while keep-alive leases are held and renewed by the server",
 			setup:       b.holdKeepaliveLeases,
 			op:          b.gate,
+		},
+		{
+			name: "keepidle",
+			description: "keep-alive leases held and renewed by the server under the ceiling's traffic only: " +
+				"the Redis cost of renewing alone (not in the default list)",
+			setup: b.holdKeepaliveLeases,
+			op:    healthz,
 		},
 		{
 			name:        "waiters",
