@@ -81,7 +81,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	}
 	s.rw = newRWMetrics(cfg.Registerer)
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
-	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
+	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(semScripts...)

@@ -14,9 +14,10 @@ import (
 
 // Script is one Lua operation, called by SHA with EVALSHA.
 type Script struct {
-	name string
-	src  string
-	sha  string
+	name    string
+	src     string
+	sha     string
+	cluster *Script // run in its place on a cluster (Config.Cluster), when set
 }
 
 // NewScript returns the script src, called name in errors and metrics.
@@ -27,6 +28,25 @@ func NewScript(name, src string) *Script {
 
 // Name is the script's name in errors and metrics.
 func (sc *Script) Name() string { return sc.name }
+
+// WithClusterVariant makes a store on a cluster (Config.Cluster) load and
+// run rewrite(sc's source) in sc's place, under sc's name, when it differs:
+// a script whose Redis Cluster form differs, such as one publishing with
+// SPUBLISH. Call it before the script is registered. It returns sc.
+func (sc *Script) WithClusterVariant(rewrite func(src string) string) *Script {
+	if src := rewrite(sc.src); src != sc.src {
+		sc.cluster = NewScript(sc.name, src)
+	}
+	return sc
+}
+
+// variant is the form of sc this store runs.
+func (s *Store) variant(sc *Script) *Script {
+	if s.cfg.Cluster && sc.cluster != nil {
+		return sc.cluster
+	}
+	return sc
+}
 
 // LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
 // compile stops start-up. Returns an error wrapping ErrUnavailable when Redis
@@ -41,6 +61,7 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 }
 
 func (s *Store) load(ctx context.Context, sc *Script) error {
+	sc = s.variant(sc)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	sha, err := s.rdb.ScriptLoad(ctx, sc.src).Result()
@@ -78,6 +99,7 @@ func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any)
 // EvalSha calls sc on c with EVALSHA; on NOSCRIPT it loads the script on c
 // and calls it again, once. Errors are go-redis's, untranslated.
 func (s *Store) EvalSha(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
+	sc = s.variant(sc)
 	res, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
