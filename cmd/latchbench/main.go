@@ -27,6 +27,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/latchkey/latchkey/service/store"
 )
 
 func main() {
@@ -79,6 +81,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.hotNames, "hot-names", 8, "lock names shared by all clients in contended")
 	fs.IntVar(&o.b.leases, "leases", 1000, "keep-alive leases held during keepalive")
 	fs.DurationVar(&o.b.leaseTTL, "lease-ttl", 30*time.Second, "TTL of the keep-alive leases (renewed every third of it)")
+	fs.IntVar(&o.b.leaseSlots, "lease-slots", 0, "put the keep-alive leases' names in hash slots 0..N-1 (0: any slot), so a cluster's registry shards hold leases/N each, as with many more leases over all 16384 slots")
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
 	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
@@ -98,6 +101,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.b.waiters < 1 || o.b.waiters > 15000 || o.b.waiterNames < 1 {
 		return fmt.Errorf("-waiters %d / -waiter-names %d: want 1-15000 waiters on at least one lock", o.b.waiters, o.b.waiterNames)
+	}
+	if o.b.leaseSlots < 0 || o.b.leaseSlots > store.ClusterSlots {
+		return fmt.Errorf("-lease-slots %d: want 0-%d", o.b.leaseSlots, store.ClusterSlots)
 	}
 	if o.start == (o.url != "") {
 		return errors.New("give exactly one of -url and -start")

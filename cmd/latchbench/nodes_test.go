@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 func TestParseInfo(t *testing.T) {
@@ -77,5 +78,30 @@ func TestOpenRedisNodesLoopbackOnly(t *testing.T) {
 		if n != nil {
 			n.Close()
 		}
+	}
+}
+
+// -lease-slots puts every keep-alive lease name in the first N hash slots,
+// each name once; without it the names are ka-0, ka-1, ...
+func TestLeaseNames(t *testing.T) {
+	if got := leaseNames(3, 0); !cmp.Equal(got, []string{"ka-0", "ka-1", "ka-2"}) {
+		t.Errorf("leaseNames(3, 0) = %q", got)
+	}
+	names := leaseNames(500, 8)
+	seen := map[string]bool{}
+	slots := map[int]bool{}
+	for _, n := range names {
+		if seen[n] {
+			t.Fatalf("%s twice", n)
+		}
+		seen[n] = true
+		s := store.Slot(n)
+		if s >= 8 {
+			t.Fatalf("%s is in slot %d, want < 8", n, s)
+		}
+		slots[s] = true
+	}
+	if len(names) != 500 || len(slots) < 2 {
+		t.Errorf("%d names over %d slots, want 500 over several", len(names), len(slots))
 	}
 }
