@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,11 +19,7 @@ import (
 // clusterBasePort is where this package's Redis Cluster listens.
 const clusterBasePort = 21000
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clustertest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // A URL naming one node of a cluster is detected and served through a
 // cluster client; the seed-list form and -redis-cluster (or

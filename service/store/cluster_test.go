@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -17,11 +16,7 @@ import (
 // clusterBasePort is where this package's Redis Cluster listens.
 const clusterBasePort = 21100
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clustertest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // keysOnEveryPrimary returns one key per primary of rdb, named after n.
 func keysOnEveryPrimary(t *testing.T, rdb *redis.ClusterClient, n string) map[string]string {
