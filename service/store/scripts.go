@@ -14,9 +14,10 @@ import (
 
 // Script is one Lua operation, called by SHA with EVALSHA.
 type Script struct {
-	name string
-	src  string
-	sha  string
+	name    string
+	src     string
+	sha     string
+	cluster *Script // run in its place on a cluster (Config.Cluster), when set
 }
 
 // NewScript returns the script src, called name in errors and metrics.
@@ -30,6 +31,25 @@ func (sc *Script) Name() string { return sc.name }
 
 // SHA is the SHA1 of the script's source, its name in Redis's script cache.
 func (sc *Script) SHA() string { return sc.sha }
+
+// WithClusterVariant makes a store on a cluster (Config.Cluster) load and
+// run rewrite(sc's source) in sc's place, under sc's name, when it differs:
+// a script whose Redis Cluster form differs, such as one publishing with
+// SPUBLISH. Call it before the script is registered. It returns sc.
+func (sc *Script) WithClusterVariant(rewrite func(src string) string) *Script {
+	if src := rewrite(sc.src); src != sc.src {
+		sc.cluster = NewScript(sc.name, src)
+	}
+	return sc
+}
+
+// variant is the form of sc this store runs.
+func (s *Store) variant(sc *Script) *Script {
+	if s.cfg.Cluster && sc.cluster != nil {
+		return sc.cluster
+	}
+	return sc
+}
 
 // LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
 // compile stops start-up. On a Redis Cluster it loads them on every primary,
@@ -54,6 +74,7 @@ func (s *Store) loadAll(ctx context.Context, c redis.Scripter) error {
 }
 
 func (s *Store) load(ctx context.Context, c redis.Scripter, sc *Script) error {
+	sc = s.variant(sc)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	sha, err := c.ScriptLoad(ctx, sc.src).Result()
@@ -92,6 +113,7 @@ func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any)
 // (on a cluster client, on the primary of keys[0]'s slot, the node that
 // answered) and calls it again, once. Errors are go-redis's, untranslated.
 func (s *Store) EvalSha(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
+	sc = s.variant(sc)
 	res, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
