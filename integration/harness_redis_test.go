@@ -21,14 +21,10 @@ func (e *testEnv) fenceKey(name string) string { return e.lockKeys(name).Fence }
 // registryKey is the Redis key of the keep-alive registry of e's server.
 func (e *testEnv) registryKey() string { return locks.RegistryKey(e.Prefix) }
 
-// keys lists the Redis keys of this test's server.
+// keys lists the Redis keys of this test's server, on every primary.
 func (e *testEnv) keys(t testing.TB) []string {
 	t.Helper()
-	ks, err := e.RDB.Keys(t.Context(), e.Prefix+"*").Result()
-	if err != nil {
-		t.Fatalf("KEYS: %v", err)
-	}
-	return ks
+	return allKeys(t, e.RDB, e.Prefix+"*")
 }
 
 // redisLock is the lock hash of one lock as Redis holds it (see
@@ -75,14 +71,10 @@ func (e *testEnv) registrySize(t testing.TB) int64 {
 	return n
 }
 
-// channelSubscribers is PUBSUB NUMSUB of name's wake-up channel: the
-// subscriber connections listening on it.
+// channelSubscribers is the number of subscriber connections listening on
+// name's wake-up channel (sharded or not), over every node.
 func (e *testEnv) channelSubscribers(t testing.TB, name string) int64 {
 	t.Helper()
 	ch := e.lockKeys(name).Channel
-	m, err := e.RDB.PubSubNumSub(t.Context(), ch).Result()
-	if err != nil {
-		t.Fatalf("PUBSUB NUMSUB: %v", err)
-	}
-	return m[ch]
+	return subscribers(t, e.RDB, ch)[ch]
 }
