@@ -61,14 +61,30 @@ func (e *testEnv) lockHash(t testing.TB, name string) redisLock {
 	return l
 }
 
+// registryKeys are the keep-alive registry keys of e's server: the one
+// registry on a single node; on a cluster, the registry shards
+// (locks.ShardKey: the registry key, a colon and a slot's hash tag) that
+// hold entries.
+func (e *testEnv) registryKeys(t testing.TB) []string {
+	t.Helper()
+	if !e.Svc.Store.Config().Cluster {
+		return []string{e.registryKey()}
+	}
+	return allKeys(t, e.RDB, e.registryKey()+":{*}")
+}
+
 // registrySize is the number of keep-alive leases registered under e's prefix.
 func (e *testEnv) registrySize(t testing.TB) int64 {
 	t.Helper()
-	n, err := e.RDB.ZCard(t.Context(), e.registryKey()).Result()
-	if err != nil {
-		t.Fatalf("ZCARD: %v", err)
+	var total int64
+	for _, k := range e.registryKeys(t) {
+		n, err := e.RDB.ZCard(t.Context(), k).Result()
+		if err != nil {
+			t.Fatalf("ZCARD %s: %v", k, err)
+		}
+		total += n
 	}
-	return n
+	return total
 }
 
 // channelSubscribers is the number of subscriber connections listening on

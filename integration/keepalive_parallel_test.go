@@ -120,6 +120,7 @@ func noneDue(t *testing.T, rdb redis.UniversalClient, prefix string) bool {
 // due time between them. The due times are set by the test (the leases' own
 // are 20s away), so no timing decides the outcome.
 func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
+	singleNode(t)
 	const leases, batch, parallel = 200, 10, 4
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()

@@ -76,6 +76,11 @@ func TestOneOffNamesExpire(t *testing.T) {
 	// above the retention for a loaded machine.
 	start := redisMicros(t, e.RDB)
 	var left []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("keys left: %q", left)
+		}
+	}()
 	eventually(t, 60*time.Second, "every key of the one-off names to expire", func() bool {
 		left = e.keys(t)
 		return len(left) == 0
