@@ -167,7 +167,7 @@ func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
 // makes a re-entry keep the lease's own TTL (the request gave none).
 func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
 		acquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
@@ -244,6 +244,7 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 // client is told it holds.
 func (s *Service) handOut(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, r attemptResult) (Lease, error) {
 	lease, err := s.outcome(k.name, token, r)
+	s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	if cerr := ctx.Err(); cerr != nil {
 		if !ownToken {
 			return Lease{}, cerr
@@ -306,12 +307,17 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 			return Lease{}, err
 		}
 	}
-	return s.mutex.renew(ctx, s.keys(ctx, name), token, ttl)
+	k := s.keys(ctx, name)
+	lease, err := s.mutex.renew(ctx, k, token, ttl)
+	if ttl != 0 { // a new TTL may bring the next renewal forward
+		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	}
+	return lease, err
 }
 
 func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
+	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(k), k.channel, k.fence},
 		renewArgs(s.cfg, k.regName(), token, ttl)...)
 	if err != nil {
 		return Lease{}, err
@@ -346,7 +352,7 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(k), k.lost},
 		releaseArgs(k.regName(), token)...)
 	if err != nil {
 		return Released{}, err
@@ -380,7 +386,7 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(k), k.lost},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
@@ -406,7 +412,7 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		}
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
 		inspectArgs(k.regName(), token)...)
 	if err != nil {
 		return LockState{}, err

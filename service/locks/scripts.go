@@ -1,6 +1,8 @@
 package locks
 
 import (
+	"slices"
+
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 )
@@ -30,6 +32,17 @@ var (
 // scripts lists every lock script, loaded by store.LoadScripts.
 var scripts = []*store.Script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
 	leaveScript, keepaliveDueScript, renewBatchScript}
+
+// On Redis Cluster every lock script that publishes a wake-up runs in the
+// form that publishes it with SPUBLISH (lua.Sharded), heard by the sharded
+// subscriptions of the channel's node (subscriber_cluster.go); a single
+// node keeps PUBLISH and SUBSCRIBE, which Redis before 7 and the embedded
+// store have.
+func init() {
+	for _, sc := range slices.Concat(scripts, rwScripts, semScripts) {
+		sc.WithClusterVariant(lua.Sharded)
+	}
+}
 
 // flag is a boolean as the scripts take it: "1" or "0".
 func flag(b bool) string {

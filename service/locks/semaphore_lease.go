@@ -24,13 +24,18 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 			return SemaphoreLease{}, err
 		}
 	}
-	return s.renewSemaphore(ctx, s.semKeys(ctx, name), token, ttl)
+	k := s.semKeys(ctx, name)
+	lease, err := s.renewSemaphore(ctx, k, token, ttl)
+	if ttl != 0 { // a new TTL may bring the next renewal forward
+		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	}
+	return lease, err
 }
 
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semRenewScript,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		semRenewArgs(s.cfg, token, semMember(token, k.regName()), ttl)...)
 	if err != nil {
 		return SemaphoreLease{}, err
@@ -62,7 +67,7 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semReleaseScript,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		semReleaseArgs(token, semMember(token, k.regName()))...)
 	if err != nil {
 		return 0, err
@@ -89,7 +94,7 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.RunReplicated(ctx, semForceReleaseScript,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return 0, err
@@ -135,7 +140,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.Run(ctx, semInspectScript,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
 		semInspectArgs(token, semMember(token, k.regName()))...)
 	if err != nil {
 		return SemaphoreState{}, err

@@ -51,6 +51,8 @@ type Service struct {
 	rwlock    primitive // the read/write lock (rwlock.go)
 	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
+	shards    shardKeys     // on a cluster: the registry's shard of every slot (shards.go)
+	dir       *shardDir     // on a cluster: the shards' directory (renewer_cluster.go)
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
 
@@ -73,9 +75,13 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
 	s.mutex, s.rwlock = mutex{s}, rwlock{s}
+	if sc.Cluster {
+		s.shards, s.dir = newShardKeys(sc.KeyPrefix), newShardDir(sc.KeyPrefix)
+		st.Register(dirScripts...)
+	}
 	s.rw = newRWMetrics(cfg.Registerer)
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
-	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
+	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	st.Register(scripts...)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(semScripts...)
