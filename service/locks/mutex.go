@@ -3,7 +3,6 @@ package locks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
@@ -168,7 +167,7 @@ func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
 func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := m.s
 	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
-		acquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
+		acquireArgs(s.cfg, kindMutex, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -295,16 +294,11 @@ func (s *Service) giveBack(ctx context.Context, p primitive, k lockKeys, token s
 // (ErrConflict) when another token holds it, a *ValidationError for bad
 // input, or an error wrapping ErrUnavailable.
 func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameToken(name, token); err != nil {
 		return Lease{}, err
 	}
-	if err := ValidateToken(token); err != nil {
+	if err := s.checkRenewTTL(ttl); err != nil {
 		return Lease{}, err
-	}
-	if ttl != 0 {
-		if err := s.checkTTL("ttl", ttl); err != nil {
-			return Lease{}, err
-		}
 	}
 	return s.mutex.renew(ctx, s.keys(ctx, name), token, ttl)
 }
@@ -312,15 +306,9 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
 	s := m.s
 	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
-		renewArgs(s.cfg, k.regName(), token, ttl)...)
+		renewArgs(s.cfg, kindMutex, k.regName(), token, ttl)...)
+	v, err := ownerReply("renew", 7, res, err)
 	if err != nil {
-		return Lease{}, err
-	}
-	v, err := store.Int64s("renew", res, 7)
-	if err != nil {
-		return Lease{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Lease{}, err
 	}
 	return Lease{
@@ -335,10 +323,7 @@ func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Dur
 // frees the lock and wakes its waiters. Returns ErrNotFound, ErrNotOwner, a
 // *ValidationError or an error wrapping ErrUnavailable.
 func (s *Service) Release(ctx context.Context, name, token string) (Released, error) {
-	if err := ValidateName(name); err != nil {
-		return Released{}, err
-	}
-	if err := ValidateToken(token); err != nil {
+	if err := checkNameToken(name, token); err != nil {
 		return Released{}, err
 	}
 	return s.mutex.release(ctx, s.keys(ctx, name), token)
@@ -347,15 +332,9 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
 	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
-		releaseArgs(k.regName(), token)...)
+		releaseArgs(kindMutex, k.regName(), token)...)
+	v, err := ownerReply("release", 2, res, err)
 	if err != nil {
-		return Released{}, err
-	}
-	v, err := store.Int64s("release", res, 2)
-	if err != nil {
-		return Released{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Released{}, err
 	}
 	s.released(v[1])
@@ -397,25 +376,13 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 // that token owns the lease. Returns a *ValidationError or an error wrapping
 // ErrUnavailable.
 func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameOptionalToken(name, token); err != nil {
 		return LockState{}, err
-	}
-	if token != "" {
-		if err := ValidateToken(token); err != nil {
-			return LockState{}, err
-		}
 	}
 	k := s.keys(ctx, name)
 	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
-		inspectArgs(k.regName(), token)...)
-	if err != nil {
-		return LockState{}, err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 14 {
-		return LockState{}, fmt.Errorf("inspect: unexpected reply %T %v", res, res)
-	}
-	v, err := store.Int64s("inspect", arr[:11], 11)
+		inspectArgs(kindMutex, k.regName(), token)...)
+	arr, v, err := inspectReply("inspect", 14, 11, res, err)
 	if err != nil {
 		return LockState{}, err
 	}
@@ -435,10 +402,7 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 }
 
 func (m mutex) lostReason(ctx context.Context, k lockKeys, token string) string {
-	st, err := m.s.Inspect(ctx, k.name, token)
-	if err != nil {
-		return ""
-	}
+	st, _ := m.s.Inspect(ctx, k.name, token) // a failed inspect has no reason
 	return st.LostReason
 }
 
@@ -450,14 +414,3 @@ func (m mutex) leave(ctx context.Context, k lockKeys, token string) error {
 func (mutex) batchScript() *store.Script { return renewBatchScript }
 
 func (mutex) batchKeys(keys []string, k lockKeys) []string { return append(keys, k.lock, k.lost) }
-
-// ownerStatus maps the statuses of the release and renew scripts to errors.
-func ownerStatus(status int64) error {
-	switch status {
-	case ownerNoLease:
-		return store.ErrNotFound
-	case ownerOther:
-		return ErrNotOwner
-	}
-	return nil // ownerDone
-}

@@ -2,7 +2,6 @@ package locks
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
@@ -84,14 +83,8 @@ func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode 
 	res, err := s.st.RunReplicated(ctx, rwReleaseScript,
 		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(), k.lost},
 		rwReleaseArgs(k.regName(), token, mode)...)
+	v, err := ownerReply("rw_release", 3, res, err)
 	if err != nil {
-		return Released{}, err
-	}
-	v, err := store.Int64s("rw_release", res, 3)
-	if err != nil {
-		return Released{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Released{}, err
 	}
 	m := modeOf(v[2])
@@ -117,14 +110,8 @@ func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RW
 	res, err := s.st.RunReplicated(ctx, rwRenewScript,
 		[]string{k.lock, k.holders, k.lost, s.registryKey(), k.channel, k.fence, k.waiters},
 		rwRenewArgs(s.cfg, k.regName(), token, mode, ttl)...)
+	v, err := ownerReply("rw_renew", 8, res, err)
 	if err != nil {
-		return Lease{}, err
-	}
-	v, err := store.Int64s("rw_renew", res, 8)
-	if err != nil {
-		return Lease{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Lease{}, err
 	}
 	var ka *Keepalive
@@ -140,10 +127,7 @@ func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RW
 }
 
 func (l rwlock) lostReason(ctx context.Context, k lockKeys, token string) string {
-	st, err := l.inspect(ctx, k, token)
-	if err != nil {
-		return ""
-	}
+	st, _ := l.inspect(ctx, k, token) // a failed inspect has no reason
 	return st.LostReason
 }
 
@@ -162,15 +146,8 @@ func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState,
 	s := l.s
 	res, err := s.st.Run(ctx, rwInspectScript,
 		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
-		rwInspectArgs(k.regName(), token)...)
-	if err != nil {
-		return RWState{}, err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 15 {
-		return RWState{}, fmt.Errorf("rw_inspect: unexpected reply %T %v", res, res)
-	}
-	v, err := store.Int64s("rw_inspect", arr[:13], 13)
+		inspectArgs(kindRW, k.regName(), token)...)
+	arr, v, err := inspectReply("rw_inspect", 15, 13, res, err)
 	if err != nil {
 		return RWState{}, err
 	}
@@ -252,10 +229,8 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	if err := s.checkLeaseArgs(name, token, mode); err != nil {
 		return Lease{}, err
 	}
-	if ttl != 0 {
-		if err := s.checkTTL("ttl", ttl); err != nil {
-			return Lease{}, err
-		}
+	if err := s.checkRenewTTL(ttl); err != nil {
+		return Lease{}, err
 	}
 	return rwlock{s}.renewMode(ctx, s.keysIn(ctx, kindRW, name), token, mode, ttl)
 }
@@ -273,10 +248,7 @@ func (s *Service) ReleaseRW(ctx context.Context, name, token string, mode RWMode
 }
 
 func (s *Service) checkLeaseArgs(name, token string, mode RWMode) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	if err := ValidateToken(token); err != nil {
+	if err := checkNameToken(name, token); err != nil {
 		return err
 	}
 	return checkOptionalMode(mode)
@@ -293,7 +265,7 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 	k := s.keysIn(ctx, kindRW, name)
 	res, err := s.st.RunReplicated(ctx, rwForceReleaseScript,
 		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(), k.lost, k.waiters},
-		rwForceReleaseArgs(s.cfg, k.regName())...)
+		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
 	}
@@ -308,13 +280,8 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 // also reports what that token holds. Returns a *ValidationError or an
 // error wrapping ErrUnavailable.
 func (s *Service) InspectRW(ctx context.Context, name, token string) (RWState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameOptionalToken(name, token); err != nil {
 		return RWState{}, err
-	}
-	if token != "" {
-		if err := ValidateToken(token); err != nil {
-			return RWState{}, err
-		}
 	}
 	return rwlock{s}.inspect(ctx, s.keysIn(ctx, kindRW, name), token)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,10 +18,8 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	if err := checkNameToken(name, token); err != nil {
 		return SemaphoreLease{}, err
 	}
-	if ttl != 0 {
-		if err := s.checkTTL("ttl", ttl); err != nil {
-			return SemaphoreLease{}, err
-		}
+	if err := s.checkRenewTTL(ttl); err != nil {
+		return SemaphoreLease{}, err
 	}
 	return s.renewSemaphore(ctx, s.semKeys(ctx, name), token, ttl)
 }
@@ -31,15 +28,9 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semRenewScript,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semRenewArgs(s.cfg, token, semMember(token, k.regName()), ttl)...)
+		renewArgs(s.cfg, kindSem, k.regName(), token, ttl)...)
+	v, err := ownerReply("sem_renew", 7, res, err)
 	if err != nil {
-		return SemaphoreLease{}, err
-	}
-	v, err := store.Int64s("sem_renew", res, 7)
-	if err != nil {
-		return SemaphoreLease{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return SemaphoreLease{}, err
 	}
 	return SemaphoreLease{Name: k.name, Token: token, Count: v[1], Fence: v[2],
@@ -63,15 +54,9 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semReleaseScript,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		semReleaseArgs(token, semMember(token, k.regName()))...)
+		releaseArgs(kindSem, k.regName(), token)...)
+	v, err := ownerReply("sem_release", 2, res, err)
 	if err != nil {
-		return 0, err
-	}
-	v, err := store.Int64s("sem_release", res, 2)
-	if err != nil {
-		return 0, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return 0, err
 	}
 	s.semMetrics.releases.WithLabelValues("released").Inc()
@@ -125,26 +110,14 @@ func (s *Service) SetSemaphorePermits(ctx context.Context, name string, permits 
 // reports the lease that token holds, or why it lost it. Returns a
 // *ValidationError or an error wrapping ErrUnavailable.
 func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (SemaphoreState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameOptionalToken(name, token); err != nil {
 		return SemaphoreState{}, err
-	}
-	if token != "" {
-		if err := ValidateToken(token); err != nil {
-			return SemaphoreState{}, err
-		}
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.Run(ctx, semInspectScript,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
-		semInspectArgs(token, semMember(token, k.regName()))...)
-	if err != nil {
-		return SemaphoreState{}, err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 16 {
-		return SemaphoreState{}, fmt.Errorf("sem_inspect: unexpected reply %T %v", res, res)
-	}
-	v, err := store.Int64s("sem_inspect", arr[:14], 14)
+		inspectArgs(kindSem, k.regName(), token)...)
+	arr, v, err := inspectReply("sem_inspect", 16, 14, res, err)
 	if err != nil {
 		return SemaphoreState{}, err
 	}
@@ -159,14 +132,6 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 			Keepalive: keepaliveOf(v[11], v[12], v[13])}
 	}
 	return st, nil
-}
-
-// checkNameToken checks the name and token of a renew or release.
-func checkNameToken(name, token string) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	return ValidateToken(token)
 }
 
 // semMetrics are the semaphore's Prometheus collectors. Every label has a

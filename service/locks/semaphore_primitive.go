@@ -46,15 +46,12 @@ func (p semaphore) renew(ctx context.Context, k lockKeys, token string, ttl time
 }
 
 func (p semaphore) lostReason(ctx context.Context, k lockKeys, token string) string {
-	st, err := p.s.InspectSemaphore(ctx, k.name, token)
-	if err != nil {
-		return ""
-	}
+	st, _ := p.s.InspectSemaphore(ctx, k.name, token) // a failed inspect has no reason
 	return st.LostReason
 }
 
 func (p semaphore) leave(ctx context.Context, k lockKeys, token string) error {
-	_, err := p.s.st.Run(ctx, semLeaveScript, []string{k.waiters, k.queue, k.channel}, semLeaveArgs(token)...)
+	_, err := p.s.st.Run(ctx, semLeaveScript, []string{k.waiters, k.queue, k.channel}, leaveArgs(token)...)
 	return err
 }
 
