@@ -153,7 +153,7 @@ func (s *Service) acquire(ctx context.Context, p primitive, name string, req Acq
 }
 
 // mutex is the exclusive lock as a primitive (see primitive.go).
-type mutex struct{ s *Service }
+type mutex struct{ leaseBase }
 
 func (mutex) kind() kind { return kindMutex }
 
@@ -166,8 +166,8 @@ func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
 // makes a re-entry keep the lease's own TTL (the request gave none).
 func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
-		acquireArgs(s.cfg, kindMutex, req, k.regName(), waiterTimeout, keepTTL)...)
+	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
+		acquireArgs(s.cfg, kindMutex, req, k.regName(), waiterTimeout, keepTTL, 0)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -305,8 +305,8 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 
 func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
-		renewArgs(s.cfg, kindMutex, k.regName(), token, ttl)...)
+	res, err := s.st.RunReplicated(ctx, mutexScripts.renew, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
+		renewArgs(s.cfg, kindMutex, k.regName(), token, ttl, 0)...)
 	v, err := ownerReply("renew", 7, res, err)
 	if err != nil {
 		return Lease{}, err
@@ -331,7 +331,7 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.release, []string{k.lock, k.channel, s.registryKey(), k.lost},
 		releaseArgs(kindMutex, k.regName(), token)...)
 	v, err := ownerReply("release", 2, res, err)
 	if err != nil {
@@ -359,7 +359,7 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.forceRelease, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
@@ -380,7 +380,7 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		return LockState{}, err
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+	res, err := s.st.Run(ctx, mutexScripts.inspect, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
 		inspectArgs(kindMutex, k.regName(), token)...)
 	arr, v, err := inspectReply("inspect", 14, 11, res, err)
 	if err != nil {
@@ -406,11 +406,10 @@ func (m mutex) lostReason(ctx context.Context, k lockKeys, token string) string 
 	return st.LostReason
 }
 
+// leave also takes the lock: a waiter leaving a free lock wakes the next.
 func (m mutex) leave(ctx context.Context, k lockKeys, token string) error {
-	_, err := m.s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
+	_, err := m.s.st.Run(ctx, m.ls.leave, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
 	return err
 }
-
-func (mutex) batchScript() *store.Script { return renewBatchScript }
 
 func (mutex) batchKeys(keys []string, k lockKeys) []string { return append(keys, k.lock, k.lost) }

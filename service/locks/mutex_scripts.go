@@ -36,11 +36,11 @@ func acquireHead(args []any, cfg Config, kd kind, req AcquireRequest, name strin
 }
 
 // acquireArgs is acquire.lua's ARGV, and the first twelve of
-// rw_acquire.lua's. waiterTimeout > 0 registers the caller as a waiter for
-// that long when it is not granted; keepTTL makes a re-entry keep the
-// lease's own TTL (the request gave none).
-func acquireArgs(cfg Config, kd kind, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool) []any {
-	return append(acquireHead(make([]any, 0, 13), cfg, kd, req, name, waiterTimeout),
+// rw_acquire.lua's (extra more are room for the rest). waiterTimeout > 0
+// registers the caller as a waiter for that long when it is not granted;
+// keepTTL makes a re-entry keep the lease's own TTL (the request gave none).
+func acquireArgs(cfg Config, kd kind, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool, extra int) []any {
+	return append(acquireHead(make([]any, 0, 12+extra), cfg, kd, req, name, waiterTimeout),
 		flag(keepTTL), // ARGV[11] "1": a re-entry keeps the lease's own TTL
 		req.Owner,     // ARGV[12] owner text of a new grant, "" for none
 	)
@@ -106,8 +106,9 @@ func releaseArgs(kd kind, name, token string) []any {
 
 // renewArgs is renew.lua's and sem_renew.lua's ARGV, and the first five of
 // rw_renew.lua's. A ttl of 0 renews for the lease's own TTL.
-func renewArgs(cfg Config, kd kind, name, token string, ttl time.Duration) []any {
-	return append(make([]any, 0, 6),
+// extra more are room for the rest of rw_renew.lua's.
+func renewArgs(cfg Config, kd kind, name, token string, ttl time.Duration, extra int) []any {
+	return append(make([]any, 0, 5+extra),
 		token,                       // ARGV[1] token
 		ttl.Milliseconds(),          // ARGV[2] new lease TTL, ms (0: the lease's own)
 		cfg.LostTTL.Milliseconds(),  // ARGV[3] lost-lease reasons' retention, ms

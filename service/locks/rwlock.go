@@ -43,7 +43,7 @@ type RWState struct {
 }
 
 // rwlock is the read/write lock as a primitive (see primitive.go).
-type rwlock struct{ s *Service }
+type rwlock struct{ leaseBase }
 
 func (rwlock) kind() kind { return kindRW }
 
@@ -52,7 +52,7 @@ func (rwlock) broadcast(AcquireRequest) bool { return true }
 
 func (l rwlock) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := l.s
-	res, err := s.st.RunReplicated(ctx, rwAcquireScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.acquire,
 		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost, k.holders},
 		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
@@ -80,7 +80,7 @@ func (l rwlock) release(ctx context.Context, k lockKeys, token string) (Released
 // when it holds one, else its read lease).
 func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode RWMode) (Released, error) {
 	s := l.s
-	res, err := s.st.RunReplicated(ctx, rwReleaseScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.release,
 		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(), k.lost},
 		rwReleaseArgs(k.regName(), token, mode)...)
 	v, err := ownerReply("rw_release", 3, res, err)
@@ -107,7 +107,7 @@ func (l rwlock) renew(ctx context.Context, k lockKeys, token string, ttl time.Du
 // renewMode extends token's lease of mode ("": every lease it holds).
 func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RWMode, ttl time.Duration) (Lease, error) {
 	s := l.s
-	res, err := s.st.RunReplicated(ctx, rwRenewScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.renew,
 		[]string{k.lock, k.holders, k.lost, s.registryKey(), k.channel, k.fence, k.waiters},
 		rwRenewArgs(s.cfg, k.regName(), token, mode, ttl)...)
 	v, err := ownerReply("rw_renew", 8, res, err)
@@ -131,20 +131,13 @@ func (l rwlock) lostReason(ctx context.Context, k lockKeys, token string) string
 	return st.LostReason
 }
 
-func (l rwlock) leave(ctx context.Context, k lockKeys, token string) error {
-	_, err := l.s.st.Run(ctx, rwLeaveScript, []string{k.waiters, k.queue, k.channel}, leaveArgs(token)...)
-	return err
-}
-
-func (rwlock) batchScript() *store.Script { return rwRenewBatchScript }
-
 func (rwlock) batchKeys(keys []string, k lockKeys) []string {
 	return append(keys, k.lock, k.holders, k.lost)
 }
 
 func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState, error) {
 	s := l.s
-	res, err := s.st.Run(ctx, rwInspectScript,
+	res, err := s.st.Run(ctx, rwScripts.inspect,
 		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
 		inspectArgs(kindRW, k.regName(), token)...)
 	arr, v, err := inspectReply("rw_inspect", 15, 13, res, err)
@@ -232,7 +225,7 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	if err := s.checkRenewTTL(ttl); err != nil {
 		return Lease{}, err
 	}
-	return rwlock{s}.renewMode(ctx, s.keysIn(ctx, kindRW, name), token, mode, ttl)
+	return s.rwLock().renewMode(ctx, s.keysIn(ctx, kindRW, name), token, mode, ttl)
 }
 
 // ReleaseRW drops one hold of token's lease of mode on the read/write lock
@@ -244,7 +237,7 @@ func (s *Service) ReleaseRW(ctx context.Context, name, token string, mode RWMode
 	if err := s.checkLeaseArgs(name, token, mode); err != nil {
 		return Released{}, err
 	}
-	return rwlock{s}.releaseMode(ctx, s.keysIn(ctx, kindRW, name), token, mode)
+	return s.rwLock().releaseMode(ctx, s.keysIn(ctx, kindRW, name), token, mode)
 }
 
 func (s *Service) checkLeaseArgs(name, token string, mode RWMode) error {
@@ -263,7 +256,7 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 		return false, err
 	}
 	k := s.keysIn(ctx, kindRW, name)
-	res, err := s.st.RunReplicated(ctx, rwForceReleaseScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.forceRelease,
 		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(), k.lost, k.waiters},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
@@ -283,7 +276,7 @@ func (s *Service) InspectRW(ctx context.Context, name, token string) (RWState, e
 	if err := checkNameOptionalToken(name, token); err != nil {
 		return RWState{}, err
 	}
-	return rwlock{s}.inspect(ctx, s.keysIn(ctx, kindRW, name), token)
+	return s.rwLock().inspect(ctx, s.keysIn(ctx, kindRW, name), token)
 }
 
 // HoldRW acquires a lease of the read/write lock name as AcquireRW does and
@@ -325,16 +318,10 @@ type rwMetrics struct {
 }
 
 func newRWMetrics(reg prometheus.Registerer) *rwMetrics {
-	m := &rwMetrics{
-		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_rwlock_grants_total", Help: "Read/write lock leases granted, by mode (read, write) and kind (new, reentrant).",
-		}, []string{"mode", "kind"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_rwlock_releases_total", Help: "Read/write lock releases, by mode (read, write; any for forced) and kind (partial, final, forced).",
-		}, []string{"mode", "kind"}),
+	return &rwMetrics{
+		grants: counterVec(reg, "latchkey_rwlock_grants_total",
+			"Read/write lock leases granted, by mode (read, write) and kind (new, reentrant).", "mode", "kind"),
+		releases: counterVec(reg, "latchkey_rwlock_releases_total",
+			"Read/write lock releases, by mode (read, write; any for forced) and kind (partial, final, forced).", "mode", "kind"),
 	}
-	if reg != nil {
-		reg.MustRegister(m.grants, m.releases)
-	}
-	return m
 }

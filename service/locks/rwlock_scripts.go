@@ -1,26 +1,6 @@
 package locks
 
-import (
-	"time"
-
-	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service/store"
-)
-
-// The read/write lock's scripts: each is rw_lib.lua followed by its own file.
-var (
-	rwAcquireScript      = store.NewScript("rw_acquire", lua.RWAcquire)
-	rwReleaseScript      = store.NewScript("rw_release", lua.RWRelease)
-	rwRenewScript        = store.NewScript("rw_renew", lua.RWRenew)
-	rwInspectScript      = store.NewScript("rw_inspect", lua.RWInspect)
-	rwForceReleaseScript = store.NewScript("rw_force_release", lua.RWForceRelease)
-	rwLeaveScript        = store.NewScript("rw_leave", lua.RWLeave)
-	rwRenewBatchScript   = store.NewScript("rw_renew_batch", lua.RWRenewBatch)
-)
-
-// rwScripts lists the read/write lock's scripts.
-var rwScripts = []*store.Script{rwAcquireScript, rwReleaseScript, rwRenewScript, rwInspectScript,
-	rwForceReleaseScript, rwLeaveScript, rwRenewBatchScript}
+import "time"
 
 // Status of rw_acquire.lua's reply besides acquire.lua's.
 const rwUpgradeRefused = -4 // the token holds the read lease and asked for write
@@ -49,7 +29,7 @@ func modeOf(v int64) RWMode {
 
 // rwAcquireArgs is rw_acquire.lua's ARGV: acquire.lua's, then the mode.
 func rwAcquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool) []any {
-	return append(acquireArgs(cfg, kindRW, req, name, waiterTimeout, keepTTL),
+	return append(acquireArgs(cfg, kindRW, req, name, waiterTimeout, keepTTL, 1),
 		modeArg(req.Mode), // ARGV[13] mode: "r" or "w"
 	)
 }
@@ -66,7 +46,7 @@ func rwReleaseArgs(name, token string, mode RWMode) []any {
 // rwRenewArgs is rw_renew.lua's ARGV: renew.lua's, then the mode. A ttl of
 // 0 renews for each lease's own TTL.
 func rwRenewArgs(cfg Config, name, token string, mode RWMode, ttl time.Duration) []any {
-	return append(renewArgs(cfg, kindRW, name, token, ttl),
+	return append(renewArgs(cfg, kindRW, name, token, ttl, 1),
 		modeArg(mode), // ARGV[6] mode: "r", "w", "" for every lease of the token
 	)
 }

@@ -55,7 +55,7 @@ type semResult struct {
 // semAttempt is one run of sem_acquire.lua. waiterTimeout > 0 registers the
 // caller as a waiter for that long when it is not granted.
 func (s *Service) semAttempt(ctx context.Context, k lockKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
-	res, err := s.st.RunReplicated(ctx, semAcquireScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.acquire,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(), k.lost, k.channel},
 		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)...)
 	if err != nil {
@@ -146,7 +146,7 @@ func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreReque
 	registered, failed := false, false
 	defer func() {
 		if err != nil {
-			s.quitWaiting(ctx, calls, callDeadline, semaphore{s}, k, req.Token, registered, failed)
+			s.quitWaiting(ctx, calls, callDeadline, s.semaphore(), k, req.Token, registered, failed)
 		}
 		s.semWakes.leave(k.channel, sw)
 		s.semWaitDone(err)

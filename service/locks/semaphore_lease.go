@@ -26,9 +26,9 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
-	res, err := s.st.RunReplicated(ctx, semRenewScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.renew,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
-		renewArgs(s.cfg, kindSem, k.regName(), token, ttl)...)
+		renewArgs(s.cfg, kindSem, k.regName(), token, ttl, 0)...)
 	v, err := ownerReply("sem_renew", 7, res, err)
 	if err != nil {
 		return SemaphoreLease{}, err
@@ -52,7 +52,7 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
-	res, err := s.st.RunReplicated(ctx, semReleaseScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.release,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
 		releaseArgs(kindSem, k.regName(), token)...)
 	v, err := ownerReply("sem_release", 2, res, err)
@@ -73,7 +73,7 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 		return 0, err
 	}
 	k := s.semKeys(ctx, name)
-	res, err := s.st.RunReplicated(ctx, semForceReleaseScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.forceRelease,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
 		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 		return SemaphoreState{}, err
 	}
 	k := s.semKeys(ctx, name)
-	res, err := s.st.Run(ctx, semInspectScript,
+	res, err := s.st.Run(ctx, semScripts.inspect,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
 		inspectArgs(kindSem, k.regName(), token)...)
 	arr, v, err := inspectReply("sem_inspect", 16, 14, res, err)
@@ -145,26 +145,16 @@ type semMetrics struct {
 
 func newSemMetrics(reg prometheus.Registerer) *semMetrics {
 	m := &semMetrics{
-		grants: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_grants_total", Help: "Semaphore leases granted.",
-		}),
-		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_conflicts_total",
-			Help: "Semaphore acquire attempts refused, by reason (unavailable, mode, permits, token).",
-		}, []string{"reason"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_releases_total", Help: "Semaphore leases ended by release, by kind (released, forced).",
-		}, []string{"kind"}),
-		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_waits_total",
-			Help: "Semaphore acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).",
-		}, []string{"outcome"}),
+		grants: counter(reg, "latchkey_semaphore_grants_total", "Semaphore leases granted."),
+		conflicts: counterVec(reg, "latchkey_semaphore_conflicts_total",
+			"Semaphore acquire attempts refused, by reason (unavailable, mode, permits, token).", "reason"),
+		releases: counterVec(reg, "latchkey_semaphore_releases_total",
+			"Semaphore leases ended by release, by kind (released, forced).", "kind"),
+		waits: counterVec(reg, "latchkey_semaphore_waits_total",
+			"Semaphore acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).", "outcome"),
 	}
 	for _, r := range []string{"unavailable", "mode", "permits", "token"} {
 		m.conflicts.WithLabelValues(r)
-	}
-	if reg != nil {
-		reg.MustRegister(m.grants, m.conflicts, m.releases, m.waits)
 	}
 	return m
 }

@@ -8,20 +8,9 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The semaphore's scripts (semaphore.go), registered with the lock scripts.
-var (
-	semAcquireScript      = store.NewScript("sem_acquire", lua.SemAcquire)
-	semReleaseScript      = store.NewScript("sem_release", lua.SemRelease)
-	semRenewScript        = store.NewScript("sem_renew", lua.SemRenew)
-	semInspectScript      = store.NewScript("sem_inspect", lua.SemInspect)
-	semForceReleaseScript = store.NewScript("sem_force_release", lua.SemForceRelease)
-	semSetPermitsScript   = store.NewScript("sem_set_permits", lua.SemSetPermits)
-	semLeaveScript        = store.NewScript("sem_leave", lua.SemLeave)
-)
-
-// semScripts lists the semaphore's scripts, loaded with the others.
-var semScripts = []*store.Script{semAcquireScript, semReleaseScript, semRenewScript, semInspectScript,
-	semForceReleaseScript, semSetPermitsScript, semLeaveScript, semRenewBatchScript}
+// semSetPermitsScript is the semaphore's script beside its leaseScripts
+// (semScripts).
+var semSetPermitsScript = store.NewScript("sem_set_permits", lua.SemSetPermits)
 
 // Statuses of sem_acquire.lua's reply.
 const (
