@@ -55,6 +55,16 @@ func Assemble(name string) (string, error) {
 	return b.String(), nil
 }
 
+// Sharded returns the script src with every wake-up it publishes sent with
+// SPUBLISH (Redis 7's sharded pub/sub) instead of PUBLISH: the variant a
+// Redis Cluster runs, so a wake-up goes to its channel's slot's node only.
+// Every script publishes with the literal call "redis.call('PUBLISH', ",
+// on a channel it takes in KEYS (SPUBLISH needs the channel in the
+// script's slot).
+func Sharded(src string) string {
+	return strings.ReplaceAll(src, "redis.call('PUBLISH', ", "redis.call('SPUBLISH', ")
+}
+
 // mustAssemble is Assemble for the package's own scripts, which the tests
 // assemble and load.
 func mustAssemble(name string) string {
@@ -106,6 +116,16 @@ var Leave string
 //
 //go:embed keepalive_due.lua
 var KeepaliveDue string
+
+// The directory of the keep-alive registry's shards on Redis Cluster.
+var (
+	// KeepaliveMark marks registry shards due (a grant, a reconciliation).
+	KeepaliveMark = mustAssemble("keepalive_mark.lua")
+	// KeepaliveClaim hands a renewer the due shards.
+	KeepaliveClaim = mustAssemble("keepalive_claim.lua")
+	// KeepaliveSettle records when the shards a renewer visited are next due.
+	KeepaliveSettle = mustAssemble("keepalive_settle.lua")
+)
 
 // RenewBatch renews a batch of keep-alive leases in one call.
 //

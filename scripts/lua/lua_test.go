@@ -16,7 +16,8 @@ import (
 var scripts = map[string]string{
 	"acquire.lua": lua.Acquire, "release.lua": lua.Release, "renew.lua": lua.Renew,
 	"inspect.lua": lua.Inspect, "force_release.lua": lua.ForceRelease, "leave.lua": lua.Leave,
-	"keepalive_due.lua": lua.KeepaliveDue, "renew_batch.lua": lua.RenewBatch,
+	"keepalive_due.lua":  lua.KeepaliveDue,
+	"keepalive_mark.lua": lua.KeepaliveMark, "keepalive_claim.lua": lua.KeepaliveClaim, "keepalive_settle.lua": lua.KeepaliveSettle, "renew_batch.lua": lua.RenewBatch,
 	"ratelimit_fixed_window.lua": lua.RateLimitFixedWindow, "ratelimit_sliding_window.lua": lua.RateLimitSlidingWindow,
 	"ratelimit_token_bucket.lua": lua.RateLimitTokenBucket, "ratelimit_multi.lua": lua.RateLimitMulti,
 	"rw_acquire.lua": lua.RWAcquire, "rw_release.lua": lua.RWRelease, "rw_renew.lua": lua.RWRenew,

@@ -15,7 +15,8 @@ import (
 //   - the lock hash holds the bounds: ka_until (max-hold deadline, ms),
 //     ka_hb (heartbeat interval, ms, 0 for none) and ka_hb_at (last
 //     heartbeat, ms);
-//   - the registry, one sorted set per key prefix, maps a member naming the
+//   - the registry, one sorted set per key prefix (per hash slot on a
+//     cluster), maps a member naming the
 //     lease ("<token>:<name>" for the exclusive lock, "<kind>/<token>:<name>"
 //     for the others, see kind.member) to the time the next renewal is due;
 //     any instance's renewer renews the due entries, each with its
@@ -23,10 +24,9 @@ import (
 //   - the lost hash of a lock maps a token to why it lost its lease, for
 //     Config.LostTTL.
 //
-// The registry is one key for every lock, so the scripts that touch it
-// (acquire, release, force_release, renew_batch) address keys in more than
-// one hash slot: keep-alive needs a single Redis node (or Sentinel), not
-// Redis Cluster.
+// On a single node the registry is one key for every lock. On Redis Cluster
+// it is split by hash slot, so a lease and its registry entry share a slot
+// (see shards.go and renewer_cluster.go).
 
 // Reasons a keep-alive lease was lost, as reported by Inspect, besides
 // LostExpired (the TTL ran out before a renewal, e.g. while no instance was
@@ -100,9 +100,6 @@ func (s *Service) checkKeepalive(req *AcquireRequest) error {
 	}
 	return s.cfg.checkKeepaliveBounds(req.TTL, req.MaxHold, maxHoldDefault)
 }
-
-// registryKey is the sorted set of keep-alive leases.
-func (s *Service) registryKey() string { return s.regKey }
 
 // registryMember names a keep-alive lease of the exclusive lock in the
 // registry: "<token>:<name>". Tokens never hold ':', so the first ':'

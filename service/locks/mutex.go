@@ -166,7 +166,7 @@ func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
 // makes a re-entry keep the lease's own TTL (the request gave none).
 func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
 		acquireArgs(s.cfg, kindMutex, req, k.regName(), waiterTimeout, keepTTL, 0)...)
 	if err != nil {
 		return attemptResult{}, err
@@ -243,6 +243,7 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 // client is told it holds.
 func (s *Service) handOut(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, r attemptResult) (Lease, error) {
 	lease, err := s.outcome(k.name, token, r)
+	s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	if cerr := ctx.Err(); cerr != nil {
 		if !ownToken {
 			return Lease{}, cerr
@@ -300,12 +301,17 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 	if err := s.checkRenewTTL(ttl); err != nil {
 		return Lease{}, err
 	}
-	return s.mutex.renew(ctx, s.keys(ctx, name), token, ttl)
+	k := s.keys(ctx, name)
+	lease, err := s.mutex.renew(ctx, k, token, ttl)
+	if ttl != 0 { // a new TTL may bring the next renewal forward
+		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	}
+	return lease, err
 }
 
 func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, mutexScripts.renew, []string{k.lock, k.lost, s.registryKey(), k.channel, k.fence},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.renew, []string{k.lock, k.lost, s.registryKey(k), k.channel, k.fence},
 		renewArgs(s.cfg, kindMutex, k.regName(), token, ttl, 0)...)
 	v, err := ownerReply("renew", 7, res, err)
 	if err != nil {
@@ -331,7 +337,7 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, mutexScripts.release, []string{k.lock, k.channel, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.release, []string{k.lock, k.channel, s.registryKey(k), k.lost},
 		releaseArgs(kindMutex, k.regName(), token)...)
 	v, err := ownerReply("release", 2, res, err)
 	if err != nil {
@@ -359,7 +365,7 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.RunReplicated(ctx, mutexScripts.forceRelease, []string{k.lock, k.fence, k.channel, s.registryKey(), k.lost},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.forceRelease, []string{k.lock, k.fence, k.channel, s.registryKey(k), k.lost},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
@@ -380,7 +386,7 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		return LockState{}, err
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.Run(ctx, mutexScripts.inspect, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+	res, err := s.st.Run(ctx, mutexScripts.inspect, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
 		inspectArgs(kindMutex, k.regName(), token)...)
 	arr, v, err := inspectReply("inspect", 14, 11, res, err)
 	if err != nil {

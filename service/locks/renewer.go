@@ -35,7 +35,11 @@ func (s *Service) RunRenewer(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		timer.Reset(s.renewDue(ctx))
+		if s.dir != nil {
+			timer.Reset(s.renewShards(ctx))
+		} else {
+			timer.Reset(s.renewDue(ctx))
+		}
 	}
 }
 
@@ -45,13 +49,13 @@ func (s *Service) RunRenewer(ctx context.Context) {
 func (s *Service) renewDue(ctx context.Context) time.Duration {
 	full := s.cfg.RenewBatch * s.cfg.RenewParallel
 	for ctx.Err() == nil {
-		d, err := s.dueLeases(ctx, full)
+		d, err := s.dueLeases(ctx, s.regKey, full)
 		if err != nil {
 			s.storeFailed(ctx)
 			return s.retryAfterFailure(ctx)
 		}
 		s.ka.tracked.Set(float64(d.tracked))
-		if err := s.renewBatches(ctx, d.members); err != nil {
+		if err := s.renewBatches(ctx, s.regKey, d.members); err != nil {
 			return s.retryAfterFailure(ctx)
 		}
 		if len(d.members) < full {
@@ -67,7 +71,7 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 	return 0
 }
 
-// renewBatches splits members by primitive, and each primitive's into
+// renewBatches splits members of the registry key reg by primitive, and each primitive's into
 // batches of Config.RenewBatch, each member in exactly one; it runs the
 // primitive's batch script once per batch with every batch in flight at
 // once (a pipelining client sends them together) and waits for all of them.
@@ -76,8 +80,8 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 // ran, else the errors of the failed ones joined: each wraps ErrUnavailable
 // (timeout, lost connection), is ctx's error (the renewer is stopping) or is
 // the script's own error.
-func (s *Service) renewBatches(ctx context.Context, members []string) error {
-	batches := s.batches(members)
+func (s *Service) renewBatches(ctx context.Context, reg string, members []string) error {
+	batches := s.batches(reg, members)
 	var errs []error
 	switch len(batches) {
 	case 0:
@@ -108,12 +112,12 @@ type batch struct {
 	keys    []string // the registry, then p.batchKeys of each member
 }
 
-// batches groups members by primitive, in the order each primitive first
+// batches groups members of the registry key reg by primitive, in the order each primitive first
 // appears, and cuts each group into batches of Config.RenewBatch. Members
 // that are not a valid registry entry of a primitive this service knows
 // (never written by this version of Latchkey) are skipped rather than turned
 // into keys.
-func (s *Service) batches(members []string) []batch {
+func (s *Service) batches(reg string, members []string) []batch {
 	type entry struct {
 		m string
 		k lockKeys
@@ -137,7 +141,7 @@ func (s *Service) batches(members []string) []batch {
 	for _, kd := range kinds {
 		p, _ := s.primitive(kd)
 		for c := range slices.Chunk(groups[kd], s.cfg.RenewBatch) {
-			b := batch{p: p, members: make([]string, 0, len(c)), keys: []string{s.registryKey()}}
+			b := batch{p: p, members: make([]string, 0, len(c)), keys: []string{reg}}
 			for _, e := range c {
 				b.members = append(b.members, e.m)
 				b.keys = p.batchKeys(b.keys, e.k)
@@ -171,10 +175,11 @@ type dueSet struct {
 	members                   []string
 }
 
-// dueLeases runs keepalive_due for up to limit due members, earliest first.
-// Returns the error of the script call (see run) or of a malformed reply.
-func (s *Service) dueLeases(ctx context.Context, limit int) (dueSet, error) {
-	res, err := s.st.Run(ctx, keepaliveDueScript, []string{s.registryKey()}, keepaliveDueArgs(limit)...)
+// dueLeases runs keepalive_due on the registry key reg for up to limit due
+// members, earliest first. Returns the error of the script call (see run)
+// or of a malformed reply.
+func (s *Service) dueLeases(ctx context.Context, reg string, limit int) (dueSet, error) {
+	res, err := s.st.Run(ctx, keepaliveDueScript, []string{reg}, keepaliveDueArgs(limit)...)
 	if err != nil {
 		return dueSet{}, err
 	}

@@ -53,7 +53,7 @@ func (rwlock) broadcast(AcquireRequest) bool { return true }
 func (l rwlock) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwScripts.acquire,
-		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(), k.lost, k.holders},
+		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
 		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
@@ -81,7 +81,7 @@ func (l rwlock) release(ctx context.Context, k lockKeys, token string) (Released
 func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode RWMode) (Released, error) {
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwScripts.release,
-		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(), k.lost},
+		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(k), k.lost},
 		rwReleaseArgs(k.regName(), token, mode)...)
 	v, err := ownerReply("rw_release", 3, res, err)
 	if err != nil {
@@ -108,7 +108,7 @@ func (l rwlock) renew(ctx context.Context, k lockKeys, token string, ttl time.Du
 func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RWMode, ttl time.Duration) (Lease, error) {
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwScripts.renew,
-		[]string{k.lock, k.holders, k.lost, s.registryKey(), k.channel, k.fence, k.waiters},
+		[]string{k.lock, k.holders, k.lost, s.registryKey(k), k.channel, k.fence, k.waiters},
 		rwRenewArgs(s.cfg, k.regName(), token, mode, ttl)...)
 	v, err := ownerReply("rw_renew", 8, res, err)
 	if err != nil {
@@ -138,7 +138,7 @@ func (rwlock) batchKeys(keys []string, k lockKeys) []string {
 func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState, error) {
 	s := l.s
 	res, err := s.st.Run(ctx, rwScripts.inspect,
-		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey()},
+		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
 		inspectArgs(kindRW, k.regName(), token)...)
 	arr, v, err := inspectReply("rw_inspect", 15, 13, res, err)
 	if err != nil {
@@ -225,7 +225,12 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	if err := s.checkRenewTTL(ttl); err != nil {
 		return Lease{}, err
 	}
-	return s.rwLock().renewMode(ctx, s.keysIn(ctx, kindRW, name), token, mode, ttl)
+	k := s.keysIn(ctx, kindRW, name)
+	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
+	if ttl != 0 { // a new TTL may bring the next renewal forward
+		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	}
+	return lease, err
 }
 
 // ReleaseRW drops one hold of token's lease of mode on the read/write lock
@@ -257,7 +262,7 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 	}
 	k := s.keysIn(ctx, kindRW, name)
 	res, err := s.st.RunReplicated(ctx, rwScripts.forceRelease,
-		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(), k.lost, k.waiters},
+		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(k), k.lost, k.waiters},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err

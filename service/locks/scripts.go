@@ -1,6 +1,8 @@
 package locks
 
 import (
+	"slices"
+
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 )
@@ -48,9 +50,27 @@ func newLeaseScripts(prefix string) leaseScripts {
 		renewBatch: script("renew_batch")}
 }
 
-// all lists the scripts, for store.Register.
+// lockScripts lists every lock script but the cluster's shard directory's
+// (dirScripts), for store.Register.
+func lockScripts() []*store.Script {
+	return slices.Concat(mutexScripts.all(), []*store.Script{keepaliveDueScript},
+		semScripts.all(), []*store.Script{semSetPermitsScript}, rwScripts.all())
+}
+
+// all lists the scripts.
 func (ls leaseScripts) all() []*store.Script {
 	return []*store.Script{ls.acquire, ls.release, ls.renew, ls.inspect, ls.forceRelease, ls.leave, ls.renewBatch}
+}
+
+// On Redis Cluster every lock script that publishes a wake-up runs in the
+// form that publishes it with SPUBLISH (lua.Sharded), heard by the sharded
+// subscriptions of the channel's node (subscriber_cluster.go); a single
+// node keeps PUBLISH and SUBSCRIBE, which Redis before 7 and the embedded
+// store have.
+func init() {
+	for _, sc := range lockScripts() {
+		sc.WithClusterVariant(lua.Sharded)
+	}
 }
 
 // flag is a boolean as the scripts take it: "1" or "0".

@@ -56,7 +56,7 @@ type semResult struct {
 // caller as a waiter for that long when it is not granted.
 func (s *Service) semAttempt(ctx context.Context, k lockKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.acquire,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
 		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)...)
 	if err != nil {
 		return semResult{}, err
@@ -100,6 +100,7 @@ func (s *Service) semOutcome(name string, req SemaphoreRequest, r semResult) (Se
 // handOut).
 func (s *Service) semHandOut(ctx context.Context, k lockKeys, req SemaphoreRequest, ownToken bool, r semResult) (SemaphoreLease, error) {
 	lease, err := s.semOutcome(k.name, req, r)
+	s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		if !ownToken {
 			return SemaphoreLease{}, cerr

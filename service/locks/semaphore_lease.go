@@ -21,13 +21,18 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	if err := s.checkRenewTTL(ttl); err != nil {
 		return SemaphoreLease{}, err
 	}
-	return s.renewSemaphore(ctx, s.semKeys(ctx, name), token, ttl)
+	k := s.semKeys(ctx, name)
+	lease, err := s.renewSemaphore(ctx, k, token, ttl)
+	if ttl != 0 { // a new TTL may bring the next renewal forward
+		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	}
+	return lease, err
 }
 
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.renew,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		renewArgs(s.cfg, kindSem, k.regName(), token, ttl, 0)...)
 	v, err := ownerReply("sem_renew", 7, res, err)
 	if err != nil {
@@ -53,7 +58,7 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.release,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		releaseArgs(kindSem, k.regName(), token)...)
 	v, err := ownerReply("sem_release", 2, res, err)
 	if err != nil {
@@ -74,7 +79,7 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.RunReplicated(ctx, semScripts.forceRelease,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(), k.lost, k.channel},
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return 0, err
@@ -115,7 +120,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.Run(ctx, semScripts.inspect,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey()},
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
 		inspectArgs(kindSem, k.regName(), token)...)
 	arr, v, err := inspectReply("sem_inspect", 16, 14, res, err)
 	if err != nil {

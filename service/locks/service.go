@@ -55,6 +55,8 @@ type Service struct {
 	rwlock    primitive // the read/write lock (rwlock.go)
 	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
+	shards    shardKeys     // on a cluster: the registry's shard of every slot (shards.go)
+	dir       *shardDir     // on a cluster: the shards' directory (renewer_cluster.go)
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
 
@@ -77,15 +79,15 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
 	s.mutex, s.rwlock = mutex{leaseBase{s, &mutexScripts}}, s.rwLock()
+	if sc.Cluster {
+		s.shards, s.dir = newShardKeys(sc.KeyPrefix), newShardDir(sc.KeyPrefix)
+		st.Register(dirScripts...)
+	}
 	s.rw = newRWMetrics(cfg.Registerer)
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
-	s.sub = newSubscriber(st.Client(), sc.OpTimeout, cfg.SubscriberPing, m)
-	st.Register(mutexScripts.all()...)
-	st.Register(keepaliveDueScript)
+	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
-	st.Register(semScripts.all()...)
-	st.Register(semSetPermitsScript)
-	st.Register(rwScripts.all()...)
+	st.Register(lockScripts()...)
 	return s, nil
 }
 

@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -25,10 +26,12 @@ const (
 	hintHandedOn     = "handed-on"
 )
 
-// subscriber is the process's one pub/sub connection. Listeners join the
-// channel of the lock they care about; a channel is subscribed while at least
-// one listener is on it and unsubscribed when the last one leaves. Messages
-// are hints: listeners always re-check the lock in Redis.
+// subscriber is the process's pub/sub connection: one on a single node, one
+// per primary on a Redis Cluster, where channels are subscribed with
+// SSUBSCRIBE on the primary of their slot (subscriber_cluster.go). Listeners
+// join the channel of the lock they care about; a channel is subscribed
+// while at least one listener is on it and unsubscribed when the last one
+// leaves. Messages are hints: listeners always re-check the lock in Redis.
 //
 // Joining and leaving are bookkeeping only: they never wait for Redis. The
 // SUBSCRIBE and UNSUBSCRIBE commands that follow from them are sent by one
@@ -37,23 +40,35 @@ const (
 // waiter, nor the join or leave of a waiter of another lock.
 type subscriber struct {
 	rdb       store.Client
+	sharded   bool          // SSUBSCRIBE on each channel's primary (Redis Cluster)
+	router    clusterRouter // the cluster client, when sharded and it routes keys
 	opTimeout time.Duration
 	ping      time.Duration
 	metrics   *metrics
 
 	mu       sync.Mutex
-	ps       *redis.PubSub // nil until the first join
-	done     chan struct{} // closed when the dispatch loop ends
-	synced   chan struct{} // closed when the sync loop ends
-	kick     chan struct{} // buffered 1: dirty holds channels to sync
+	conns    map[string]*subConn // by group: "" on a single node, a primary's address on a cluster
+	synced   chan struct{}       // closed when the sync loop ends; nil until the first join
+	kick     chan struct{}       // buffered 1: dirty holds channels to sync
 	closed   bool
 	channels map[string]*subChannel // channels with listeners
 	// sent holds the channels SUBSCRIBE was sent for and not UNSUBSCRIBE
 	// (what go-redis re-subscribes after a reconnect), true once Redis
-	// confirmed the subscription. Only the sync loop adds and removes
-	// entries.
+	// confirmed the subscription. Only the sync loop adds entries; the sync
+	// loop and a slot move (moved) remove them.
 	sent  map[string]bool
+	where map[string]string   // channel -> group its SUBSCRIBE was sent on
+	stale map[string]string   // channel -> group to unsubscribe it from (its slot moved)
 	dirty map[string]struct{} // channels whose listeners came or went since the last sync
+	// unconfirmed are the channels sent and not confirmed at the last tick
+	// of the sync loop (cluster only): sent again when still so.
+	unconfirmed map[string]bool
+}
+
+// subConn is one pub/sub connection and its dispatch loop.
+type subConn struct {
+	ps   *redis.PubSub
+	done chan struct{} // closed when the dispatch loop ends
 }
 
 // subChannel is one channel's listeners in arrival order. It lives while
@@ -75,9 +90,17 @@ type listener struct {
 	ready     chan struct{} // the channel's: closed once the subscription is confirmed
 }
 
-func newSubscriber(rdb store.Client, opTimeout, ping time.Duration, m *metrics) *subscriber {
-	return &subscriber{rdb: rdb, opTimeout: opTimeout, ping: ping, metrics: m,
-		channels: map[string]*subChannel{}, sent: map[string]bool{}, dirty: map[string]struct{}{}}
+// newSubscriber returns the subscriber of rdb; sharded selects Redis 7's
+// sharded pub/sub, one connection per primary (a cluster).
+func newSubscriber(rdb store.Client, sharded bool, opTimeout, ping time.Duration, m *metrics) *subscriber {
+	s := &subscriber{rdb: rdb, sharded: sharded, opTimeout: opTimeout, ping: ping, metrics: m,
+		conns: map[string]*subConn{}, channels: map[string]*subChannel{}, sent: map[string]bool{},
+		where: map[string]string{}, stale: map[string]string{}, dirty: map[string]struct{}{},
+		unconfirmed: map[string]bool{}}
+	if r, ok := rdb.(clusterRouter); ok && sharded {
+		s.router = r
+	}
+	return s
 }
 
 // errClosed reports a join after Close.
@@ -96,12 +119,9 @@ func (s *subscriber) join(channel string, broadcast bool) (*listener, error) {
 	if s.closed {
 		return nil, errClosed
 	}
-	if s.ps == nil {
-		s.ps = s.rdb.Subscribe(context.Background())
-		s.done, s.synced, s.kick = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
-		go s.dispatch(s.ps.ChannelWithSubscriptions(
-			redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(s.ping)), s.done)
-		go s.sync(s.ps, s.kick, s.synced)
+	if s.synced == nil {
+		s.synced, s.kick = make(chan struct{}), make(chan struct{}, 1)
+		go s.sync(s.kick, s.synced)
 	}
 	ch := s.channels[channel]
 	if ch == nil {
@@ -140,32 +160,141 @@ func (s *subscriber) changed(channel string) {
 // lost its last listener and got a new one before a sync is left as it is.
 // Each command is bounded by the Redis timeout; on error go-redis keeps a
 // channel it was asked to subscribe (and subscribes it again when it
-// reconnects) and forgets one it was asked to unsubscribe.
-func (s *subscriber) sync(ps *redis.PubSub, kick <-chan struct{}, done chan<- struct{}) {
+// reconnects) and forgets one it was asked to unsubscribe. On a cluster it
+// also sends again, on its slot's primary as now known, a subscription not
+// confirmed for a whole tick (Config.SubscriberPing, at least a second).
+func (s *subscriber) sync(kick <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	for range kick {
-		subscribe, unsubscribe := s.pending()
-		if len(unsubscribe) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
-			_ = ps.Unsubscribe(ctx, unsubscribe...)
-			cancel()
+	var tick <-chan time.Time
+	if s.sharded {
+		t := time.NewTicker(max(s.ping, time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case _, ok := <-kick:
+			if !ok {
+				return
+			}
+		case <-tick:
+			s.resendUnconfirmed()
 		}
-		if len(subscribe) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
-			_ = ps.Subscribe(ctx, subscribe...)
-			cancel()
+		subscribe, unsubscribe := s.pending()
+		for group, channels := range unsubscribe {
+			if ps := s.conn(group); ps != nil {
+				s.send(ps, false, s.batches(channels))
+			}
+		}
+		for group, channels := range s.groups(subscribe) {
+			s.sentOn(group, channels)
+			batches := s.batches(channels)
+			ps := s.conn(group)
+			if ps == nil {
+				if ps = s.open(group, batches[0]); ps == nil {
+					return // closed
+				}
+				batches = batches[1:]
+			}
+			s.send(ps, true, batches)
+		}
+	}
+}
+
+// batches cuts channels into the batches one command may name: all of
+// them on a single node, one batch per slot with SSUBSCRIBE and
+// SUNSUBSCRIBE (a sharded command's channels share a slot).
+func (s *subscriber) batches(channels []string) [][]string {
+	if !s.sharded {
+		return [][]string{channels}
+	}
+	bySlot := map[int][]string{}
+	for _, c := range channels {
+		bySlot[store.Slot(c)] = append(bySlot[store.Slot(c)], c)
+	}
+	return slices.Collect(maps.Values(bySlot))
+}
+
+// send subscribes or unsubscribes each batch of channels on ps with one
+// command, bounded by the Redis timeout.
+func (s *subscriber) send(ps *redis.PubSub, subscribe bool, batches [][]string) {
+	for _, b := range batches {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+		switch {
+		case s.sharded && subscribe:
+			_ = ps.SSubscribe(ctx, b...)
+		case s.sharded:
+			_ = ps.SUnsubscribe(ctx, b...)
+		case subscribe:
+			_ = ps.Subscribe(ctx, b...)
+		default:
+			_ = ps.Unsubscribe(ctx, b...)
+		}
+		cancel()
+	}
+}
+
+// conn returns the connection of group, nil when it is not open (or the
+// subscriber is closed).
+func (s *subscriber) conn(group string) *redis.PubSub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.conns[group]; c != nil && !s.closed {
+		return c.ps
+	}
+	return nil
+}
+
+// open opens the connection of group subscribed to first, and starts its
+// dispatch loop; nil after close. A sharded connection is opened by its
+// first SSUBSCRIBE, on the primary of that channel's slot: a go-redis
+// PubSub that started receiving before it would be on a random node.
+func (s *subscriber) open(group string, first []string) *redis.PubSub {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+	defer cancel()
+	c := &subConn{done: make(chan struct{})}
+	if s.sharded {
+		c.ps = s.rdb.SSubscribe(ctx, first...)
+	} else {
+		c.ps = s.rdb.Subscribe(ctx, first...)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = c.ps.Close()
+		return nil
+	}
+	s.conns[group] = c
+	go s.dispatch(group, c.ps.ChannelWithSubscriptions(
+		redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(s.ping)), c.done)
+	return c.ps
+}
+
+// sentOn records the group whose connection channels are subscribed on.
+func (s *subscriber) sentOn(group string, channels []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range channels {
+		if _, sent := s.sent[c]; sent {
+			s.where[c] = group
 		}
 	}
 }
 
 // pending takes the dirty channels and says which to subscribe and which
-// to unsubscribe, recording them as sent or not.
-func (s *subscriber) pending() (subscribe, unsubscribe []string) {
+// to unsubscribe (by the group they were sent on), recording them as sent
+// or not; channels whose slot moved are unsubscribed from their old group.
+func (s *subscriber) pending() (subscribe []string, unsubscribe map[string][]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, nil
 	}
+	unsubscribe = map[string][]string{}
+	for channel, group := range s.stale {
+		unsubscribe[group] = append(unsubscribe[group], channel)
+	}
+	clear(s.stale)
 	for channel := range s.dirty {
 		_, sent := s.sent[channel]
 		switch want := s.channels[channel] != nil; {
@@ -173,8 +302,10 @@ func (s *subscriber) pending() (subscribe, unsubscribe []string) {
 			s.sent[channel] = false
 			subscribe = append(subscribe, channel)
 		case !want && sent:
+			group := s.where[channel]
 			delete(s.sent, channel)
-			unsubscribe = append(unsubscribe, channel)
+			delete(s.where, channel)
+			unsubscribe[group] = append(unsubscribe[group], channel)
 		}
 	}
 	clear(s.dirty)
@@ -242,15 +373,18 @@ func (ch *subChannel) wakeAll(hint string) {
 	}
 }
 
-// dispatch hands messages and subscription confirmations to listeners until
-// the pub/sub connection is closed.
-func (s *subscriber) dispatch(in <-chan any, done chan<- struct{}) {
+// dispatch hands messages and subscription confirmations of the connection
+// of group to listeners until it is closed.
+func (s *subscriber) dispatch(group string, in <-chan any, done chan<- struct{}) {
 	defer close(done)
 	for msg := range in {
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				s.confirmed(m.Channel)
+			case "sunsubscribe":
+				s.moved(group, m.Channel)
 			}
 		case *redis.Message:
 			s.deliver(m.Channel, m.Payload)
@@ -275,10 +409,15 @@ func (s *subscriber) confirmed(channel string) {
 	ch := s.channels[channel]
 	if !confirmed {
 		s.sent[channel] = true
-		if ch != nil {
+		if ch != nil && !isClosed(ch.ready) {
 			close(ch.ready)
+			return
 		}
-		return
+		if ch == nil {
+			return
+		}
+		// Subscribed again after its slot moved: messages may have been
+		// missed meanwhile.
 	}
 	if ch != nil {
 		s.metrics.resubscribes.Inc()
@@ -315,18 +454,20 @@ func (s *subscriber) close() error {
 		return nil
 	}
 	s.closed = true
-	ps, done, synced := s.ps, s.done, s.synced
+	conns, synced := slices.Collect(maps.Values(s.conns)), s.synced
 	if s.kick != nil {
 		close(s.kick)
 	}
 	s.mu.Unlock()
-	if ps == nil {
-		return nil
+	var errs []error
+	for _, c := range conns {
+		errs = append(errs, c.ps.Close())
+		<-c.done
 	}
-	err := ps.Close()
-	<-done
-	<-synced
-	return err
+	if synced != nil {
+		<-synced
+	}
+	return errors.Join(errs...)
 }
 
 // count reports the channels subscribed and the listeners on them.

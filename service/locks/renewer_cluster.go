@@ -1,0 +1,342 @@
+package locks
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// On Redis Cluster the keep-alive registry is split by hash slot (see
+// shards.go), and a directory says when each shard is next due, so each
+// renewer visits only the due shards, and the instances share them: a
+// renewer claims due slots (keepalive_claim.lua), renews the due entries of
+// each claimed shard as on a single node (keepalive_due, the primitives'
+// batch scripts), and settles the slots with their shards' next due times
+// (keepalive_settle.lua). A keep-alive grant, and a renewal that sets a new
+// TTL, mark their slot in the directory (keepalive_mark.lua), sent in the
+// background and coalesced per slot. Every half minute, and after a
+// directory call failed (the directory's node may have failed over and lost
+// recent writes), the renewer reconciles: it lists the shards on every
+// primary and adds those the directory lacks, due at once.
+
+// The directory's scripts, loaded on a cluster only.
+var (
+	keepaliveMarkScript   = store.NewScript("keepalive_mark", lua.KeepaliveMark)
+	keepaliveClaimScript  = store.NewScript("keepalive_claim", lua.KeepaliveClaim)
+	keepaliveSettleScript = store.NewScript("keepalive_settle", lua.KeepaliveSettle)
+	dirScripts            = []*store.Script{keepaliveMarkScript, keepaliveClaimScript, keepaliveSettleScript}
+)
+
+// Directory tuning.
+const (
+	// reconcileEvery is how often a renewer lists the shards on every
+	// primary to find those the directory lost.
+	reconcileEvery = 30 * time.Second
+	// claimSlots is the most slots one claim takes, per RenewParallel.
+	claimSlots = 32
+	// visitRounds bounds the look-renew rounds of one shard visit; a shard
+	// still busy after them is settled as due at once.
+	visitRounds = 4
+)
+
+// shardDir is a service's state of the shard directory: its keys, the
+// marks not yet sent, and the renewer's last view of the shards' sizes.
+type shardDir struct {
+	due, gens string
+
+	mu       sync.Mutex
+	pending  map[int]int64 // slot -> least ms from now until due, not yet sent
+	flushing bool          // a goroutine is sending pending marks
+
+	// The renewer's own (one goroutine).
+	tracked       map[int]int64 // slot -> entries, as last seen
+	lastReconcile time.Time
+	reconcile     bool // a directory call failed since the last reconciliation
+}
+
+func newShardDir(prefix string) *shardDir {
+	due, gens := dirKeys(prefix)
+	return &shardDir{due: due, gens: gens, pending: map[int]int64{}, tracked: map[int]int64{}, reconcile: true}
+}
+
+// markShard marks the slot of k's registry shard due when the keep-alive
+// lease ka (nil: not kept alive, nothing to mark) of ttl, which expires at
+// expiresAt, is next renewed: ttl/3 after the grant or renewal, or its
+// max-hold deadline when sooner. The mark is sent in the background; a
+// failed one is sent again after Config.RenewPoll. A no-op on a single node.
+func (s *Service) markShard(k lockKeys, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
+	if s.dir == nil || ka == nil {
+		return
+	}
+	granted := expiresAt.Add(-ttl)
+	in := min(max(ttl/3, time.Millisecond), max(ka.Until.Sub(granted), 0)).Milliseconds()
+	s.dir.add(map[int]int64{store.Slot(k.lock): in}, func() { go s.flushMarks() })
+}
+
+// add merges marks into the pending ones (keeping each slot's soonest) and
+// calls start when no flush is running.
+func (d *shardDir) add(marks map[int]int64, start func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for slot, in := range marks {
+		if cur, ok := d.pending[slot]; !ok || in < cur {
+			d.pending[slot] = in
+		}
+	}
+	if !d.flushing && len(d.pending) > 0 {
+		d.flushing = true
+		start()
+	}
+}
+
+// take hands over the pending marks, or ends the flush when there are none.
+func (d *shardDir) take() map[int]int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.pending) == 0 {
+		d.flushing = false
+		return nil
+	}
+	marks := d.pending
+	d.pending = map[int]int64{}
+	return marks
+}
+
+// flushMarks sends the pending marks until none is left, each round one
+// script call with every slot marked meanwhile. A failed round is counted
+// (reason "store") and its marks are sent again after Config.RenewPoll.
+func (s *Service) flushMarks() {
+	for {
+		marks := s.dir.take()
+		if marks == nil {
+			return
+		}
+		args := make([]any, 1, 1+2*len(marks))
+		args[0] = "lt"
+		for slot, in := range marks {
+			args = append(args, slot, in)
+		}
+		if _, err := s.st.Run(context.Background(), keepaliveMarkScript, []string{s.dir.due, s.dir.gens}, args...); err != nil {
+			s.ka.failures.WithLabelValues("store").Inc()
+			s.dir.mu.Lock()
+			for slot, in := range marks {
+				if cur, ok := s.dir.pending[slot]; !ok || in < cur {
+					s.dir.pending[slot] = in
+				}
+			}
+			s.dir.mu.Unlock()
+			time.Sleep(s.cfg.RenewPoll)
+		}
+	}
+}
+
+// claimed is what keepalive_claim reports.
+type claimed struct {
+	nowMS, nextDueMS int64
+	slots            []int
+	gens             []string
+}
+
+// claimShards runs keepalive_claim for up to limit due slots.
+func (s *Service) claimShards(ctx context.Context, limit int) (claimed, error) {
+	claim := max(10*s.cfg.RenewPoll, time.Second).Milliseconds()
+	res, err := s.st.Run(ctx, keepaliveClaimScript, []string{s.dir.due, s.dir.gens}, limit, claim)
+	if err != nil {
+		return claimed{}, err
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) < 2 || len(arr)%2 != 0 {
+		return claimed{}, fmt.Errorf("keepalive_claim: unexpected reply %T %v", res, res)
+	}
+	head, err := store.Int64s("keepalive_claim", arr[:2], 2)
+	if err != nil {
+		return claimed{}, err
+	}
+	c := claimed{nowMS: head[0], nextDueMS: head[1]}
+	for i := 2; i+1 < len(arr); i += 2 {
+		slot, ok1 := arr[i].(int64)
+		gen, ok2 := arr[i+1].(string)
+		if !ok1 || !ok2 || slot < 0 || slot >= store.ClusterSlots {
+			return claimed{}, fmt.Errorf("keepalive_claim: reply[%d] is %T %v, %T %v", i, arr[i], arr[i], arr[i+1], arr[i+1])
+		}
+		c.slots, c.gens = append(c.slots, int(slot)), append(c.gens, gen)
+	}
+	return c, nil
+}
+
+// renewShards renews the due entries of the due shards until none is due,
+// claiming up to claimSlots × RenewParallel slots at a time and visiting up
+// to RenewParallel shards at once. It returns how long to sleep before
+// looking again.
+func (s *Service) renewShards(ctx context.Context) time.Duration {
+	d := s.dir
+	if d.reconcile || time.Since(d.lastReconcile) >= reconcileEvery {
+		if err := s.reconcileShards(ctx); err != nil {
+			s.storeFailed(ctx)
+		} else {
+			d.reconcile, d.lastReconcile = false, time.Now()
+		}
+	}
+	limit := claimSlots * s.cfg.RenewParallel
+	for ctx.Err() == nil {
+		c, err := s.claimShards(ctx, limit)
+		if err != nil {
+			d.reconcile = true
+			s.storeFailed(ctx)
+			return s.retryAfterFailure(ctx)
+		}
+		next := s.visitShards(ctx, c.slots)
+		args := make([]any, 0, 3*len(c.slots))
+		for i, slot := range c.slots {
+			if next[i] != visitFailed {
+				args = append(args, slot, c.gens[i], next[i])
+			}
+		}
+		if len(args) > 0 {
+			if _, err := s.st.Run(ctx, keepaliveSettleScript, []string{d.due, d.gens}, args...); err != nil {
+				// The slots stay claimed and are visited again once the
+				// claim runs out.
+				d.reconcile = true
+				s.storeFailed(ctx)
+			}
+		}
+		var total int64
+		for _, n := range d.tracked {
+			total += n
+		}
+		s.ka.tracked.Set(float64(total))
+		if len(c.slots) < limit {
+			wait := s.cfg.RenewPoll
+			if c.nextDueMS > 0 {
+				wait = min(wait, time.Duration(c.nextDueMS-c.nowMS)*time.Millisecond)
+			}
+			return max(wait, time.Millisecond)
+		}
+	}
+	return 0
+}
+
+// visitFailed is a visit's outcome when a call failed: the slot is left
+// claimed.
+const visitFailed = -2
+
+// visitShards visits the shards of slots, up to Config.RenewParallel at
+// once, and returns each one's next due time (ms; -1 when empty,
+// visitFailed when a call failed).
+func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
+	next := make([]int64, len(slots))
+	sizes := make([]int64, len(slots))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(s.cfg.RenewParallel, len(slots)) {
+		wg.Go(func() {
+			for i := range work {
+				next[i], sizes[i] = s.visitShard(ctx, slots[i])
+			}
+		})
+	}
+	for i := range slots {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for i, slot := range slots {
+		switch {
+		case next[i] == -1:
+			delete(s.dir.tracked, slot)
+		case next[i] != visitFailed:
+			s.dir.tracked[slot] = sizes[i]
+		}
+	}
+	return next
+}
+
+// visitShard renews the due entries of the registry shard of slot, as the
+// single-node renewer does with the one registry, and returns when the
+// shard is next due (-1 when it is empty, visitFailed when a call failed:
+// counted, reason "store") and its size.
+func (s *Service) visitShard(ctx context.Context, slot int) (next, size int64) {
+	reg := s.shards[slot]
+	full := s.cfg.RenewBatch * s.cfg.RenewParallel
+	for range visitRounds {
+		d, err := s.dueLeases(ctx, reg, full)
+		if err != nil {
+			s.storeFailed(ctx)
+			return visitFailed, 0
+		}
+		switch {
+		case d.tracked == 0:
+			return -1, 0
+		case len(d.members) == 0:
+			return d.nextDueMS, d.tracked
+		}
+		if err := s.renewBatches(ctx, reg, d.members); err != nil {
+			return visitFailed, 0
+		}
+		size = d.tracked
+	}
+	return 0, size // still busy: due at once
+}
+
+// masterLister is the part of a cluster client that lists its primaries.
+type masterLister interface {
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error
+}
+
+// reconcileShards lists the registry shards on every primary (SCAN) and
+// adds those the directory lacks, due at once. A client that cannot list
+// its primaries (not a cluster client) has nothing to reconcile. Returns
+// the first error of a SCAN or of the mark script.
+func (s *Service) reconcileShards(ctx context.Context) error {
+	ml, ok := s.st.Client().(masterLister)
+	if !ok {
+		return nil
+	}
+	var mu sync.Mutex
+	found := map[int]bool{}
+	pattern := shardPattern(s.prefix)
+	err := ml.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		var cursor uint64
+		for {
+			sctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+			keys, next, err := c.Scan(sctx, cursor, pattern, 1000).Result()
+			cancel()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, k := range keys {
+				if slot, ok := shardSlot(s.prefix, k); ok {
+					found[slot] = true
+				}
+			}
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return s.st.Err(ctx, "keepalive_reconcile", err)
+	}
+	args := []any{"nx"}
+	for slot := range found {
+		args = append(args, strconv.Itoa(slot), 0)
+		if len(args) > 2000 {
+			if _, err := s.st.Run(ctx, keepaliveMarkScript, []string{s.dir.due, s.dir.gens}, args...); err != nil {
+				return err
+			}
+			args = args[:1]
+		}
+	}
+	if len(args) > 1 {
+		_, err = s.st.Run(ctx, keepaliveMarkScript, []string{s.dir.due, s.dir.gens}, args...)
+	}
+	return err
+}
