@@ -295,17 +295,12 @@ func (s *Service) giveBack(ctx context.Context, p primitive, k lockKeys, token s
 // (ErrConflict) when another token holds it, a *ValidationError for bad
 // input, or an error wrapping ErrUnavailable.
 func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
-	if err := checkNameToken(name, token); err != nil {
-		return Lease{}, err
-	}
-	if err := s.checkRenewTTL(ttl); err != nil {
+	if err := s.checkRenew(name, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	k := s.keys(ctx, name)
 	lease, err := s.mutex.renew(ctx, k, token, ttl)
-	if ttl != 0 { // a new TTL may bring the next renewal forward
-		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	}
+	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 

@@ -227,9 +227,7 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	}
 	k := s.keysIn(ctx, kindRW, name)
 	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
-	if ttl != 0 { // a new TTL may bring the next renewal forward
-		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	}
+	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 

@@ -15,17 +15,12 @@ import (
 // released or force-released), a *ValidationError for bad input, or an
 // error wrapping ErrUnavailable.
 func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl time.Duration) (SemaphoreLease, error) {
-	if err := checkNameToken(name, token); err != nil {
-		return SemaphoreLease{}, err
-	}
-	if err := s.checkRenewTTL(ttl); err != nil {
+	if err := s.checkRenew(name, token, ttl); err != nil {
 		return SemaphoreLease{}, err
 	}
 	k := s.semKeys(ctx, name)
 	lease, err := s.renewSemaphore(ctx, k, token, ttl)
-	if ttl != 0 { // a new TTL may bring the next renewal forward
-		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	}
+	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 
