@@ -34,7 +34,8 @@ type decisionBatcher struct {
 	s         *Service
 	rdb       redis.Scripter // the unpipelined client when there is one
 	sc        *store.Script
-	max       int // decisions per call
+	max       int  // decisions per call
+	cluster   bool // group each call's decisions by hash slot
 	maxQueued int
 	timeout   time.Duration
 
@@ -84,7 +85,8 @@ func newDecisionBatcher(s *Service, sc *store.Script, cfg Config) *decisionBatch
 	if u, ok := s.st.Client().(unpipeliner); ok {
 		rdb = u.Unpipelined()
 	}
-	return &decisionBatcher{s: s, rdb: rdb, sc: sc, max: cfg.Batch, maxQueued: cfg.MaxQueued, timeout: cfg.Timeout}
+	return &decisionBatcher{s: s, rdb: rdb, sc: sc, max: cfg.Batch, maxQueued: cfg.MaxQueued, timeout: cfg.Timeout,
+		cluster: s.st.Config().Cluster}
 }
 
 // decide queues one decision and waits for its reply {allowed, remaining,
@@ -188,7 +190,8 @@ func (b *decisionBatcher) unstall() {
 	}
 }
 
-// call runs one script call for batch and answers each decision.
+// call answers each decision of batch: the live ones in one script call,
+// or, on a Redis Cluster, one per hash slot among them, sent concurrently.
 func (b *decisionBatcher) call(batch []*decisionCall) {
 	now := time.Now()
 	live := batch[:0]
@@ -209,6 +212,46 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 	if len(live) == 0 {
 		return
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	groups := slotGroups(live, b.cluster)
+	if len(groups) == 1 {
+		b.callGroup(ctx, live)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { b.callGroup(ctx, g) })
+	}
+	wg.Wait()
+}
+
+// slotGroups splits live decisions into groups whose keys share one Redis
+// Cluster hash slot (store.Slot), in the order each slot first appears, so
+// each group can be one script call on the slot's primary. Off a cluster
+// every decision is in the one group.
+func slotGroups(live []*decisionCall, cluster bool) [][]*decisionCall {
+	if !cluster {
+		return [][]*decisionCall{live}
+	}
+	var groups [][]*decisionCall
+	index := make(map[int]int, len(live))
+	for _, c := range live {
+		slot := store.Slot(c.key)
+		i, ok := index[slot]
+		if !ok {
+			i = len(groups)
+			index[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	return groups
+}
+
+// callGroup runs one script call for live, decisions whose keys share a
+// slot, bounded by ctx, and answers each decision.
+func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
 	keys := make([]string, len(live))
 	args := make([]any, 0, len(live)*live[0].nargs)
 	for i, c := range live {
@@ -217,14 +260,12 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 			args = append(args, a)
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
 	var kind string
 	if err != nil {
-		// Before cancel: a deadline is not the caller's cancellation.
+		// Before the caller's cancel: a deadline is not a cancellation.
 		err, kind = store.TranslateErr(ctx, b.sc.Name(), err)
 	}
-	cancel()
 	arr, ok := res.([]any)
 	if err == nil && (!ok || len(arr) != 4*len(live)) {
 		err, kind = fmt.Errorf("%s: unexpected reply %T of %d decisions", b.sc.Name(), res, len(live)), "script"

@@ -80,19 +80,23 @@ func TestDecisionCallSendsOnlyLiveDecisions(t *testing.T) {
 	}
 }
 
-// A Cluster client sends each decision on its own: a batch names many keys,
-// which would cross hash slots.
-func TestNoDecisionBatchesOnACluster(t *testing.T) {
+// A Cluster client batches decisions too, split by hash slot (the store
+// says it is a cluster); a single-node client's batchers do not split.
+func TestDecisionBatchesOnAClusterGroupBySlot(t *testing.T) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	s := newOn(t, rdb)
-	if s.rl.batchers != nil {
-		t.Errorf("batchers on a Cluster client: %v, want none", s.rl.batchers)
-	}
 	single := newOn(t, redis.NewClient(&redis.Options{Addr: m.Addr()}))
-	if len(single.rl.batchers) != len(limitScripts) {
-		t.Errorf("batchers on a single-node client: %d, want one per algorithm", len(single.rl.batchers))
+	for name, svc := range map[string]*Service{"cluster": s, "single": single} {
+		if len(svc.rl.batchers) != len(limitScripts) {
+			t.Errorf("batchers on a %s client: %d, want one per algorithm", name, len(svc.rl.batchers))
+		}
+		for alg, b := range svc.rl.batchers {
+			if b.cluster != (name == "cluster") {
+				t.Errorf("%s batcher on a %s client groups by slot: %v", alg, name, b.cluster)
+			}
+		}
 	}
 }
 
@@ -356,6 +360,96 @@ func TestDecisionsWhileRedisIsSlow(t *testing.T) {
 			}
 			close(h.proceed)
 			answered("extra", extra)
+		}
+	}
+}
+
+// On a cluster a call's decisions are split by hash slot, in the order
+// each slot first appears; keys sharing a hash tag share a group; off a
+// cluster all are one group.
+func TestSlotGroups(t *testing.T) {
+	calls := make([]*decisionCall, 0, 6)
+	for _, k := range []string{"a", "{a}:1", "b", "x{a}", "b", "c"} {
+		calls = append(calls, &decisionCall{key: k})
+	}
+	keysOf := func(groups [][]*decisionCall) [][]string {
+		var out [][]string
+		for _, g := range groups {
+			var ks []string
+			for _, c := range g {
+				ks = append(ks, c.key)
+			}
+			out = append(out, ks)
+		}
+		return out
+	}
+	got := keysOf(slotGroups(calls, true))
+	want := [][]string{{"a", "{a}:1", "x{a}"}, {"b", "b"}, {"c"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("slotGroups on a cluster = %v, want %v", got, want)
+	}
+	if got := keysOf(slotGroups(calls, false)); !slices.EqualFunc(got, [][]string{{"a", "{a}:1", "b", "x{a}", "b", "c"}}, slices.Equal) {
+		t.Errorf("slotGroups off a cluster = %v, want one group of all", got)
+	}
+}
+
+// syncRecorder records the keys of every script call, from any goroutine.
+type syncRecorder struct {
+	*redis.Client
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (r *syncRecorder) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	r.mu.Lock()
+	r.calls = append(r.calls, slices.Clone(keys))
+	r.mu.Unlock()
+	return r.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// With the store in cluster mode a call of decisions on many slots becomes
+// one script call per slot, each answered as in one call: no script call
+// names keys of two slots, and every decision gets its own answer.
+func TestDecisionCallOnAClusterIsOneScriptCallPerSlot(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rec := &syncRecorder{Client: rdb}
+	st, err := store.New(rec, store.Config{Cluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(st, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var batch []*decisionCall
+	slots := map[int]bool{}
+	for i := range 40 {
+		key := fmt.Sprintf("k%d", i%20) // every key twice: the second sees the first's count
+		slots[store.Slot(key)] = true
+		batch = append(batch, &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3,
+			deadline: time.Now().Add(time.Minute), done: make(chan decisionResult, 1)})
+	}
+	s.rl.batchers[FixedWindow].call(batch)
+	for i, c := range batch {
+		remaining := int64(9 - i/20)
+		if r := <-c.done; r.err != nil || r.v != [4]int64{1, remaining, 60000, 0} {
+			t.Errorf("decision %d on %s: %+v, want allowed with %d remaining", i, c.key, r, remaining)
+		}
+	}
+	if len(rec.calls) != len(slots) {
+		t.Errorf("%d script calls, want %d: one per slot", len(rec.calls), len(slots))
+	}
+	for _, keys := range rec.calls {
+		for _, k := range keys {
+			if store.Slot(k) != store.Slot(keys[0]) {
+				t.Errorf("one script call names keys of two slots: %v", keys)
+				break
+			}
 		}
 	}
 }

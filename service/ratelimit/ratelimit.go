@@ -15,7 +15,6 @@ import (
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 )
 
 // Request asks for one rate-limit decision: either a named Policy
@@ -106,8 +105,8 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	}
 	s := &Service{st: st, prefix: st.Config().KeyPrefix}
 	s.rl = newRateLimiter(cfg, cfg.Registerer)
-	if _, cluster := st.Client().(*redis.ClusterClient); s.rl.cfg.Batch > 1 && !cluster {
-		// A batch names many keys: on a Cluster they would cross slots.
+	if s.rl.cfg.Batch > 1 {
+		// On a Redis Cluster a batch is split by hash slot (slotGroups).
 		s.rl.batchers = map[Algorithm]*decisionBatcher{}
 		for alg, sc := range limitScripts {
 			s.rl.batchers[alg] = newDecisionBatcher(s, sc, s.rl.cfg)

@@ -14,6 +14,36 @@ type conner interface {
 	Conn() *redis.Conn
 }
 
+// canReplicate reports whether rdb can run a script and WAIT on one
+// connection: a single node's client, or a cluster client, on the
+// primary of the script's slot.
+func canReplicate(rdb Client) bool {
+	switch rdb.(type) {
+	case conner, clusterClient:
+		return true
+	}
+	return false
+}
+
+// replicaConn returns a connection of its own for a script on keys: on a
+// cluster, one of the primary that owns keys[0]'s slot (every key of a
+// script shares it), where the script's writes are made and WAIT counts
+// their replicas.
+func (s *Store) replicaConn(ctx context.Context, keys []string) (*redis.Conn, error) {
+	cc, ok := s.rdb.(clusterClient)
+	if !ok {
+		return s.rdb.(conner).Conn(), nil // New checks it when MinReplicas is set
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("a script without keys cannot run replicated on a cluster")
+	}
+	node, err := cc.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	return node.Conn(), nil
+}
+
 // ReplicationError reports a state change that Redis made on the primary but
 // that fewer replicas than Config.MinReplicas acknowledged within
 // Config.ReplicaTimeout: a failover now may lose it. It wraps ErrUnavailable.
@@ -60,12 +90,11 @@ func (s *Store) RunReplicated(ctx context.Context, sc *Script, keys []string, ar
 // replicas acknowledged in time, an error wrapping ErrUnavailable when Redis
 // refused WAIT, and errors translated by Err otherwise.
 func (s *Store) runReplicated(ctx, opCtx context.Context, sc *Script, keys []string, args ...any) (any, error) {
-	cn := s.rdb.(conner).Conn() // New checks it when MinReplicas is set
-	defer func() { _ = cn.Close() }()
-	res, err := s.EvalSha(opCtx, cn, sc, keys, args...)
+	cn, res, err := s.evalOnConn(opCtx, sc, keys, args...)
 	if err != nil {
 		return nil, s.Err(ctx, sc.name, err)
 	}
+	defer func() { _ = cn.Close() }()
 	if !changed(res) {
 		return res, nil
 	}
@@ -86,4 +115,27 @@ func (s *Store) runReplicated(ctx, opCtx context.Context, sc *Script, keys []str
 		return nil, &ReplicationError{Acked: acked, Want: int64(s.cfg.MinReplicas)}
 	}
 	return res, nil
+}
+
+// evalOnConn runs sc on a connection of its own (replicaConn) and returns
+// the connection, open, with the reply. On a cluster, a MOVED or ASK reply
+// (the slot failed over or is moving; the script did not run) makes the
+// client read the slots again, in the background, and comes back as it
+// is: the caller gets a 503, and a call after the reload goes to the new
+// primary. Errors are go-redis's, untranslated; on one the connection is
+// closed.
+func (s *Store) evalOnConn(ctx context.Context, sc *Script, keys []string, args ...any) (*redis.Conn, any, error) {
+	cn, err := s.replicaConn(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := s.EvalSha(ctx, cn, sc, keys, args...)
+	if err != nil {
+		_ = cn.Close()
+		if cc, ok := s.rdb.(clusterClient); ok && isRedirect(err) {
+			cc.ReloadState(ctx)
+		}
+		return nil, nil, err
+	}
+	return cn, res, nil
 }

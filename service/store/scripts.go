@@ -29,6 +29,9 @@ func NewScript(name, src string) *Script {
 // Name is the script's name in errors and metrics.
 func (sc *Script) Name() string { return sc.name }
 
+// SHA is the SHA1 of the script's source, its name in Redis's script cache.
+func (sc *Script) SHA() string { return sc.sha }
+
 // WithClusterVariant makes a store on a cluster (Config.Cluster) load and
 // run rewrite(sc's source) in sc's place, under sc's name, when it differs:
 // a script whose Redis Cluster form differs, such as one publishing with
@@ -49,22 +52,32 @@ func (s *Store) variant(sc *Script) *Script {
 }
 
 // LoadScripts sends SCRIPT LOAD for every script, so a script Redis cannot
-// compile stops start-up. Returns an error wrapping ErrUnavailable when Redis
-// cannot be reached, and a plain error naming the script when Redis rejects it.
+// compile stops start-up. On a Redis Cluster it loads them on every primary,
+// and on every replica that answers. Returns an error wrapping
+// ErrUnavailable when Redis cannot be reached, and a plain error naming the
+// script when Redis rejects it.
 func (s *Store) LoadScripts(ctx context.Context) error {
+	if cc, ok := s.rdb.(clusterClient); ok {
+		return s.loadCluster(ctx, cc, true)
+	}
+	return s.loadAll(ctx, s.rdb)
+}
+
+// loadAll loads every script on c. Errors as LoadScripts.
+func (s *Store) loadAll(ctx context.Context, c redis.Scripter) error {
 	for _, sc := range s.scripts {
-		if err := s.load(ctx, sc); err != nil {
+		if err := s.load(ctx, c, sc); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Store) load(ctx context.Context, sc *Script) error {
+func (s *Store) load(ctx context.Context, c redis.Scripter, sc *Script) error {
 	sc = s.variant(sc)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	sha, err := s.rdb.ScriptLoad(ctx, sc.src).Result()
+	sha, err := c.ScriptLoad(ctx, sc.src).Result()
 	if err != nil {
 		if IsServerError(err) && !isTransient(err) {
 			return fmt.Errorf("load script %s: %w", sc.name, err)
@@ -97,13 +110,14 @@ func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any)
 }
 
 // EvalSha calls sc on c with EVALSHA; on NOSCRIPT it loads the script on c
-// and calls it again, once. Errors are go-redis's, untranslated.
+// (on a cluster client, on the primary of keys[0]'s slot, the node that
+// answered) and calls it again, once. Errors are go-redis's, untranslated.
 func (s *Store) EvalSha(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
 	sc = s.variant(sc)
 	res, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
-		if err := c.ScriptLoad(ctx, sc.src).Err(); err != nil {
+		if err := reloadFor(ctx, c, sc, keys); err != nil {
 			return nil, err
 		}
 		res, err = c.EvalSha(ctx, sc.sha, keys, args...).Result()
@@ -150,8 +164,10 @@ func IsServerError(err error) bool {
 func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // isTransient reports server replies that mean "not now" rather than "never".
+// A MOVED or ASK gets here only when a cluster client's redirects ran out
+// or on a connection of one node: the slot is moving or failing over.
 func isTransient(err error) bool {
-	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS"} {
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "MOVED", "ASK"} {
 		if redis.HasErrorPrefix(err, p) || strings.HasPrefix(err.Error(), p) {
 			return true
 		}

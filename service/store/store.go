@@ -43,7 +43,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Cluster says the client is a Redis Cluster client: every script's
 	// keys share one hash slot (see Slot), wake-ups use sharded pub/sub,
-	// and the keep-alive registry is sharded by slot.
+	// and the keep-alive registry is sharded by slot. New sets it when the
+	// client is a go-redis cluster client.
 	Cluster bool
 }
 
@@ -94,7 +95,10 @@ func New(rdb Client, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	if _, ok := rdb.(conner); cfg.MinReplicas > 0 && !ok {
+	if _, ok := rdb.(clusterClient); ok {
+		cfg.Cluster = true
+	}
+	if !canReplicate(rdb) && cfg.MinReplicas > 0 {
 		return nil, fmt.Errorf("store: min replicas needs a client that can run a script and WAIT on one connection")
 	}
 	return &Store{rdb: rdb, cfg: cfg, metrics: newMetrics(cfg.Registerer)}, nil
@@ -112,9 +116,18 @@ func (s *Store) Register(scripts ...*Script) {
 }
 
 // Ready checks that Redis answers and runs scripts: PING, then SCRIPT LOAD of
-// every registered script. Returns an error wrapping ErrUnavailable when
-// Redis cannot be reached.
+// every registered script. On a Redis Cluster it asks every primary instead:
+// CLUSTER INFO must say cluster_state:ok, and the scripts are loaded on
+// each. Returns an error wrapping ErrUnavailable when Redis cannot be
+// reached, ErrClusterState when a primary reports a cluster state other
+// than ok.
 func (s *Store) Ready(ctx context.Context) error {
+	if cc, ok := s.rdb.(clusterClient); ok {
+		if err := s.clusterReady(ctx, cc); err != nil {
+			return err
+		}
+		return s.loadCluster(ctx, cc, false)
+	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	err := s.rdb.Ping(pctx).Err()
 	cancel()

@@ -1,0 +1,136 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/latchkey/latchkey/service/store/clustertest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// clusterBasePort is where this package's Redis Cluster listens.
+const clusterBasePort = 21100
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	clustertest.Stop()
+	os.Exit(code)
+}
+
+// keysOnEveryPrimary returns one key per primary of rdb, named after n.
+func keysOnEveryPrimary(t *testing.T, rdb *redis.ClusterClient, n string) map[string]string {
+	t.Helper()
+	keys := map[string]string{} // primary address: key
+	for i := 0; len(keys) < 3 && i < 1000; i++ {
+		key := fmt.Sprintf("%s-%d", n, i)
+		node, err := rdb.MasterForKey(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := keys[node.Options().Addr]; !ok {
+			keys[node.Options().Addr] = key
+		}
+	}
+	if len(keys) != 3 {
+		t.Fatalf("keys on %d primaries, want 3", len(keys))
+	}
+	return keys
+}
+
+// On a cluster client the store is in cluster mode, is ready, and has its
+// scripts on every primary and every replica after LoadScripts.
+func TestClusterLoadsScriptsOnEveryNode(t *testing.T) {
+	c := clustertest.Shared(t, clusterBasePort)
+	rdb := c.Client(t)
+	st := newStore(t, rdb, store.Config{})
+	if !st.Config().Cluster {
+		t.Error("Config().Cluster = false on a cluster client")
+	}
+	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatalf("LoadScripts = %v", err)
+	}
+	var nodes atomic.Int64
+	err := rdb.ForEachShard(t.Context(), func(ctx context.Context, n *redis.Client) error {
+		exists, err := n.ScriptExists(ctx, incr.SHA(), noop.SHA()).Result()
+		if err != nil {
+			return err
+		}
+		if !exists[0] || !exists[1] {
+			return fmt.Errorf("%s: scripts loaded %v, want both", n.Options().Addr, exists)
+		}
+		nodes.Add(1)
+		return nil
+	})
+	if err != nil || nodes.Load() != 6 {
+		t.Errorf("scripts on %d nodes: %v; want all 6", nodes.Load(), err)
+	}
+	if err := st.Ready(t.Context()); err != nil {
+		t.Errorf("Ready = %v", err)
+	}
+}
+
+// A primary that lost its scripts (SCRIPT FLUSH, or a replica promoted
+// without them) answers NOSCRIPT; the store loads the script on that node
+// and the call succeeds, on keys of every primary.
+func TestClusterNoScriptHealsOnTheNodeThatAnswered(t *testing.T) {
+	c := clustertest.Shared(t, clusterBasePort)
+	c.Flush(t)
+	rdb := c.Client(t)
+	reg := prometheus.NewRegistry()
+	st := newStore(t, rdb, store.Config{Registerer: reg})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for addr, key := range keysOnEveryPrimary(t, rdb, "noscript") {
+		node, err := rdb.MasterForKey(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.ScriptFlush(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+			t.Errorf("%s: Run after SCRIPT FLUSH on the key's primary = %v, %v; want 1", addr, res, err)
+		}
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 3 {
+		t.Errorf("latchkey_script_reloads_total = %v, want 3 (one per flushed primary)", got)
+	}
+}
+
+// With MinReplicas the script and WAIT run on a connection of the primary
+// that owns the keys' slot: keys on every primary succeed with one replica
+// each, and asking for two (each primary has one) is a *ReplicationError
+// after the change is made.
+func TestClusterRunReplicatedWaitsOnTheKeysPrimary(t *testing.T) {
+	c := clustertest.Shared(t, clusterBasePort)
+	c.Flush(t)
+	rdb := c.Client(t)
+	one := newStore(t, rdb, store.Config{MinReplicas: 1})
+	two := newStore(t, rdb, store.Config{MinReplicas: 2})
+	if err := one.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for addr, key := range keysOnEveryPrimary(t, rdb, "wait") {
+		if res, err := one.RunReplicated(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+			t.Errorf("%s: RunReplicated with 1 replica = %v, %v; want 1", addr, res, err)
+		}
+		_, err := two.RunReplicated(t.Context(), incr, []string{key})
+		var rerr *store.ReplicationError
+		if !errors.As(err, &rerr) || rerr.Acked != 1 || rerr.Want != 2 {
+			t.Errorf("%s: RunReplicated with 2 replicas = %v, want a *ReplicationError{1, 2}", addr, err)
+		}
+		if n, err := rdb.Get(t.Context(), key).Int(); err != nil || n != 2 {
+			t.Errorf("%s: %s = %d, %v; want 2: both changes made", addr, key, n, err)
+		}
+	}
+}
