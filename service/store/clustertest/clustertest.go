@@ -2,8 +2,8 @@
 // replicas (.ci/redis-cluster.sh) once per test package, for tests that
 // need a real cluster.
 //
-// A package calls Shared from its tests and Stop from its TestMain after
-// m.Run. Tests skip when redis-server or redis-cli is not on the PATH,
+// A package calls Shared from its tests, and Main from its TestMain, which
+// stops the cluster after the tests. Tests skip when redis-server or redis-cli is not on the PATH,
 // unless LATCHKEY_REQUIRE_REDIS=1 (CI), which fails them instead.
 package clustertest
 
@@ -55,6 +55,15 @@ func Shared(t testing.TB, basePort int) *Cluster {
 		t.Fatalf("start a redis cluster on ports %d..%d: %v", basePort, basePort+5, started)
 	}
 	return shared
+}
+
+// Main runs a package's tests, stops the package's cluster and exits:
+//
+//	func TestMain(m *testing.M) { clustertest.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	Stop()
+	os.Exit(code)
 }
 
 // Stop stops the package's cluster, if Shared started one.
