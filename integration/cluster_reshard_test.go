@@ -17,10 +17,11 @@ import (
 // Slots holding locks, keep-alive leases and rate-limit counters move from
 // one primary of a cluster of its own to another (redis-cli --cluster
 // reshard: MIGRATE, MOVED and ASK) while two Latchkey instances serve load
-// on them over HTTP: no request fails with 500 or 503, every keep-alive
-// lease stays held with its fence, fences strictly increase, and every
-// rate-limit key allowed exactly min(requests, limit), which its counter in
-// Redis shows too.
+// on them over HTTP: no request fails with 500, none with 503 but a lock
+// call on a moving slot while it moves, every keep-alive lease stays held
+// with its fence, fences strictly increase, and every rate-limit key
+// allowed exactly min(requests, limit), which its counter in Redis shows
+// too.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	cl := newOwnCluster(t)
 	const limit = 150
@@ -105,10 +106,18 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	wantAnswered(t, ops)
 	wantFencesIncrease(t, ops)
 	wantKeptHeld(t, l, ops, func(int) bool { return false })
-	during := 0
+	// A lock script names several keys of its slot: on a slot caught half
+	// moved Redis answers TRYAGAIN, which may outlast the client's
+	// redirects and be a 503, there and then only. A rate-limit decision
+	// names one key and follows MOVED and ASK: it never gets a 503.
+	during, unavailable := 0, 0
 	for _, op := range ops {
+		overlaps := op.Start < ended && op.End > started && moving(op.Slot)
 		if op.Status == http.StatusServiceUnavailable {
-			t.Errorf("%s %s (slot %d): 503 at %d: %s", op.Kind, op.Name, op.Slot, op.Start, op.Body)
+			unavailable++
+			if !overlaps || op.Kind == "check" {
+				t.Errorf("%s %s (slot %d): 503 at %d-%d, the move at %d-%d: %s", op.Kind, op.Name, op.Slot, op.Start, op.End, started, ended, op.Body)
+			}
 		}
 		if op.Start > started && op.End < ended && moving(op.Slot) {
 			during++
@@ -130,7 +139,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		}
 	}
 	wantRenewedOn(t, l, func(int) bool { return false }, time.Minute)
-	t.Logf("%d requests, %d on the moving slots while they moved", len(ops), during)
+	t.Logf("%d requests, %d on the moving slots while they moved, %d answered 503", len(ops), during, unavailable)
 }
 
 // exactCount tallies the answers to the checks of one rate-limit key.

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,13 @@ func (c *redisCluster) stop() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// forget removes the pid file of the node at addr (127.0.0.1:port), which
+// the test killed, so that stop signals only processes of the cluster.
+func (c *redisCluster) forget(addr string) {
+	_, port, _ := strings.Cut(addr, ":")
+	_ = os.Remove(filepath.Join(c.dir, port, "redis.pid"))
 }
 
 // freeClusterBase picks a base port such that base..base+5 and their bus
