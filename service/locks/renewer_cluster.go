@@ -263,7 +263,9 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 // visitShard renews the due entries of the registry shard of slot, as the
 // single-node renewer does with the one registry, and returns when the
 // shard is next due (-1 when it is empty, visitFailed when a call failed:
-// counted, reason "store") and its size.
+// counted, reason "store") and its size, as last seen. A shard with due
+// entries takes two calls (keepalive_due, then the batches, whose replies
+// say when it is next due), one without takes one.
 func (s *Service) visitShard(ctx context.Context, slot int) (next, size int64) {
 	reg := s.shards[slot]
 	full := s.cfg.RenewBatch * s.cfg.RenewParallel
@@ -279,8 +281,14 @@ func (s *Service) visitShard(ctx context.Context, slot int) (next, size int64) {
 		case len(d.members) == 0:
 			return d.nextDueMS, d.tracked
 		}
-		if err := s.renewBatches(ctx, reg, d.members); err != nil {
+		next, err := s.renewBatches(ctx, reg, d.members)
+		if err != nil {
 			return visitFailed, 0
+		}
+		if len(d.members) < full {
+			// Every due entry was in the batches: their reply says when
+			// the shard is next due.
+			return next, d.tracked
 		}
 		size = d.tracked
 	}
