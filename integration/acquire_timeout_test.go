@@ -153,7 +153,7 @@ const (
 // newSlowEnv starts a server whose Redis replies slowly once the returned
 // proxy's delay is set (the scripts are loaded before that). The env's RDB
 // reaches Redis directly, without delay.
-func newSlowEnv(t *testing.T, wrap func(testing.TB, *redis.Client) store.Client, opTimeout time.Duration) (*testEnv, *slowProxy) {
+func newSlowEnv(t *testing.T, wrap func(testing.TB, redis.UniversalClient) store.Client, opTimeout time.Duration) (*testEnv, *slowProxy) {
 	t.Helper()
 	_, url := startRedisContainer(t)
 	p, addr := newSlowProxy(t, url)

@@ -19,14 +19,17 @@ import (
 // default.
 func newScriptService(tb testing.TB, url string, pipelined bool, opTimeout time.Duration) *services {
 	tb.Helper()
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		tb.Fatal(err)
+	env := []envOption{withRedis(url), withOpTimeout(opTimeout)} // on a cluster: a cluster client of its own, no resend
+	if !onCluster() {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		opts.MaxRetries = -1
+		rdb := redis.NewClient(opts)
+		tb.Cleanup(func() { _ = rdb.Close() })
+		env[0] = withRedisClient(rdb, url)
 	}
-	opts.MaxRetries = -1
-	rdb := redis.NewClient(opts)
-	tb.Cleanup(func() { _ = rdb.Close() })
-	env := []envOption{withRedisClient(rdb, url), withOpTimeout(opTimeout)}
 	if pipelined {
 		env = append(env, withClient(pipelinedClient))
 	}

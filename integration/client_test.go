@@ -319,6 +319,7 @@ func TestClientServerKilled(t *testing.T) {
 // TestClientRedisPausedPastLease: while Redis does not answer for longer
 // than the TTL, a keep-alive lease and a hold are both reported lost.
 func TestClientRedisPausedPastLease(t *testing.T) {
+	singleNode(t)
 	e := newClientEnv(t, withServiceConfig(func(sc *serviceConfig) { sc.OpTimeout = 200 * time.Millisecond }))
 	ctx := t.Context()
 	ka, err := e.c.Lock(ctx, "paused-ka", client.LockOptions{TTL: time.Second, KeepAlive: true,

@@ -21,14 +21,10 @@ func (e *testEnv) fenceKey(name string) string { return e.lockKeys(name).Fence }
 // registryKey is the Redis key of the keep-alive registry of e's server.
 func (e *testEnv) registryKey() string { return locks.RegistryKey(e.Prefix) }
 
-// keys lists the Redis keys of this test's server.
+// keys lists the Redis keys of this test's server, on every primary.
 func (e *testEnv) keys(t testing.TB) []string {
 	t.Helper()
-	ks, err := e.RDB.Keys(t.Context(), e.Prefix+"*").Result()
-	if err != nil {
-		t.Fatalf("KEYS: %v", err)
-	}
-	return ks
+	return allKeys(t, e.RDB, e.Prefix+"*")
 }
 
 // redisLock is the lock hash of one lock as Redis holds it (see
@@ -65,24 +61,36 @@ func (e *testEnv) lockHash(t testing.TB, name string) redisLock {
 	return l
 }
 
+// registryKeys are the keep-alive registry keys of e's server: the one
+// registry on a single node; on a cluster, the registry shards
+// (locks.ShardKey: the registry key, a colon and a slot's hash tag) that
+// hold entries.
+func (e *testEnv) registryKeys(t testing.TB) []string {
+	t.Helper()
+	if !e.Svc.Store.Config().Cluster {
+		return []string{e.registryKey()}
+	}
+	return allKeys(t, e.RDB, e.registryKey()+":{*}")
+}
+
 // registrySize is the number of keep-alive leases registered under e's prefix.
 func (e *testEnv) registrySize(t testing.TB) int64 {
 	t.Helper()
-	n, err := e.RDB.ZCard(t.Context(), e.registryKey()).Result()
-	if err != nil {
-		t.Fatalf("ZCARD: %v", err)
+	var total int64
+	for _, k := range e.registryKeys(t) {
+		n, err := e.RDB.ZCard(t.Context(), k).Result()
+		if err != nil {
+			t.Fatalf("ZCARD %s: %v", k, err)
+		}
+		total += n
 	}
-	return n
+	return total
 }
 
-// channelSubscribers is PUBSUB NUMSUB of name's wake-up channel: the
-// subscriber connections listening on it.
+// channelSubscribers is the number of subscriber connections listening on
+// name's wake-up channel (sharded or not), over every node.
 func (e *testEnv) channelSubscribers(t testing.TB, name string) int64 {
 	t.Helper()
 	ch := e.lockKeys(name).Channel
-	m, err := e.RDB.PubSubNumSub(t.Context(), ch).Result()
-	if err != nil {
-		t.Fatalf("PUBSUB NUMSUB: %v", err)
-	}
-	return m[ch]
+	return subscribers(t, e.RDB, ch)[ch]
 }

@@ -5,6 +5,7 @@ package integration
 // state in harness_redis_test.go.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,9 +34,9 @@ const testAdminKey = "test-admin-key-0123456789"
 // testEnv is one Latchkey server over HTTP on a real Redis, with its own
 // key prefix so tests sharing a Redis never see each other's keys.
 type testEnv struct {
-	URL      string       // base URL of the server
-	Client   *http.Client // checks every response against api/openapi.yaml
-	RDB      *redis.Client
+	URL      string                // base URL of the server
+	Client   *http.Client          // checks every response against api/openapi.yaml
+	RDB      redis.UniversalClient // a cluster client in the cluster pass
 	RedisURL string
 	Prefix   string
 	Svc      *services
@@ -53,15 +54,16 @@ type envConfig struct {
 	router handlers.Config
 	server func(*http.Server) // adjusts the HTTP server before it starts
 
-	rdb        *redis.Client // reads Redis for the test; nil: a fresh Redis (newRedis)
+	rdb        redis.UniversalClient // reads Redis for the test; nil: a fresh Redis (newRedis)
 	url        string
-	noRedis    bool                                         // the env has no Redis of its own (unreachable)
-	serverAddr string                                       // where the service's own client dials ("": the env's Redis)
-	serverTO   time.Duration                                // > 0: the service has its own client, configured as cmd/server's
-	wrap       func(testing.TB, *redis.Client) store.Client // wraps the service's client
-	noLoad     bool                                         // scripts are not loaded at start-up
-	renewer    bool                                         // the keep-alive renewer runs
-	keysFile   string                                       // the API keys file ("": none)
+	noRedis    bool                                                 // the env has no Redis of its own (unreachable)
+	serverAddr string                                               // where the service's own client dials ("": the env's Redis)
+	serverTO   time.Duration                                        // > 0: the service has its own client, configured as cmd/server's
+	wrap       func(testing.TB, redis.UniversalClient) store.Client // wraps the service's client
+	noLoad     bool                                                 // scripts are not loaded at start-up
+	renewer    bool                                                 // the keep-alive renewer runs
+	keysFile   string                                               // the API keys file ("": none)
+	cluster    bool                                                 // url is a Redis Cluster's seed URL
 }
 
 // envOption adjusts a server built by newTestEnv.
@@ -82,16 +84,27 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 		o(&c)
 	}
 	switch {
+	case c.rdb == nil && c.cluster:
+		c.rdb = newClusterClient(t, c.url)
 	case c.rdb == nil && c.url != "":
 		c.rdb = newClient(t, c.url)
 	case c.rdb == nil && !c.noRedis:
 		c.rdb, c.url = newRedis(t)
 	}
 	base := c.rdb
-	if c.serverTO > 0 {
+	cc, cluster := c.rdb.(*redis.ClusterClient)
+	switch {
+	case cluster && c.serverAddr == "":
+		// The service has its own cluster client, as cmd/server would.
+		c.svc.storeConfig.Cluster = true
+		if c.serverTO > 0 {
+			c.svc.OpTimeout = c.serverTO
+		}
+		base = clusterServerClient(t, cc.Options(), cmp.Or(c.svc.OpTimeout, store.DefaultConfig().OpTimeout))
+	case c.serverTO > 0:
 		addr := c.serverAddr
 		if addr == "" {
-			addr = c.rdb.Options().Addr
+			addr = c.rdb.(*redis.Client).Options().Addr
 		}
 		c.svc.OpTimeout = c.serverTO
 		base = serverClient(t, addr, c.serverTO)
@@ -174,9 +187,17 @@ func withRedis(url string) envOption {
 	return func(c *envConfig) { c.url = url }
 }
 
+// withCluster runs the server on the Redis Cluster at the seed URL url,
+// through a cluster client of its own; the env's RDB is a cluster client
+// too.
+func withCluster(url string) envOption {
+	return func(c *envConfig) { c.url, c.cluster = url, true }
+}
+
 // withRedisClient runs the server on the Redis at url through rdb, which
-// the test also reads Redis with.
-func withRedisClient(rdb *redis.Client, url string) envOption {
+// the test also reads Redis with. In the cluster pass the server has its
+// own cluster client on url (rdb's when url is "").
+func withRedisClient(rdb redis.UniversalClient, url string) envOption {
 	return func(c *envConfig) { c.rdb, c.url = rdb, url }
 }
 
@@ -210,13 +231,13 @@ func unloaded() envOption {
 
 // withClient wraps the client the service uses (the env's RDB, or its own
 // from withServerClient).
-func withClient(wrap func(testing.TB, *redis.Client) store.Client) envOption {
+func withClient(wrap func(testing.TB, redis.UniversalClient) store.Client) envOption {
 	return func(c *envConfig) { c.wrap = wrap }
 }
 
 // withClientOf wraps the service's client with wrap, which needs no t.
-func withClientOf(wrap func(*redis.Client) store.Client) envOption {
-	return withClient(func(_ testing.TB, rdb *redis.Client) store.Client { return wrap(rdb) })
+func withClientOf(wrap func(redis.UniversalClient) store.Client) envOption {
+	return withClient(func(_ testing.TB, rdb redis.UniversalClient) store.Client { return wrap(rdb) })
 }
 
 // withRenewer runs the service's keep-alive renewer, polling every poll (0:
@@ -349,10 +370,16 @@ func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Clien
 	return rdb
 }
 
-// pipelinedClient wraps rdb as cmd/server does by default (-redis-pipeline).
-func pipelinedClient(t testing.TB, rdb *redis.Client) store.Client {
+// pipelinedClient wraps rdb as cmd/server does by default (-redis-pipeline):
+// a single node's client pipelines script calls; a cluster client, as in
+// cmd/server, sends each to its slot's primary as it comes.
+func pipelinedClient(t testing.TB, rdb redis.UniversalClient) store.Client {
 	t.Helper()
-	pc, err := store.NewPipelinedClient(rdb, 0)
+	node, ok := rdb.(*redis.Client)
+	if !ok {
+		return rdb
+	}
+	pc, err := store.NewPipelinedClient(node, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,9 +390,9 @@ func pipelinedClient(t testing.TB, rdb *redis.Client) store.Client {
 // call, or script calls pipelined (its default).
 var serverClients = []struct {
 	name string
-	wrap func(testing.TB, *redis.Client) store.Client
+	wrap func(testing.TB, redis.UniversalClient) store.Client
 }{
-	{"plain", func(_ testing.TB, rdb *redis.Client) store.Client { return rdb }},
+	{"plain", func(_ testing.TB, rdb redis.UniversalClient) store.Client { return rdb }},
 	{"pipelined", pipelinedClient},
 }
 

@@ -141,7 +141,7 @@ func TestHoldWaitFails(t *testing.T) {
 // outageClient fails every script call with a connection error while down
 // is set, as a Redis outage would.
 type outageClient struct {
-	*redis.Client
+	store.Client
 	down *atomic.Bool
 }
 
@@ -160,7 +160,7 @@ func (o outageClient) EvalSha(ctx context.Context, sha string, keys []string, ar
 // every ttl/3.
 func TestHoldLostInOutage(t *testing.T) {
 	var down atomic.Bool
-	e := newTestEnv(t, withShortStreams(), withClientOf(func(c *redis.Client) store.Client { return outageClient{Client: c, down: &down} }))
+	e := newTestEnv(t, withShortStreams(), withClientOf(func(c redis.UniversalClient) store.Client { return outageClient{Client: c, down: &down} }))
 	const ttl = 3 * time.Second
 	h := e.openHold(t, "outage", `{"ttl":"`+ttl.String()+`"}`)
 	ev := h.next(t, eventGuard, false)
@@ -206,7 +206,7 @@ func eventExpiry(t testing.TB, ev sseEvent) time.Time {
 func TestHoldForceReleaseUnheard(t *testing.T) {
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
-	e := newTestEnv(t, withShortStreams(), withClientOf(func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
+	e := newTestEnv(t, withShortStreams(), withClientOf(func(c redis.UniversalClient) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
 	h := e.openHold(t, "unheard", `{"ttl":"600ms"}`)
 	if ev := h.next(t, eventGuard, false); ev.Name != "acquired" {
 		t.Fatalf("first event %+v, want acquired", ev)

@@ -133,6 +133,7 @@ func logOnFailure(t testing.TB, c *testcontainers.DockerContainer) {
 // private network, as docker-compose.yml does, and drives it over HTTP
 // through its published port; last, it restarts Redis under it.
 func TestImageStack(t *testing.T) {
+	singleNode(t)
 	image := latchkeyImage(t)
 	nw := newNetwork(t)
 	rc, _ := startRedisContainer(t, network.WithNetwork([]string{"redis"}, nw))

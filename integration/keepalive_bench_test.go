@@ -19,7 +19,7 @@ import (
 // lagRecorder passes every call through and keeps the per-lease lag that
 // renew_batch reports for the leases it renewed.
 type lagRecorder struct {
-	*redis.Client
+	store.Client
 	mu      sync.Mutex
 	lags    []int64 // ms
 	batches int
@@ -52,7 +52,7 @@ func (l *lagRecorder) take() (lags []int64, batches int) {
 }
 
 // redisInfo reads the numeric fields of INFO section.
-func redisInfo(tb testing.TB, rdb *redis.Client, section string) map[string]float64 {
+func redisInfo(tb testing.TB, rdb redis.UniversalClient, section string) map[string]float64 {
 	tb.Helper()
 	s, err := rdb.Info(context.Background(), section).Result()
 	if err != nil {
@@ -86,7 +86,7 @@ func BenchmarkKeepalive10kLeases(b *testing.B) {
 	_, url := startRedisContainer(b)
 	rdb := newClient(b, url)
 	rec := &lagRecorder{Client: rdb}
-	e := newTestEnv(b, withRedisClient(rdb, url), withClientOf(func(*redis.Client) store.Client { return rec }), withRenewer(0))
+	e := newTestEnv(b, withRedisClient(rdb, url), withClientOf(func(redis.UniversalClient) store.Client { return rec }), withRenewer(0))
 	defer e.stopRenewer()
 	svc := e.Svc
 	for i := range leases {

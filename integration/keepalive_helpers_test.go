@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,7 +25,7 @@ var renewBatchSHA = scriptSHA(lua.RenewBatch)
 // gatedClient holds every renew_batch call until the test opens the gate,
 // after telling the test which call is waiting. Other calls pass through.
 type gatedClient struct {
-	*redis.Client
+	store.Client
 	entered chan []any // the ARGV of a held renew_batch call
 	gate    chan struct{}
 }

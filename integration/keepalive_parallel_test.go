@@ -23,7 +23,7 @@ type renewGate struct {
 // gate until it opens, and counts per registry member the renew_batch calls
 // that named it and those that renewed it (code 1).
 type renewRecorder struct {
-	*redis.Client
+	store.Client
 	gate *renewGate
 
 	mu       sync.Mutex
@@ -79,7 +79,7 @@ func (r *renewRecorder) busy() int {
 
 // makeAllDue moves the next renewal of every registered lease under prefix
 // to Redis's current time, in one command, and returns their members.
-func makeAllDue(t *testing.T, rdb *redis.Client, prefix string) []string {
+func makeAllDue(t *testing.T, rdb redis.UniversalClient, prefix string) []string {
 	t.Helper()
 	ctx := t.Context()
 	registry := locks.RegistryKey(prefix)
@@ -102,7 +102,7 @@ func makeAllDue(t *testing.T, rdb *redis.Client, prefix string) []string {
 }
 
 // noneDue reports whether no lease under prefix is due by Redis's clock.
-func noneDue(t *testing.T, rdb *redis.Client, prefix string) bool {
+func noneDue(t *testing.T, rdb redis.UniversalClient, prefix string) bool {
 	t.Helper()
 	now, err := rdb.Time(t.Context()).Result()
 	if err != nil {
@@ -120,6 +120,7 @@ func noneDue(t *testing.T, rdb *redis.Client, prefix string) bool {
 // due time between them. The due times are set by the test (the leases' own
 // are 20s away), so no timing decides the outcome.
 func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
+	singleNode(t)
 	const leases, batch, parallel = 200, 10, 4
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
@@ -138,8 +139,8 @@ func TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime(t *testing.T) {
 	})
 	recA := &renewRecorder{Client: rdb, gate: gate, named: map[string]int{}, renewed: map[string]int{}}
 	recB := &renewRecorder{Client: rdb, gate: gate, named: map[string]int{}, renewed: map[string]int{}}
-	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return recA }), cfg)
-	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return recB }), cfg)
+	a := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(redis.UniversalClient) store.Client { return recA }), cfg)
+	b := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(redis.UniversalClient) store.Client { return recB }), cfg)
 	for i := range leases {
 		if _, err := a.Svc.Acquire(t.Context(), fmt.Sprintf("ka-par-%03d", i),
 			locks.AcquireRequest{TTL: time.Minute, Keepalive: true}); err != nil {

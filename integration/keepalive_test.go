@@ -192,7 +192,7 @@ func TestKeepaliveReleaseDuringBatch(t *testing.T) {
 	rdb, _ := newRedis(t)
 	prefix := uniquePrefix()
 	gc := &gatedClient{Client: rdb, entered: make(chan []any, 1), gate: make(chan struct{})}
-	slow := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(*redis.Client) store.Client { return gc }), withServiceConfig(func(sc *serviceConfig) { sc.OpTimeout = 10 * time.Second }))
+	slow := newTestEnv(t, withRedisClient(rdb, ""), withPrefix(prefix), withRenewer(instancePoll), withClientOf(func(redis.UniversalClient) store.Client { return gc }), withServiceConfig(func(sc *serviceConfig) { sc.OpTimeout = 10 * time.Second }))
 	t.Cleanup(func() {
 		select {
 		case <-gc.gate:
@@ -267,11 +267,7 @@ func TestKeepaliveReleaseRaceHammer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ks, err := a.RDB.Keys(t.Context(), locks.KeysOf(a.Prefix, "*").Lock).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ks) != 0 {
+	if ks := allKeys(t, a.RDB, locks.KeysOf(a.Prefix, "*").Lock); len(ks) != 0 {
 		t.Errorf("lock keys left after every lease was released: %v", ks)
 	}
 	if n := a.registrySize(t); n != 0 {

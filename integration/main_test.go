@@ -1,5 +1,6 @@
 // Package integration drives Latchkey end to end over HTTP against a real
-// Redis. See redis_test.go for how the tests find one.
+// Redis. See redis_test.go for how the tests find one, and
+// harness_cluster_test.go for the same tests on a Redis Cluster.
 package integration
 
 import (
@@ -30,6 +31,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	stopSharedCluster()
 	if line := skips.summary(); line != "" {
 		w, closeW := summaryWriter()
 		fmt.Fprintln(w, line)

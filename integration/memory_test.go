@@ -29,13 +29,9 @@ const (
 // memoryOf sums MEMORY USAGE over the keys matching pattern and returns the
 // keys it measured. A key that expires between KEYS and MEMORY USAGE (a
 // short rate-limit window on a slow machine) is left out of both.
-func memoryOf(t *testing.T, rdb *redis.Client, pattern string) (total int64, measured []string) {
+func memoryOf(t *testing.T, rdb redis.UniversalClient, pattern string) (total int64, measured []string) {
 	t.Helper()
-	keys, err := rdb.Keys(t.Context(), pattern).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
+	for _, k := range allKeys(t, rdb, pattern) {
 		n, err := rdb.MemoryUsage(t.Context(), k, 0).Result()
 		if errors.Is(err, redis.Nil) {
 			continue

@@ -32,7 +32,8 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 		{"token_bucket", lua.RateLimitTokenBucket, []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			keys := []string{prefix + tc.name + ":a", prefix + tc.name + ":list", prefix + tc.name + ":c"}
+			tag := prefix + "{" + tc.name + "}" // one slot: the script runs on a cluster too
+			keys := []string{tag + ":a", tag + ":list", tag + ":c"}
 			if err := rdb.RPush(t.Context(), keys[1], "v").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +162,7 @@ func TestRateLimitDecisionsWhileRedisPaused(t *testing.T) {
 }
 
 // pausedScriptCalls counts the script calls Redis holds (CLIENT PAUSE).
-func pausedScriptCalls(t *testing.T, rdb *redis.Client) int {
+func pausedScriptCalls(t *testing.T, rdb redis.UniversalClient) int {
 	t.Helper()
 	list, err := rdb.ClientList(t.Context()).Result()
 	if err != nil {

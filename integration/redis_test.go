@@ -68,6 +68,7 @@ const defaultRedisImage = "redis:7"
 // join a network.
 func startRedisContainer(t testing.TB, opts ...testcontainers.ContainerCustomizer) (*tcredis.RedisContainer, string) {
 	t.Helper()
+	singleNode(t)
 	dockerHealthy(t)
 	image := cmp.Or(os.Getenv(envRedisImage), defaultRedisImage)
 	if err := localImage(image); err != nil {
@@ -153,13 +154,17 @@ func dockerHealthy(t testing.TB) {
 	}
 }
 
-// newRedis returns a client on a real Redis for t: the one at
+// newRedis returns a client on a real Redis for t: in the cluster pass the
+// package's cluster (harness_cluster_test.go); else the one at
 // LATCHKEY_TEST_REDIS_URL if set, else a testcontainers-go Redis. Without
-// either, the test skips (or fails when LATCHKEY_REQUIRE_REDIS=1).
-func newRedis(t testing.TB) (*redis.Client, string) {
+// any, the test skips (or fails when LATCHKEY_REQUIRE_REDIS=1).
+func newRedis(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
 	url := os.Getenv(envRedisURL)
-	if url == "" {
+	switch {
+	case onCluster():
+		url = clusterURL(t)
+	case url == "":
 		_, url = startRedisContainer(t)
 	}
 	rdb := newClient(t, url)
@@ -207,8 +212,19 @@ func wantLoopbackPorts(t testing.TB, c testcontainers.Container) {
 	}
 }
 
-// newClient returns a go-redis client on url, closed when t ends.
-func newClient(t testing.TB, url string) *redis.Client {
+// newClient returns a go-redis client on url, closed when t ends: a
+// cluster client in the cluster pass.
+func newClient(t testing.TB, url string) redis.UniversalClient {
+	t.Helper()
+	if onCluster() {
+		return newClusterClient(t, url)
+	}
+	return newNodeClient(t, url)
+}
+
+// newNodeClient returns a client on the single Redis node at url, closed
+// when t ends.
+func newNodeClient(t testing.TB, url string) *redis.Client {
 	t.Helper()
 	opts, err := redis.ParseURL(url)
 	if err != nil {

@@ -27,20 +27,6 @@ func (e *testEnv) nameKeys(name string) []string {
 	return []string{k.Lock, k.Fence, k.Waiters, k.Queue, k.Lost}
 }
 
-// prefixKeys lists every key under the test's prefix with SCAN.
-func (e *testEnv) prefixKeys(t testing.TB) []string {
-	t.Helper()
-	var out []string
-	it := e.RDB.Scan(t.Context(), 0, e.Prefix+"*", 1000).Iterator()
-	for it.Next(t.Context()) {
-		out = append(out, it.Val())
-	}
-	if err := it.Err(); err != nil {
-		t.Fatalf("SCAN: %v", err)
-	}
-	return out
-}
-
 // Two hundred one-off lock names, used every way a name can be (released,
 // left to expire, fair with a waiter that gave up, force-released, kept
 // alive until max_hold), leave nothing in Redis once the fence retention has
@@ -90,8 +76,13 @@ func TestOneOffNamesExpire(t *testing.T) {
 	// above the retention for a loaded machine.
 	start := redisMicros(t, e.RDB)
 	var left []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("keys left: %q", left)
+		}
+	}()
 	eventually(t, 60*time.Second, "every key of the one-off names to expire", func() bool {
-		left = e.prefixKeys(t)
+		left = e.keys(t)
 		return len(left) == 0
 	})
 	t.Logf("%d one-off names: no key left %s after the last use, by Redis's clock (retention %s)",

@@ -36,7 +36,7 @@ var lockScripts = map[string]string{
 }
 
 // loadedScripts reports, per lock script name, whether Redis has it cached.
-func loadedScripts(t testing.TB, rdb *redis.Client) map[string]bool {
+func loadedScripts(t testing.TB, rdb redis.UniversalClient) map[string]bool {
 	t.Helper()
 	names := make([]string, 0, len(lockScripts))
 	shas := make([]string, 0, len(lockScripts))
@@ -57,7 +57,7 @@ func loadedScripts(t testing.TB, rdb *redis.Client) map[string]bool {
 
 // commandCalls returns the calls of every command from INFO commandstats,
 // keyed by command name in lower case (evalsha, eval, script|load, ...).
-func commandCalls(t testing.TB, rdb *redis.Client) map[string]int64 {
+func commandCalls(t testing.TB, rdb redis.UniversalClient) map[string]int64 {
 	t.Helper()
 	info, err := rdb.Info(t.Context(), "commandstats").Result()
 	if err != nil {
@@ -177,12 +177,12 @@ func TestReadyzRunsAScript(t *testing.T) {
 // one script to SCRIPT LOAD, so the real Redis refuses to compile it. It is
 // how a broken scripts/lua file reaches Redis at start-up.
 type brokenScripts struct {
-	*redis.Client
-	target string // the source to break
+	store.Client
+	target string // the source to break, or its cluster variant (lua.Sharded)
 }
 
 func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {
-	if src == b.target {
+	if src == b.target || src == lua.Sharded(b.target) {
 		src += "\nthis is not lua ("
 	}
 	return b.Client.ScriptLoad(ctx, src)
@@ -190,7 +190,7 @@ func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.String
 
 func TestBrokenScriptStopsStartup(t *testing.T) {
 	e := newTestEnv(t, unloaded(),
-		withClientOf(func(c *redis.Client) store.Client { return brokenScripts{Client: c, target: lua.Renew} }))
+		withClientOf(func(c redis.UniversalClient) store.Client { return brokenScripts{Client: c, target: lua.Renew} }))
 	svc := e.Svc
 	// cmd/server stops with "start-up: <err>" on any LoadScripts error that
 	// is not ErrUnavailable.
@@ -273,7 +273,7 @@ var (
 
 // runLimitScript runs a rate-limit script on key with args and returns its
 // reply {allowed, remaining, reset_ms, retry_after_ms}.
-func runLimitScript(t testing.TB, rdb *redis.Client, s *redis.Script, key string, args ...any) [4]int64 {
+func runLimitScript(t testing.TB, rdb redis.UniversalClient, s *redis.Script, key string, args ...any) [4]int64 {
 	t.Helper()
 	res, err := s.Run(t.Context(), rdb, []string{key}, args...).Int64Slice()
 	if err != nil {
@@ -286,7 +286,7 @@ func runLimitScript(t testing.TB, rdb *redis.Client, s *redis.Script, key string
 }
 
 // redisMicros returns the Redis clock in microseconds.
-func redisMicros(t testing.TB, rdb *redis.Client) int64 {
+func redisMicros(t testing.TB, rdb redis.UniversalClient) int64 {
 	t.Helper()
 	now, err := rdb.Time(t.Context()).Result()
 	if err != nil {

@@ -84,11 +84,7 @@ func TestTenantWakeups(t *testing.T) {
 	}
 	chA := locks.KeysOf(store.TenantPrefix(e.Prefix, "a"), "orders").Channel
 	chB := locks.KeysOf(store.TenantPrefix(e.Prefix, "b"), "orders").Channel
-	subs, err := e.RDB.PubSubNumSub(t.Context(), chA, chB).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if subs[chA] != 1 || subs[chB] != 0 {
+	if subs := subscribers(t, e.RDB, chA, chB); subs[chA] != 1 || subs[chB] != 0 {
 		t.Errorf("subscribers: a's channel %d, b's %d; want 1 and 0", subs[chA], subs[chB])
 	}
 	e.release(t, "orders", lb.Token, b...)

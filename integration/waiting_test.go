@@ -156,7 +156,7 @@ func TestWaiterTakesExpiredLease(t *testing.T) {
 // deafSubscriber is a RedisClient whose pub/sub connection goes to another
 // Redis, where no release is ever published: every wake-up is missed.
 type deafSubscriber struct {
-	*redis.Client
+	store.Client
 	deaf *redis.Client
 }
 
@@ -172,7 +172,7 @@ func TestMissedMessageStillAcquires(t *testing.T) {
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
 	e := newTestEnv(t, withRedisClient(rdb, url),
-		withClientOf(func(c *redis.Client) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
+		withClientOf(func(c redis.UniversalClient) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
 	token := e.acquire(t, "deaf", `{"ttl":"1s"}`).Token
 	got := make(chan response, 1)
 	start := time.Now()
@@ -249,7 +249,7 @@ func TestWaiterDisconnectTakesNothing(t *testing.T) {
 
 // commandCounts reads INFO commandstats: calls per command since the last
 // CONFIG RESETSTAT.
-func commandCounts(t testing.TB, rdb *redis.Client) map[string]int64 {
+func commandCounts(t testing.TB, rdb redis.UniversalClient) map[string]int64 {
 	t.Helper()
 	info, err := rdb.Info(t.Context(), "commandstats").Result()
 	if err != nil {

@@ -7,6 +7,11 @@
 //	go run ./cmd/latchbench -start                # starts redis-server and Latchkey itself
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
 //	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -scenarios gate,multi1,multi,leased,nginx
+//	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
+//
+// Every scenario's notes say what each Redis node did per request: CPU,
+// commands and the busiest commands (INFO cpu, stats and commandstats), of
+// the one node or of every primary of a cluster.
 package main
 
 import (
@@ -23,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 func main() {
@@ -47,6 +52,7 @@ type options struct {
 	scenarios string
 	jsonOut   string
 	redisURL  string
+	cluster   string
 	b         bench
 	meter     meter
 	// ceilingOp is the ceiling scenario's iteration, run in every round of
@@ -75,10 +81,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.hotNames, "hot-names", 8, "lock names shared by all clients in contended")
 	fs.IntVar(&o.b.leases, "leases", 1000, "keep-alive leases held during keepalive")
 	fs.DurationVar(&o.b.leaseTTL, "lease-ttl", 30*time.Second, "TTL of the keep-alive leases (renewed every third of it)")
+	fs.IntVar(&o.b.leaseSlots, "lease-slots", 0, "put the keep-alive leases' names in hash slots 0..N-1 (0: any slot), so a cluster's registry shards hold leases/N each, as with many more leases over all 16384 slots")
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
 	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
+	fs.StringVar(&o.cluster, "redis-cluster", "", "seed URL of a Redis Cluster on loopback (redis://h1:p1?addr=h2:p2&addr=h3:p3): -start runs Latchkey on it instead of a redis-server of its own; Redis commands and CPU are reported per primary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,11 +102,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.b.waiters < 1 || o.b.waiters > 15000 || o.b.waiterNames < 1 {
 		return fmt.Errorf("-waiters %d / -waiter-names %d: want 1-15000 waiters on at least one lock", o.b.waiters, o.b.waiterNames)
 	}
+	if o.b.leaseSlots < 0 || o.b.leaseSlots > store.ClusterSlots {
+		return fmt.Errorf("-lease-slots %d: want 0-%d", o.b.leaseSlots, store.ClusterSlots)
+	}
 	if o.start == (o.url != "") {
 		return errors.New("give exactly one of -url and -start")
 	}
+	if o.cluster != "" && o.redisURL != "" {
+		return errors.New("give at most one of -redis-url and -redis-cluster")
+	}
 	if o.start {
-		st, err := startStack(ctx, o.serverBin, o.redisBin)
+		st, err := startStack(ctx, o.serverBin, o.redisBin, o.cluster)
 		if err != nil {
 			return err
 		}
@@ -113,16 +127,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		o.b.nginx = &o
 	}
 	o.meter.base = o.b.base
-	if o.redisURL != "" {
-		ropts, err := redis.ParseURL(o.redisURL)
+	if o.redisURL != "" || o.cluster != "" {
+		flagName, raw := "-redis-url", o.redisURL
+		if o.cluster != "" {
+			flagName, raw = "-redis-cluster", o.cluster
+		}
+		nodes, err := openRedisNodes(raw, o.cluster != "")
 		if err != nil {
-			return fmt.Errorf("-redis-url: %w", err)
+			return fmt.Errorf("%s: %w", flagName, err)
 		}
-		if err := checkLoopback("http://" + ropts.Addr); err != nil {
-			return fmt.Errorf("-redis-url: %w", err)
-		}
-		o.meter.redis = redis.NewClient(ropts)
-		defer o.meter.redis.Close()
+		o.meter.redis = nodes
+		defer nodes.Close()
 	}
 
 	want := map[string]bool{"ceiling": true}
@@ -142,6 +157,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			res = Result{Scenario: sc.name, Description: sc.description, Notes: []string{"skipped: " + err.Error()}}
 		}
+		res.Notes = append(res.Notes, nodeNotes(res.Usage.RedisNodes, res.Requests)...)
 		if sc.name == "ceiling" {
 			ceiling = res
 			res.RPSRatio, res.P99Ratio = 1, 1
@@ -165,7 +181,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	printText(stdout, report)
 	fmt.Fprintln(stdout, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
 		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds;\n"+
-		"lg cpu s: the load generator's own CPU seconds")
+		"lg cpu s: the load generator's own CPU seconds; redis notes: per node (every primary of a cluster),\n"+
+		"CPU µs and commands per request and the most called commands per request (INFO commandstats)")
 	if o.jsonOut != "" {
 		return writeJSON(stdout, o.jsonOut, report)
 	}
@@ -199,8 +216,13 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 		return res, nil
 	}
 	res := runPaired(ctx, o, sc)
-	if sc.name == "keepalive" {
+	if sc.name == "keepalive" || sc.name == "keepidle" {
 		res.Notes = append(res.Notes, o.meter.keepaliveReport(ctx)...)
+		if u := res.Usage; sc.name == "keepidle" && u.KeepaliveRenewals > 0 && u.RedisCPUSeconds > 0 {
+			// Only here are renewals nearly all Redis does.
+			res.Notes = append(res.Notes, fmt.Sprintf("%.0f renewals while measured: %.1f µs Redis CPU per renewal",
+				u.KeepaliveRenewals, u.RedisCPUSeconds/u.KeepaliveRenewals*1e6))
+		}
 	}
 	if res.Requests == 0 {
 		return res, fmt.Errorf("no request succeeded (%d transport errors)", res.Errors)

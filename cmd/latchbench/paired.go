@@ -54,7 +54,9 @@ func addUsage(total, round usage, first bool) usage {
 	total.HeapInuseEndMiB = round.HeapInuseEndMiB
 	total.RedisCommands += round.RedisCommands
 	total.RedisCPUSeconds += round.RedisCPUSeconds
+	total.RedisNodes = addNodeUsages(total.RedisNodes, round.RedisNodes)
 	total.LoadgenCPUSeconds += round.LoadgenCPUSeconds
+	total.KeepaliveRenewals += round.KeepaliveRenewals
 	return total
 }
 

@@ -4,13 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // usage is what a scenario cost the server and Redis.
@@ -22,6 +21,11 @@ type usage struct {
 	RedisCommands     int64   `json:"redis_commands,omitempty"`
 	RedisCPUSeconds   float64 `json:"redis_cpu_seconds,omitempty"`
 	RedisCmdsPerReq   float64 `json:"redis_commands_per_request,omitempty"` // counting the commands scripts run
+	// RedisNodes is what each node did: the one Redis, or each primary of a
+	// cluster. RedisCommands and RedisCPUSeconds are their sums.
+	RedisNodes []nodeUsage `json:"redis_nodes,omitempty"`
+	// KeepaliveRenewals is how many keep-alive leases the server renewed.
+	KeepaliveRenewals float64 `json:"keepalive_renewals,omitempty"`
 	// LoadgenCPUSeconds is latchbench's own CPU: on a machine it shares with
 	// the server and Redis, every microsecond it spends is one they lack.
 	LoadgenCPUSeconds float64 `json:"loadgen_cpu_seconds"`
@@ -30,15 +34,16 @@ type usage struct {
 // snapshot is a reading of the counters usage is computed from.
 type snapshot struct {
 	serverCPU, rss, heapInuse float64
-	redisCmds                 int64
-	redisCPU                  float64
+	renewals                  float64
+	redis                     map[string]nodeSnapshot // by node address
 	loadgenCPU                float64
 }
 
-// meter reads the server's /metrics and, when it knows Redis, INFO.
+// meter reads the server's /metrics and, when it knows Redis, INFO of
+// every node.
 type meter struct {
 	base  string
-	redis *redis.Client // nil when the Redis address is unknown
+	redis *redisNodes // nil when the Redis address is unknown
 }
 
 func (m *meter) read(ctx context.Context) snapshot {
@@ -63,24 +68,15 @@ func (m *meter) read(ctx context.Context) snapshot {
 					s.rss = f
 				case "go_memstats_heap_inuse_bytes":
 					s.heapInuse = f
+				case "latchkey_keepalive_renewals_total":
+					s.renewals = f
 				}
 			}
 			resp.Body.Close()
 		}
 	}
 	if m.redis != nil {
-		if info, err := m.redis.Info(ctx, "stats", "cpu").Result(); err == nil {
-			for _, line := range strings.Split(info, "\r\n") {
-				k, v, _ := strings.Cut(line, ":")
-				switch k {
-				case "total_commands_processed":
-					s.redisCmds, _ = strconv.ParseInt(v, 10, 64)
-				case "used_cpu_sys", "used_cpu_user":
-					f, _ := strconv.ParseFloat(v, 64)
-					s.redisCPU += f
-				}
-			}
-		}
+		s.redis = m.redis.read(ctx)
 	}
 	return s
 }
@@ -93,10 +89,14 @@ func (m *meter) usage(before, after snapshot, requests int) usage {
 		ServerRSSEndMiB:   after.rss / mib,
 		HeapInuseEndMiB:   after.heapInuse / mib,
 		LoadgenCPUSeconds: after.loadgenCPU - before.loadgenCPU,
+		KeepaliveRenewals: after.renewals - before.renewals,
 	}
 	if m.redis != nil {
-		u.RedisCommands = after.redisCmds - before.redisCmds - 1 // not counting the INFO itself
-		u.RedisCPUSeconds = after.redisCPU - before.redisCPU
+		u.RedisNodes = nodeUsages(before.redis, after.redis)
+		for _, n := range u.RedisNodes {
+			u.RedisCommands += n.Commands
+			u.RedisCPUSeconds += n.CPUSeconds
+		}
 		if requests > 0 {
 			u.RedisCmdsPerReq = float64(u.RedisCommands) / float64(requests)
 		}
@@ -153,7 +153,7 @@ func (m *meter) keepaliveReport(ctx context.Context) []string {
 			_, le, _ := strings.Cut(name, `le="`)
 			le, _, _ = strings.Cut(le, `"`)
 			bound, err := strconv.ParseFloat(le, 64)
-			if err != nil { // +Inf
+			if err != nil || math.IsInf(bound, 1) {
 				bound = -1
 			}
 			buckets = append(buckets, bucket{bound, f})

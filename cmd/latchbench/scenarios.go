@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // scenario is one kind of load. op runs one iteration on a worker; it may
@@ -32,6 +34,7 @@ type bench struct {
 	hotNames    int           // lock names for contended
 	leases      int           // keep-alive leases held during keepalive
 	leaseTTL    time.Duration // their TTL: renewed every third of it
+	leaseSlots  int           // hash slots the leases' names fall in; 0: any
 	waiters     int           // concurrent waiters in waiters
 	waiterNames int           // locks they wait on
 	nginxBin    string        // nginx for the nginx scenario
@@ -56,13 +59,14 @@ func clientIP(n uint64) string {
 }
 
 func (b *bench) scenarios() []scenario {
+	healthz := func(ctx context.Context, w *worker) {
+		w.do(newRequest(ctx, http.MethodGet, b.base+"/healthz", ""), false)
+	}
 	return append([]scenario{
 		{
 			name:        "ceiling",
 			description: "GET /healthz: the same server's trivial route, the throughput ceiling",
-			op: func(ctx context.Context, w *worker) {
-				w.do(newRequest(ctx, http.MethodGet, b.base+"/healthz", ""), false)
-			},
+			op:          healthz,
 		},
 		{
 			name:        "gate",
@@ -111,6 +115,13 @@ func (b *bench) scenarios() []scenario {
 			op:          b.gate,
 		},
 		{
+			name: "keepidle",
+			description: "keep-alive leases held and renewed by the server under the ceiling's traffic only: " +
+				"the Redis cost of renewing alone (not in the default list)",
+			setup: b.holdKeepaliveLeases,
+			op:    healthz,
+		},
+		{
 			name:        "waiters",
 			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
 			run:         b.runWaiters,
@@ -148,6 +159,7 @@ func (b *bench) acquireReleaseAt(ctx context.Context, w *worker, path, body stri
 func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	const parallel = 16
+	names := leaseNames(b.leases, b.leaseSlots)
 	tokens := make([]string, b.leases)
 	errs := make(chan error, parallel)
 	var wg sync.WaitGroup
@@ -156,10 +168,10 @@ func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), erro
 		go func() {
 			defer wg.Done()
 			for i := p; i < b.leases; i += parallel {
-				status, token, err := acquireOnce(ctx, client, b.base, fmt.Sprintf("ka-%d", i),
+				status, token, err := acquireOnce(ctx, client, b.base, names[i],
 					`{"ttl":"`+b.leaseTTL.String()+`","keepalive":true,"max_hold":"10m"}`)
 				if err != nil || status != http.StatusCreated {
-					errs <- fmt.Errorf("keep-alive lease ka-%d: status %d, %v", i, status, err)
+					errs <- fmt.Errorf("keep-alive lease %s: status %d, %v", names[i], status, err)
 					return
 				}
 				tokens[i] = token
@@ -177,7 +189,7 @@ func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), erro
 					if tokens[i] == "" {
 						continue
 					}
-					req := newRequest(context.Background(), http.MethodDelete, b.base+fmt.Sprintf("/v1/locks/ka-%d", i), "")
+					req := newRequest(context.Background(), http.MethodDelete, b.base+"/v1/locks/"+names[i], "")
 					req.Header.Set("Lock-Token", tokens[i])
 					if resp, err := client.Do(req); err == nil {
 						resp.Body.Close()
@@ -194,4 +206,19 @@ func (b *bench) holdKeepaliveLeases(ctx context.Context, _ *bench) (func(), erro
 	default:
 	}
 	return release, nil
+}
+
+// leaseNames returns n keep-alive lease names. With slots > 0 every name
+// falls in one of the hash slots 0..slots-1 (a lock's keys are tagged with
+// its name), so that on a cluster each registry shard holds about n/slots
+// leases, as it would with many more leases spread over all 16,384 slots.
+func leaseNames(n, slots int) []string {
+	names := make([]string, 0, n)
+	for i := 0; len(names) < n; i++ {
+		name := fmt.Sprintf("ka-%d", i)
+		if slots <= 0 || store.Slot(name) < slots {
+			names = append(names, name)
+		}
+	}
+	return names
 }

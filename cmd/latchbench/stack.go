@@ -15,10 +15,11 @@ import (
 	"time"
 )
 
-// stack is a redis-server and a Latchkey server started for one run.
+// stack is a Latchkey server, and the redis-server it uses unless it runs on
+// a cluster, started for one run.
 type stack struct {
 	url      string
-	redisURL string
+	redisURL string // the single node's URL; empty on a cluster
 	stop     func()
 }
 
@@ -33,8 +34,10 @@ func freePort() (int, error) {
 }
 
 // startStack starts redis-server (no persistence) and Latchkey on free
-// loopback ports, configured with the policies the scenarios use.
-func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error) {
+// loopback ports, configured with the policies the scenarios use. Given a
+// Redis Cluster's seed URL it starts no redis-server and points Latchkey at
+// the cluster instead.
+func startStack(ctx context.Context, serverBin, redisBin, clusterURL string) (*stack, error) {
 	dir, err := os.MkdirTemp("", "latchbench-")
 	if err != nil {
 		return nil, err
@@ -56,16 +59,21 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 			return fail(fmt.Errorf("build server (run latchbench from the repository root): %w", err))
 		}
 	}
-	redisPort, err := freePort()
-	if err != nil {
-		return fail(err)
+	redisURL, redisEnv := "", []string{"LATCHKEY_REDIS_URL=" + clusterURL, "LATCHKEY_REDIS_CLUSTER=true"}
+	if clusterURL == "" {
+		redisPort, err := freePort()
+		if err != nil {
+			return fail(err)
+		}
+		redis := exec.Command(redisBin, "--port", fmt.Sprint(redisPort), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir)
+		if err := redis.Start(); err != nil {
+			return fail(fmt.Errorf("start %s: %w", redisBin, err))
+		}
+		cleanups = append(cleanups, func() { _ = redis.Process.Kill(); _ = redis.Wait() })
+		redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort)
+		redisEnv = []string{"LATCHKEY_REDIS_URL=" + redisURL}
 	}
-	redis := exec.Command(redisBin, "--port", fmt.Sprint(redisPort), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	if err := redis.Start(); err != nil {
-		return fail(fmt.Errorf("start %s: %w", redisBin, err))
-	}
-	cleanups = append(cleanups, func() { _ = redis.Process.Kill(); _ = redis.Wait() })
 
 	port, err := freePort()
 	if err != nil {
@@ -75,7 +83,7 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 	if err := os.WriteFile(policies, []byte(benchPolicies), 0o644); err != nil {
 		return fail(err)
 	}
-	env := append(os.Environ(), stackEnv(policies, redisPort, port)...)
+	env := append(append(os.Environ(), redisEnv...), stackEnv(policies, port)...)
 	srv := exec.Command(serverBin)
 	srv.Env = env
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
@@ -103,7 +111,7 @@ func startStack(ctx context.Context, serverBin, redisBin string) (*stack, error)
 		tail, _ := os.ReadFile(logFile.Name())
 		return fail(fmt.Errorf("%w; server log:\n%s", err, lastLines(string(tail), 20)))
 	}
-	return &stack{url: url, redisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort), stop: stop}, nil
+	return &stack{url: url, redisURL: redisURL, stop: stop}, nil
 }
 
 // benchPolicies holds high-limit policies, so the scenarios measure the
@@ -131,14 +139,13 @@ const benchPolicies = `policies:
     deny_status: 403
 `
 
-// stackEnv configures the started server: Redis, a loopback listener, the
-// bench policy, and the load generator (127.0.0.1) as a trusted proxy so the
-// gate takes client IPs from X-Forwarded-For. Request logs are at warn, for
-// the ceiling and every scenario alike.
-func stackEnv(policies string, redisPort, port int) []string {
+// stackEnv configures the started server, Redis aside: a loopback
+// listener, the bench policy, and the load generator (127.0.0.1) as a
+// trusted proxy so the gate takes client IPs from X-Forwarded-For. Request
+// logs are at warn, for the ceiling and every scenario alike.
+func stackEnv(policies string, port int) []string {
 	return []string{
 		fmt.Sprintf("LATCHKEY_ADDR=127.0.0.1:%d", port),
-		fmt.Sprintf("LATCHKEY_REDIS_URL=redis://127.0.0.1:%d/0", redisPort),
 		"LATCHKEY_RATELIMIT_POLICIES=" + policies,
 		"LATCHKEY_TRUSTED_PROXIES=127.0.0.1/32",
 		"LATCHKEY_LOG_LEVEL=warn",

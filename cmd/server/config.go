@@ -22,6 +22,7 @@ type Config struct {
 	Addr            string
 	RedisURL        string
 	RedisTimeout    time.Duration
+	RedisCluster    bool
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	AdminKey        string
@@ -119,6 +120,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	sd, ld := store.DefaultConfig(), locks.DefaultConfig()
 	e.str(&c.Addr, "addr", "LATCHKEY_ADDR", "127.0.0.1:8080", "listen address")
 	e.str(&c.RedisURL, "redis-url", "LATCHKEY_REDIS_URL", "", "Redis URL (redis://, rediss://, unix://; with ?master_name=NAME the address is a Sentinel's); empty runs on the embedded in-memory store")
+	e.boolean(&c.RedisCluster, "redis-cluster", "LATCHKEY_REDIS_CLUSTER", false, "serve -redis-url as a Redis Cluster's seed nodes (redis://node-1:6379?addr=node-2:6379...); without it a URL naming one cluster node is detected (INFO cluster)")
 	e.dur(&c.RedisTimeout, "redis-timeout", "LATCHKEY_REDIS_TIMEOUT", sd.OpTimeout, "bound on every Redis call; past it a request gets 503")
 	e.integer(&c.MinReplicas, "redis-min-replicas", "LATCHKEY_REDIS_MIN_REPLICAS", 0, "replicas that must have a grant, release or renewal (Redis WAIT) before it is reported; fewer in time is a 503; 0: off")
 	e.dur(&c.ReplicaTimeout, "redis-replica-timeout", "LATCHKEY_REDIS_REPLICA_TIMEOUT", sd.ReplicaTimeout, "how long a lock change waits for -redis-min-replicas; below -redis-timeout")
@@ -129,7 +131,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.str(&c.KeyPrefix, "key-prefix", "LATCHKEY_KEY_PREFIX", sd.KeyPrefix, "prefix of every Redis key")
 	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", ld.DefaultTTL, "lease TTL when a request gives none")
 	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", ld.MaxTTL, "largest lease TTL a request may ask for")
-	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together: lock scripts as pipelines, rate-limit decisions as one script call per batch")
+	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together: lock scripts as pipelines (not on a Redis Cluster), rate-limit decisions as one script call per batch (per hash slot on a cluster)")
 	e.integer(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", ratelimit.DefaultConfig().MaxQueued, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", ld.DefaultMaxHold, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", ld.MaxHoldCap, "largest max_hold a keep-alive lease may ask for (400 above)")
@@ -183,7 +185,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("-addr %q: want host:port, e.g. 127.0.0.1:8080 or :8080", c.Addr))
 	}
 	if c.RedisURL != "" {
-		if err := checkRedisURL(c.RedisURL); err != nil {
+		if err := checkRedisURL(c.RedisURL, c.RedisCluster); err != nil {
 			errs = append(errs, fmt.Errorf("-redis-url: %w", err))
 		}
 	}
@@ -209,6 +211,7 @@ func (c Config) Validate() error {
 	check(c.MinReplicas > 0 && (c.ReplicaTimeout <= 0 || c.ReplicaTimeout >= c.RedisTimeout),
 		"-redis-replica-timeout %s must be positive and below -redis-timeout %s", c.ReplicaTimeout, c.RedisTimeout)
 	check(c.MinReplicas > 0 && c.RedisURL == "", "-redis-min-replicas needs -redis-url: the embedded store has no replicas")
+	check(c.RedisCluster && c.RedisURL == "", "-redis-cluster needs -redis-url: the embedded store is no cluster")
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
 	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)

@@ -22,6 +22,7 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	rdb, storeName, closeStore, err := openStore(ctx, cfg, log)
+	rdb, guard, storeName, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// stopping closes when shutdown begins: hold streams and waiting
 	// acquires end then, instead of holding the shutdown up.
 	stopping := make(chan struct{})
-	router := handlers.NewRouter(svc, limits, handlers.Config{
+	var lk handlers.Locks = svc
+	if guard != nil {
+		lk = guardedLocks{Locks: svc, guard: guard}
+	}
+	router := handlers.NewRouter(lk, limits, handlers.Config{
 		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: storeName,
 		RateLimit: handlersRL,
 		HoldPing:  cfg.HoldPing,
@@ -197,35 +202,41 @@ func (c Config) decisionBatching(rl ratelimit.Config) ratelimit.Config {
 	return rl
 }
 
-// openStore connects to Redis, or starts the embedded store when no URL is
-// configured. It returns the client, the store's name for /readyz and a
+// openStore connects to Redis (see openRedis), or starts the embedded store
+// when no URL is configured. It returns the client, the guard that keeps
+// /readyz from calling a cluster node taken for a single node ready (nil
+// when there is nothing to guard), the store's name for /readyz and a
 // function that closes both.
-func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Client, string, func(), error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Client, *clusterGuard, string, func(), error) {
 	name := "redis"
 	url := cfg.RedisURL
 	stopEmbedded := func() {}
 	if url == "" {
 		addr, stop, err := startEmbedded(ctx)
 		if err != nil {
-			return nil, "", nil, err
+			return nil, nil, "", nil, err
 		}
 		url, name, stopEmbedded = "redis://"+addr, "embedded", stop
 		log.Warn("no LATCHKEY_REDIS_URL: running on the embedded in-memory store; " +
 			"state is lost on exit and not shared with other instances: use it to try Latchkey out, not in production")
 	}
-	rdb, err := newRedisClient(url, cfg.RedisTimeout)
+	rdb, guard, err := openRedis(ctx, url, cfg.RedisTimeout, cfg.RedisCluster, log)
 	if err != nil {
 		stopEmbedded()
-		return nil, "", nil, fmt.Errorf("-redis-url: %w", err)
+		return nil, nil, "", nil, fmt.Errorf("-redis-url: %w", err)
 	}
 	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
-	if !cfg.RedisPipeline {
-		return rdb, name, closeAll, nil
+	single, ok := rdb.(*redis.Client)
+	if !cfg.RedisPipeline || !ok {
+		// A cluster client sends each script to its slot's primary as it
+		// comes: lock scripts are not pipelined there (rate-limit decisions
+		// still are batched, per hash slot).
+		return rdb, guard, name, closeAll, nil
 	}
-	pc, err := store.NewPipelinedClient(rdb, cfg.RedisMaxQueued)
+	pc, err := store.NewPipelinedClient(single, cfg.RedisMaxQueued)
 	if err != nil {
 		closeAll()
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	}
-	return pc, name, closeAll, nil
+	return pc, guard, name, closeAll, nil
 }

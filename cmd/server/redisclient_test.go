@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 )
 
-// Every client, single node or Sentinel-followed, is bounded the same way:
+// Every client, single node, Sentinel-followed or cluster, is bounded the same way:
 // the timeout on every dial, read, write and pool wait, request deadlines on
 // the socket, nothing resent, two quick dial attempts, and RESP2 unless the
 // URL asks for another protocol. The rest of the URL is kept.
@@ -22,15 +31,16 @@ func TestNewRedisClientBoundsEveryConnection(t *testing.T) {
 		{"redis://u:p%40ss@127.0.0.1:6390/0?protocol=3&read_timeout=9s&max_retries=4", 3, 0, "127.0.0.1:6390", "u", "p@ss"},
 		{"unix:///run/redis.sock?db=2", 2, 2, "/run/redis.sock", "", ""},
 		{"redis://127.0.0.1:26390/1?master_name=latchkey&addr=127.0.0.1:26391&username=m&password=p%26w", 2, 1, "FailoverClient", "m", "p&w"},
+		{"redis://u:pw@127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002&protocol=3", 3, 0, "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002", "u", "pw"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
-			rdb, err := newRedisClient(tt.url, 1500*time.Millisecond)
+			rdb, err := newRedisClient(tt.url, 1500*time.Millisecond, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = rdb.Close() })
-			o := rdb.Options()
+			o := optionsOf(t, rdb)
 			got := map[string]any{
 				"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout, "pool": o.PoolTimeout,
 				"context": o.ContextTimeoutEnabled, "retries": o.MaxRetries,
@@ -49,5 +59,87 @@ func TestNewRedisClientBoundsEveryConnection(t *testing.T) {
 				t.Errorf("options (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// optionsOf returns the options of a single-node or Sentinel client, or
+// the node options a cluster client derives from its own (its seeds joined
+// as Addr).
+func optionsOf(t *testing.T, rdb redis.UniversalClient) *redis.Options {
+	t.Helper()
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options()
+	case *redis.ClusterClient:
+		co := c.Options()
+		if co.NewClient == nil {
+			t.Error("the cluster client's node clients have no noResend hook")
+		}
+		return &redis.Options{
+			DialTimeout: co.DialTimeout, ReadTimeout: co.ReadTimeout, WriteTimeout: co.WriteTimeout,
+			PoolTimeout: co.PoolTimeout, ContextTimeoutEnabled: co.ContextTimeoutEnabled,
+			MaxRetries:    max(co.MaxRetries, 0), // -1 (none): a node's client keeps it as 0
+			DialerRetries: co.DialerRetries, DialerRetryTimeout: co.DialerRetryTimeout,
+			Protocol: co.Protocol, Addr: strings.Join(co.Addrs, ","), Username: co.Username, Password: co.Password,
+		}
+	}
+	t.Fatalf("client %T", rdb)
+	return nil
+}
+
+// -redis-cluster serves a URL of one node as a cluster's seed; a URL with
+// seeds in addr is a cluster's without it; a URL naming a Sentinel master
+// cannot be a cluster's, nor can a cluster's name a database other than 0.
+func TestRedisClusterURLs(t *testing.T) {
+	for _, tt := range []struct {
+		url     string
+		cluster bool
+		want    string // the client's type, or the start of the error
+	}{
+		{"redis://127.0.0.1:7000", true, "*redis.ClusterClient"},
+		{"rediss://u:p@127.0.0.1:7000?addr=127.0.0.1:7001", false, "*redis.ClusterClient"},
+		{"redis://127.0.0.1:7000", false, "*redis.Client"},
+		{"redis://127.0.0.1:26379?master_name=m", true, `"redis://127.0.0.1:26379?master_name=m" names a Sentinel master`},
+		{"redis://127.0.0.1:7000/2?addr=127.0.0.1:7001", false, `"redis://127.0.0.1:7000/2?addr=127.0.0.1:7001": a Redis Cluster has database 0 only`},
+		{"unix:///run/redis.sock", true, `"unix:///run/redis.sock": redis: invalid URL scheme: unix`},
+	} {
+		rdb, err := newRedisClient(tt.url, time.Second, tt.cluster)
+		got := fmt.Sprintf("%T", rdb)
+		if err != nil {
+			got = err.Error()
+		} else {
+			_ = rdb.Close()
+		}
+		if !strings.HasPrefix(got, tt.want) {
+			t.Errorf("newRedisClient(%q, cluster %v) = %s, want %s", tt.url, tt.cluster, got, tt.want)
+		}
+	}
+}
+
+// A cluster's node clients turn a connection that failed after a command
+// was written into an error go-redis does not retry; failures before the
+// write, and Redis's replies, pass as they are.
+func TestNoResendStopsRetriesOfSentCommands(t *testing.T) {
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tt := range []struct {
+		err  error
+		sent bool
+	}{
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true},
+		{dialErr, false},
+		{redis.ErrPoolTimeout, false},
+		{context.DeadlineExceeded, false},
+	} {
+		hook := noResend{}.ProcessHook(func(context.Context, redis.Cmder) error { return tt.err })
+		cmd := redis.NewCmd(t.Context(), "evalsha", "x", 0)
+		err := hook(t.Context(), cmd)
+		var sent *sentError
+		if errors.As(err, &sent) != tt.sent || (tt.sent && (errors.Is(err, io.EOF) || cmd.Err() != err)) {
+			t.Errorf("%v: hook returned %v (cmd %v), want sent %v", tt.err, err, cmd.Err(), tt.sent)
+		}
+		if !tt.sent && err != tt.err {
+			t.Errorf("%v: hook returned %v, want it unchanged", tt.err, err)
+		}
 	}
 }

@@ -86,9 +86,7 @@ var Acquire string
 var Release string
 
 // Renew extends the TTL of a lease held by a token.
-//
-//go:embed renew.lua
-var Renew string
+var Renew = mustAssemble("renew.lua")
 
 // Inspect reads the state of a lock without changing it.
 //
@@ -165,9 +163,7 @@ var SemAcquire string
 var SemRelease string
 
 // SemRenew extends the TTL of a semaphore lease.
-//
-//go:embed sem_renew.lua
-var SemRenew string
+var SemRenew = mustAssemble("sem_renew.lua")
 
 // SemInspect reads the state of a semaphore without changing it.
 //

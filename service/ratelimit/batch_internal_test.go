@@ -29,14 +29,17 @@ func newOn(t *testing.T, rdb store.Client) *Service {
 	return s
 }
 
-// keyRecorder records the keys of every script call.
+// keyRecorder records the keys of every script call, from any goroutine.
 type keyRecorder struct {
 	*redis.Client
+	mu    sync.Mutex
 	calls [][]string
 }
 
 func (r *keyRecorder) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	r.mu.Lock()
 	r.calls = append(r.calls, slices.Clone(keys))
+	r.mu.Unlock()
 	return r.Client.EvalSha(ctx, sha, keys, args...)
 }
 
@@ -393,20 +396,6 @@ func TestSlotGroups(t *testing.T) {
 	}
 }
 
-// syncRecorder records the keys of every script call, from any goroutine.
-type syncRecorder struct {
-	*redis.Client
-	mu    sync.Mutex
-	calls [][]string
-}
-
-func (r *syncRecorder) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	r.mu.Lock()
-	r.calls = append(r.calls, slices.Clone(keys))
-	r.mu.Unlock()
-	return r.Client.EvalSha(ctx, sha, keys, args...)
-}
-
 // With the store in cluster mode a call of decisions on many slots becomes
 // one script call per slot, each answered as in one call: no script call
 // names keys of two slots, and every decision gets its own answer.
@@ -414,7 +403,7 @@ func TestDecisionCallOnAClusterIsOneScriptCallPerSlot(t *testing.T) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	rec := &syncRecorder{Client: rdb}
+	rec := &keyRecorder{Client: rdb}
 	st, err := store.New(rec, store.Config{Cluster: true})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,11 +15,7 @@ import (
 // clusterBasePort is where this package's Redis Cluster listens.
 const clusterBasePort = 21050
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clustertest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // On a real Redis Cluster, concurrent decisions on keys spread over every
 // slot's primary are batched (one script call per slot of each batch) and

@@ -49,6 +49,11 @@ func (s *Store) clusterReady(ctx context.Context, cc clusterClient) error {
 	if err == nil && primaries.Load() == 0 {
 		err = fmt.Errorf("%w: no primary serves a slot", ErrClusterState)
 	}
+	if err != nil {
+		// A failover may have changed the primaries: the next check asks
+		// the new ones.
+		cc.ReloadState(ctx)
+	}
 	if errors.Is(err, ErrClusterState) {
 		s.CountErr("cluster info", "unavailable")
 		return err

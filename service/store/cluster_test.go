@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/latchkey/latchkey/service/store/clustertest"
@@ -17,11 +19,7 @@ import (
 // clusterBasePort is where this package's Redis Cluster listens.
 const clusterBasePort = 21100
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clustertest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // keysOnEveryPrimary returns one key per primary of rdb, named after n.
 func keysOnEveryPrimary(t *testing.T, rdb *redis.ClusterClient, n string) map[string]string {
@@ -132,5 +130,127 @@ func TestClusterRunReplicatedWaitsOnTheKeysPrimary(t *testing.T) {
 		if n, err := rdb.Get(t.Context(), key).Int(); err != nil || n != 2 {
 			t.Errorf("%s: %s = %d, %v; want 2: both changes made", addr, key, n, err)
 		}
+	}
+}
+
+// A replica promoted by a failover already has the scripts LoadScripts
+// sent at start: a call on its slot runs without a NOSCRIPT reload.
+func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {
+	c := clustertest.Shared(t, clusterBasePort)
+	rdb := c.Client(t)
+	reg := prometheus.NewRegistry()
+	st := newStore(t, rdb, store.Config{Registerer: reg})
+	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	key := "promoted"
+	primary, err := rdb.MasterForKey(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := replicaOf(t, rdb, primary)
+	// A graceful failover: the replica takes over once it has every write.
+	if err := replica.Do(t.Context(), "cluster", "failover").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute) // a hang guard, not a measure
+	for {
+		rdb.ReloadState(t.Context())
+		node, err := rdb.MasterForKey(t.Context(), key)
+		if err == nil && node.Options().Addr == replica.Options().Addr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := st.Run(t.Context(), incr, []string{key}); err != nil {
+		t.Fatalf("Run on the promoted replica's slot = %v", err)
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
+		t.Errorf("latchkey_script_reloads_total = %v, want 0: the promoted replica had the scripts", got)
+	}
+}
+
+// replicaOf returns a client of primary's replica, closed when t ends.
+func replicaOf(t *testing.T, rdb *redis.ClusterClient, primary *redis.Client) *redis.Client {
+	t.Helper()
+	id, err := primary.Do(t.Context(), "cluster", "myid").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var addr string
+	err = rdb.ForEachSlave(t.Context(), func(ctx context.Context, n *redis.Client) error {
+		info, err := n.Do(ctx, "cluster", "nodes").Text()
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(info) {
+			f := strings.Fields(line)
+			if len(f) > 3 && strings.Contains(f[2], "myself") && f[3] == id {
+				mu.Lock()
+				addr = n.Options().Addr
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	if err != nil || addr == "" {
+		t.Fatalf("no replica of %s found: %v", primary.Options().Addr, err)
+	}
+	r := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// NOSCRIPT heals on the node that answered it alone: with another primary
+// not answering clients (CLIENT PAUSE), a call on the flushed primary's slot
+// still loads its script there and succeeds.
+func TestClusterNoScriptHealsWithAnotherPrimaryStalled(t *testing.T) {
+	c := clustertest.Shared(t, clusterBasePort)
+	rdb := c.Client(t)
+	st := newStore(t, rdb, store.Config{OpTimeout: time.Second})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOnEveryPrimary(t, rdb, "stalled")
+	var flushed, stalled *redis.Client
+	var key string
+	for _, k := range keys {
+		node, err := rdb.MasterForKey(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case flushed == nil:
+			flushed, key = node, k
+		case stalled == nil:
+			stalled = node
+		}
+	}
+	if err := flushed.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The cluster bus is not paused: no failover starts. Nothing ends a
+	// pause of every command early (CLIENT UNPAUSE waits too), so it is
+	// short: longer than the store's timeout, and over before the next
+	// test, which waits for it.
+	if err := stalled.Do(t.Context(), "client", "pause", 2500, "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 5 { // each bounded by the client's read timeout
+			if stalled.Ping(context.Background()).Err() == nil {
+				return
+			}
+		}
+	})
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+		t.Errorf("Run on %s after SCRIPT FLUSH, %s paused = %v, %v; want 1", flushed.Options().Addr, stalled.Options().Addr, res, err)
 	}
 }

@@ -13,6 +13,11 @@ import (
 // paying one each. Everything else (SCRIPT LOAD, PING, pub/sub) goes through
 // the plain client.
 //
+// It wraps one node's client only. On a Redis Cluster the cluster client is
+// used as it is: each script goes to its slot's primary on its own, because
+// go-redis's cluster pipelines send the commands of a broken connection
+// again, and the lock scripts are not idempotent.
+//
 // Each caller's context is honoured: a caller whose context ends stops
 // waiting at once and gets the context's error (its command may still run in
 // Redis, as with any timed-out call). Errors reach exactly the commands they

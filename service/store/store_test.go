@@ -195,6 +195,8 @@ func TestErrorTranslation(t *testing.T) {
 		{"cluster down", serverError("CLUSTERDOWN The cluster is down"), true},
 		{"try again", serverError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
 		{"no replicas", serverError("NOREPLICAS Not enough good replicas to write."), true},
+		{"moved", serverError("MOVED 3999 127.0.0.1:6381"), true},
+		{"ask", serverError("ASK 3999 127.0.0.1:6381"), true},
 		{"script bug", serverError("ERR user_script:1: attempt to compare nil with number"), false},
 	}
 	for _, tt := range tests {
