@@ -53,6 +53,7 @@ type shardDir struct {
 	mu       sync.Mutex
 	pending  map[int]int64 // slot -> least ms from now until due, not yet sent
 	flushing bool          // a goroutine is sending pending marks
+	closed   bool          // the service is closed: marks are dropped
 
 	// The renewer's own (one goroutine).
 	tracked       map[int]int64 // slot -> entries, as last seen
@@ -84,6 +85,9 @@ func (s *Service) markShard(k lockKeys, ka *Keepalive, ttl time.Duration, expire
 func (d *shardDir) add(marks map[int]int64, start func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
 	for slot, in := range marks {
 		if cur, ok := d.pending[slot]; !ok || in < cur {
 			d.pending[slot] = in
@@ -95,17 +99,27 @@ func (d *shardDir) add(marks map[int]int64, start func()) {
 	}
 }
 
-// take hands over the pending marks, or ends the flush when there are none.
+// take hands over the pending marks, or ends the flush when there are none
+// or the service is closed.
 func (d *shardDir) take() map[int]int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.pending) == 0 {
+	if len(d.pending) == 0 || d.closed {
 		d.flushing = false
 		return nil
 	}
 	marks := d.pending
 	d.pending = map[int]int64{}
 	return marks
+}
+
+// close drops the marks not sent yet and every later one: a closed service
+// sends none (their leases are found by the next reconciliation).
+func (d *shardDir) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	clear(d.pending)
 }
 
 // flushMarks sends the pending marks until none is left, each round one
@@ -124,13 +138,7 @@ func (s *Service) flushMarks() {
 		}
 		if _, err := s.st.Run(context.Background(), keepaliveMarkScript, []string{s.dir.due, s.dir.gens}, args...); err != nil {
 			s.ka.failures.WithLabelValues("store").Inc()
-			s.dir.mu.Lock()
-			for slot, in := range marks {
-				if cur, ok := s.dir.pending[slot]; !ok || in < cur {
-					s.dir.pending[slot] = in
-				}
-			}
-			s.dir.mu.Unlock()
+			s.dir.add(marks, func() {}) // this goroutine is still the flush
 			time.Sleep(s.cfg.RenewPoll)
 		}
 	}

@@ -97,10 +97,16 @@ func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
 // semaphore is the semaphore as a primitive, on its scripts.
 func (s *Service) semaphore() semaphore { return semaphore{leaseBase{s, &semScripts}} }
 
-// Close closes the shared pub/sub connection. Waiters still waiting fall
-// back to timed re-checks; new waits fail with ErrUnavailable. It does not
+// Close closes the shared pub/sub connections. Waiters still waiting fall
+// back to timed re-checks; new waits fail with ErrUnavailable. On a cluster
+// the shard marks not sent yet are dropped (see markShard). It does not
 // close rdb.
-func (s *Service) Close() error { return s.sub.close() }
+func (s *Service) Close() error {
+	if s.dir != nil {
+		s.dir.close()
+	}
+	return s.sub.close()
+}
 
 // Subscriptions reports the lock channels this process is subscribed to and
 // the listeners (waiters and hold streams) on them.
