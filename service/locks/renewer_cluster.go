@@ -236,16 +236,36 @@ const visitFailed = -2
 
 // visitShards visits the shards of slots, up to Config.RenewParallel at
 // once, and returns each one's next due time (ms; -1 when empty,
-// visitFailed when a call failed).
+// visitFailed when a call failed). Once a visit failed, the other shards of
+// its primary are not visited this round (visitFailed: they stay claimed
+// and are visited again when the claim runs out), so a primary that does
+// not answer holds the renewals of the others up for one Redis timeout,
+// not one per shard.
 func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	next := make([]int64, len(slots))
 	sizes := make([]int64, len(slots))
 	work := make(chan int)
+	var down sync.Map // primary's address -> a visit there failed
+	primary := func(slot int) string {
+		if r, ok := s.st.Client().(clusterRouter); ok {
+			if c, err := r.MasterForKey(ctx, s.shards[slot]); err == nil {
+				return c.Options().Addr
+			}
+		}
+		return ""
+	}
 	var wg sync.WaitGroup
 	for range min(s.cfg.RenewParallel, len(slots)) {
 		wg.Go(func() {
 			for i := range work {
-				next[i], sizes[i] = s.visitShard(ctx, slots[i])
+				addr := primary(slots[i])
+				if _, failed := down.Load(addr); failed && addr != "" {
+					next[i] = visitFailed
+					continue
+				}
+				if next[i], sizes[i] = s.visitShard(ctx, slots[i]); next[i] == visitFailed {
+					down.Store(addr, true)
+				}
 			}
 		})
 	}
