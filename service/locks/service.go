@@ -6,9 +6,11 @@
 // (its scripts' ARGV and reply statuses), the read/write lock in rwlock.go
 // and rwlock_scripts.go (its scripts are rw_*.lua, run with rw_lib.lua). What serves every primitive
 // beside it: the service and its config, keys and name rules (keys.go),
-// waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
-// their renewer (keepalive.go, renewer.go), connection-held leases
-// (hold.go), and every lock script (scripts.go).
+// waiting woken by pub/sub (wait.go, subscriber.go; sharded pub/sub on a
+// Redis Cluster in subscriber_cluster.go), keep-alive leases and their
+// renewer (keepalive.go, renewer.go; on a cluster the registry's shards,
+// shards.go, and their directory, renewer_cluster.go), connection-held
+// leases (hold.go), and every lock script (scripts.go).
 //
 // # Adding a primitive
 //
