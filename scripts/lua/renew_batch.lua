@@ -11,7 +11,8 @@
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("<token>:<name>")
 --
--- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
+-- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...,
+--         next_due_ms}
 --   code 0 = skipped (no longer due or no longer registered)
 --        1 = renewed (reason "max_hold" when this renewal runs to the deadline)
 --        2 = not renewed: heartbeat missed, the lease runs out its TTL
@@ -19,7 +20,8 @@
 --            (expired, force_released, max_hold, heartbeat_missed)
 --        4 = dropped: the lease is no longer kept alive (nothing was lost),
 --            or its key is not a lock hash
---   lag is how late the entry was visited (now - due).
+--   lag is how late the entry was visited (now - due); next_due_ms is when
+--   the registry's first entry is due after this batch (-1: it is empty).
 -- On Redis Cluster the registry is the shard of one hash slot, and a batch
 -- names its entries only, whose locks share that slot.
 local t = redis.call('TIME')

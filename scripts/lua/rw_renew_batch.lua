@@ -11,7 +11,8 @@
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("rw/<token>:<name>")
 --
--- Reply: {now_ms, code1, lag1_ms, reason1, ...} with renew_batch.lua's codes:
+-- Reply: {now_ms, code1, lag1_ms, reason1, ..., next_due_ms} as
+-- renew_batch.lua's, with its codes:
 --   0 skipped (not due or not registered), 1 renewed, 2 heartbeat missed,
 --   3 lost (reason says why), 4 dropped (no lease is kept alive).
 -- On Redis Cluster the registry is the shard of one hash slot, and a batch

@@ -13,8 +13,9 @@
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("sem/<token>:<name>")
 --
--- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
---   codes, lags and reasons as renew_batch.lua's: 0 skipped, 1 renewed,
+-- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...,
+--         next_due_ms}
+--   codes, lags, reasons and next_due_ms as renew_batch.lua's: 0 skipped, 1 renewed,
 --   2 heartbeat missed, 3 lost (reason says why), 4 dropped.
 -- On Redis Cluster the registry is the shard of one hash slot, and a batch
 -- names its entries only, whose semaphores share that slot.

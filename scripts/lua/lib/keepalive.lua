@@ -22,10 +22,12 @@ local function next_renewal(lost, tok, ttl, untl)
   return ttl, now_ms + math.max(math.floor(ttl / 3), 1), ''
 end
 
--- renew_entries calls renew(i, m, lag) for every entry i whose member m is
--- due in the registry (lag: ms since it fell due), which returns the
--- entry's code and reason, and replies {now_ms, code1, lag1_ms, reason1,
--- ...}; an entry no longer due or registered is skipped (code 0).
+-- renew_entries calls renew(i, m) for every entry i whose member m is due
+-- in the registry, which returns the entry's code and reason, and replies
+-- {now_ms, code1, lag1_ms, reason1, ..., next_due_ms}: lag is how late the
+-- entry was visited (ms since it fell due), an entry no longer due or
+-- registered is skipped (code 0), and next_due_ms is when the registry's
+-- first entry is due once these are renewed (-1 when it is empty).
 local function renew_entries(renew)
   local out = {now_ms}
   for i = 1, #ARGV - 1 do
@@ -40,5 +42,7 @@ local function renew_entries(renew)
     out[#out + 1] = lag
     out[#out + 1] = reason
   end
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  out[#out + 1] = first[2] and tonumber(first[2]) or -1
   return out
 end
