@@ -44,23 +44,33 @@ type releasedEvent struct {
 // and of locks.Service.Hold (an *interruptedError when a shutdown cut its
 // wait short); once the stream has started it returns nil.
 func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
-	var req holdRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
+	return holdLease[holdRequest](a, w, r, lockLocation, a.svc.Hold)
+}
+
+// holdLease serves a hold stream of any lease primitive: it decodes a body
+// of type B (see decodeLockRequest), hold takes the lease on the name (with
+// the body's wait), and streamHold reports it, location naming the
+// resource. Returns the errors of decoding the request and of hold; once
+// the stream has started it returns nil.
+func holdLease[B, R any, PB lockBody[B, R]](a *api, w http.ResponseWriter, r *http.Request,
+	location func(name string) string, hold func(ctx context.Context, name string, req R) (*locks.Hold, error)) error {
+	name, body, req, err := decodeLockRequest[B, R, PB](a, w, r)
 	if err != nil {
 		return err
 	}
-	return a.streamHold(w, r, name, lockLocation(name), parseDuration(req.Wait),
-		func(ctx context.Context) (*locks.Hold, error) {
-			return a.svc.Hold(ctx, name, req.serviceRequest(token))
-		})
+	return a.streamHold(w, r, name, location(name), body.wait(),
+		func(ctx context.Context) (*locks.Hold, error) { return hold(ctx, name, req) })
 }
+
+// wait is how long req may wait for the lease.
+func (req holdRequest) wait() time.Duration { return parseDuration(req.Wait) }
 
 // serviceRequest is req as the service takes it, under token.
 func (req holdRequest) serviceRequest(token string) locks.AcquireRequest {
 	return locks.AcquireRequest{
 		Token: token,
 		TTL:   parseDuration(req.TTL),
-		Wait:  parseDuration(req.Wait),
+		Wait:  req.wait(),
 		Fair:  req.Fair != nil && *req.Fair,
 		Owner: req.Owner,
 	}

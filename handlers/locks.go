@@ -76,26 +76,37 @@ func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 
 func lockLocation(name string) string { return "/v1/locks/" + url.PathEscape(name) }
 
-// decodeLockRequest reads what acquiring and holding a lock share: the lock
-// name, the optional Lock-Token and the JSON body (into body). The name,
-// the token and the body's owner text are checked by the service.
-func (a *api) decodeLockRequest(w http.ResponseWriter, r *http.Request, body any) (name, token string, err error) {
+// lockBody is a JSON body that takes a lease (B, every one a holdRequest
+// with more fields), with the service's request it makes under a token
+// (R).
+type lockBody[B, R any] interface {
+	*B
+	serviceRequest(token string) R
+	wait() time.Duration
+}
+
+// decodeLockRequest reads what acquiring and holding a lease of every
+// primitive share: the name, the optional Lock-Token and the JSON body,
+// of type B; req is the service's request they make. The name, the token
+// and the body's owner text are checked by the service. Returns the errors
+// of decodeJSON.
+func decodeLockRequest[B, R any, PB lockBody[B, R]](a *api, w http.ResponseWriter, r *http.Request) (name string, body PB, req R, err error) {
+	body = PB(new(B))
 	if err = a.decodeJSON(w, r, body); err != nil {
-		return "", "", err
+		return "", nil, req, err
 	}
-	return lockName(r), r.Header.Get("Lock-Token"), nil
+	return lockName(r), body, body.serviceRequest(r.Header.Get("Lock-Token")), nil
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
 // of decoding the request and of locks.Service.Acquire, or an
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireLock(w http.ResponseWriter, r *http.Request) error {
-	var req acquireRequest
-	_, token, err := a.decodeLockRequest(w, r, &req)
+	_, _, req, err := decodeLockRequest[acquireRequest, locks.AcquireRequest](a, w, r)
 	if err != nil {
 		return err
 	}
-	return a.acquire(w, r, false, req.serviceRequest(token))
+	return a.acquire(w, r, false, req)
 }
 
 // serviceRequest is req as the service takes it, under token.
@@ -114,13 +125,8 @@ func (req acquireRequest) serviceRequest(token string) locks.AcquireRequest {
 // short.
 func (a *api) acquire(w http.ResponseWriter, r *http.Request, rw bool, req locks.AcquireRequest) error {
 	name := lockName(r)
-	ctx := r.Context()
-	if req.Wait > 0 {
-		a.allowWait(w, req.Wait)
-		var cancel context.CancelFunc
-		ctx, cancel = a.untilStopping(r)
-		defer cancel()
-	}
+	ctx, cancel := a.waitContext(w, r, req.Wait)
+	defer cancel()
 	var lease locks.Lease
 	var err error
 	if rw {

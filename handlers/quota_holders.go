@@ -70,6 +70,25 @@ func (q *quotaLocks) acquireHolder(ctx context.Context, kind, name string, req l
 	return member, nil
 }
 
+// holdHolder runs hold, which takes a connection-held lease of kind on
+// name, as acquireHolder runs an acquire, and keeps the lease's place while
+// the hold's request lasts. Returns the errors of acquireHolder.
+func (q *quotaLocks) holdHolder(ctx context.Context, kind, name string, req locks.AcquireRequest,
+	hold func(context.Context) (*locks.Hold, error)) (*locks.Hold, error) {
+	var h *locks.Hold
+	member, err := q.acquireHolder(ctx, kind, name, req, func(ctx context.Context) (string, time.Duration, error) {
+		var err error
+		if h, err = hold(ctx); err != nil {
+			return "", 0, err
+		}
+		return h.Lease().Token, 2*h.Lease().TTL + time.Second, nil
+	})
+	if err == nil {
+		q.holdPlace(ctx, member, h.Lease().TTL)
+	}
+	return h, err
+}
+
 // leaseQuota reports the tenant ctx acts for when its lease quota applies.
 func leaseQuota(ctx context.Context) (*auth.Tenant, bool) {
 	t := tenantOf(ctx)
@@ -119,18 +138,9 @@ func (q *quotaLocks) ReleaseRW(ctx context.Context, name, token string, mode loc
 // HoldRW counts the tenant's waiter and lease around locks.Service.HoldRW;
 // the lease's place is given back when the hold's request ends.
 func (q *quotaLocks) HoldRW(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error) {
-	var h *locks.Hold
-	member, err := q.acquireHolder(ctx, "rwlocks", name, req, func(ctx context.Context) (string, time.Duration, error) {
-		var err error
-		if h, err = q.Locks.HoldRW(ctx, name, req); err != nil {
-			return "", 0, err
-		}
-		return h.Lease().Token, 2*h.Lease().TTL + time.Second, nil
+	return q.holdHolder(ctx, "rwlocks", name, req, func(ctx context.Context) (*locks.Hold, error) {
+		return q.Locks.HoldRW(ctx, name, req)
 	})
-	if err == nil {
-		q.holdPlace(ctx, member, h.Lease().TTL)
-	}
-	return h, err
 }
 
 // semaphorePlaceTTL is how long a permit lease's place lasts after a grant
@@ -173,16 +183,7 @@ func (q *quotaLocks) ReleaseSemaphore(ctx context.Context, name, token string) (
 // locks.Service.HoldSemaphore; the lease's place is given back when the
 // hold's request ends.
 func (q *quotaLocks) HoldSemaphore(ctx context.Context, name string, req locks.SemaphoreRequest) (*locks.Hold, error) {
-	var h *locks.Hold
-	member, err := q.acquireHolder(ctx, "semaphores", name, req.AcquireRequest, func(ctx context.Context) (string, time.Duration, error) {
-		var err error
-		if h, err = q.Locks.HoldSemaphore(ctx, name, req); err != nil {
-			return "", 0, err
-		}
-		return h.Lease().Token, 2*h.Lease().TTL + time.Second, nil
+	return q.holdHolder(ctx, "semaphores", name, req.AcquireRequest, func(ctx context.Context) (*locks.Hold, error) {
+		return q.Locks.HoldSemaphore(ctx, name, req)
 	})
-	if err == nil {
-		q.holdPlace(ctx, member, h.Lease().TTL)
-	}
-	return h, err
 }

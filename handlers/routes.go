@@ -115,10 +115,10 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Get("/docs", redirectToDocs)
 	r.Get("/docs/*", docsHandler())
 
-	r.Post("/v1/locks/{name}", a.handle(a.handleAcquireLock))
-	r.Get("/v1/locks/{name}", a.handle(a.handleGetLock))
-	r.Delete("/v1/locks/{name}", a.handle(a.handleReleaseLock))
-	r.Post("/v1/locks/{name}/renew", a.handle(a.handleRenewLock))
+	a.leaseRoutes(r, "/v1/locks/{name}", leaseHandlers{a.handleAcquireLock, a.handleGetLock, a.handleReleaseLock, a.handleRenewLock, a.handleHoldLock})
+	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock})
+	a.leaseRoutes(r, "/v1/semaphores/{name}", leaseHandlers{a.handleAcquireSemaphore, a.handleGetSemaphore, a.handleReleaseSemaphore, a.handleRenewSemaphore, a.handleHoldSemaphore})
+	r.Put("/v1/semaphores/{name}", a.handle(a.handleSetSemaphorePermits))
 
 	r.Post("/v1/ratelimit/check", a.handle(a.handleCheckRateLimit))
 	r.Get("/v1/ratelimit/policies", a.handle(a.handleListPolicies))
@@ -126,19 +126,23 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", gate)
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)
 	}
-	r.Post("/v1/locks/{name}/hold", a.handle(a.handleHoldLock))
-
-	r.Post("/v1/semaphores/{name}", a.handle(a.handleAcquireSemaphore))
-	r.Get("/v1/semaphores/{name}", a.handle(a.handleGetSemaphore))
-	r.Put("/v1/semaphores/{name}", a.handle(a.handleSetSemaphorePermits))
-	r.Delete("/v1/semaphores/{name}", a.handle(a.handleReleaseSemaphore))
-	r.Post("/v1/semaphores/{name}/renew", a.handle(a.handleRenewSemaphore))
-	r.Post("/v1/semaphores/{name}/hold", a.handle(a.handleHoldSemaphore))
-	r.Post("/v1/rwlocks/{name}", a.handle(a.handleAcquireRWLock))
-	r.Get("/v1/rwlocks/{name}", a.handle(a.handleGetRWLock))
-	r.Delete("/v1/rwlocks/{name}", a.handle(a.handleReleaseRWLock))
-	r.Post("/v1/rwlocks/{name}/renew", a.handle(a.handleRenewRWLock))
-	r.Post("/v1/rwlocks/{name}/hold", a.handle(a.handleHoldRWLock))
 	metrics.learnRoutes(r)
 	return r
+}
+
+// leaseHandlers are the operations every lease primitive (lock, read/write
+// lock, semaphore) serves on its resource.
+type leaseHandlers struct {
+	acquire, get, release, renew, hold handlerFunc
+}
+
+// leaseRoutes mounts a lease primitive's operations under base, its
+// resource's pattern: POST acquires, GET reads, DELETE releases, and
+// POST base/renew and base/hold renew and hold.
+func (a *api) leaseRoutes(r chi.Router, base string, h leaseHandlers) {
+	r.Post(base, a.handle(h.acquire))
+	r.Get(base, a.handle(h.get))
+	r.Delete(base, a.handle(h.release))
+	r.Post(base+"/renew", a.handle(h.renew))
+	r.Post(base+"/hold", a.handle(h.hold))
 }

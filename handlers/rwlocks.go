@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"time"
@@ -54,6 +53,20 @@ type rwReleaseResponse struct {
 	Mode      string `json:"mode"`
 }
 
+// serviceRequest is req as the service takes it, under token.
+func (req rwAcquireRequest) serviceRequest(token string) locks.AcquireRequest {
+	lr := req.acquireRequest.serviceRequest(token)
+	lr.Mode = locks.RWMode(req.Mode)
+	return lr
+}
+
+// serviceRequest is req as the service takes it, under token.
+func (req rwHoldRequest) serviceRequest(token string) locks.AcquireRequest {
+	lr := req.holdRequest.serviceRequest(token)
+	lr.Mode = locks.RWMode(req.Mode)
+	return lr
+}
+
 func rwLockLocation(name string) string { return "/v1/rwlocks/" + url.PathEscape(name) }
 
 // modeParam reads the optional ?mode= naming the lease to release or renew;
@@ -64,14 +77,11 @@ func modeParam(r *http.Request) locks.RWMode { return locks.RWMode(r.URL.Query()
 // errors of decoding the request and of locks.Service.AcquireRW, or an
 // *interruptedError when a shutdown cut its wait short.
 func (a *api) handleAcquireRWLock(w http.ResponseWriter, r *http.Request) error {
-	var req rwAcquireRequest
-	_, token, err := a.decodeLockRequest(w, r, &req)
+	_, _, req, err := decodeLockRequest[rwAcquireRequest, locks.AcquireRequest](a, w, r)
 	if err != nil {
 		return err
 	}
-	sreq := req.serviceRequest(token)
-	sreq.Mode = locks.RWMode(req.Mode)
-	return a.acquire(w, r, true, sreq)
+	return a.acquire(w, r, true, req)
 }
 
 // handleGetRWLock implements operationId getRWLock. Returns the errors of
@@ -127,15 +137,5 @@ func (a *api) handleReleaseRWLock(w http.ResponseWriter, r *http.Request) error 
 // handleHoldRWLock implements operationId holdRWLock: a connection-scoped
 // read or write lease streamed as Server-Sent Events, as handleHoldLock.
 func (a *api) handleHoldRWLock(w http.ResponseWriter, r *http.Request) error {
-	var req rwHoldRequest
-	name, token, err := a.decodeLockRequest(w, r, &req)
-	if err != nil {
-		return err
-	}
-	return a.streamHold(w, r, name, rwLockLocation(name), parseDuration(req.Wait),
-		func(ctx context.Context) (*locks.Hold, error) {
-			sreq := req.serviceRequest(token)
-			sreq.Mode = locks.RWMode(req.Mode)
-			return a.svc.HoldRW(ctx, name, sreq)
-		})
+	return holdLease[rwHoldRequest](a, w, r, rwLockLocation, a.svc.HoldRW)
 }

@@ -11,27 +11,24 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 )
 
-// semaphoreAcquireRequest is the body of POST /v1/semaphores/{name}.
-type semaphoreAcquireRequest struct {
-	Permits   int64  `json:"permits" validate:"required,min=1,max=1000000"`
-	Count     *int64 `json:"count" validate:"omitempty,min=1,max=1000000"` // at most permits: checked by the service
-	TTL       string `json:"ttl" validate:"omitempty,posduration"`
-	Wait      string `json:"wait" validate:"omitempty,duration"`
-	Keepalive *bool  `json:"keepalive"`
-	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
-	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
-	Fair      *bool  `json:"fair"`
-	Owner     string `json:"owner"` // checked by the service (locks.ValidateOwner)
-}
-
-// semaphoreHoldRequest is the body of POST /v1/semaphores/{name}/hold.
-type semaphoreHoldRequest struct {
+// semaphorePermits are the fields every body that takes permits holds.
+type semaphorePermits struct {
 	Permits int64  `json:"permits" validate:"required,min=1,max=1000000"`
 	Count   *int64 `json:"count" validate:"omitempty,min=1,max=1000000"` // at most permits: checked by the service
-	TTL     string `json:"ttl" validate:"omitempty,posduration"`
-	Wait    string `json:"wait" validate:"omitempty,duration"`
-	Fair    *bool  `json:"fair"`
-	Owner   string `json:"owner"` // checked by the service (locks.ValidateOwner)
+}
+
+// semaphoreAcquireRequest is the body of POST /v1/semaphores/{name}: the
+// permits and the acquire fields of a lock.
+type semaphoreAcquireRequest struct {
+	semaphorePermits
+	acquireRequest
+}
+
+// semaphoreHoldRequest is the body of POST /v1/semaphores/{name}/hold: the
+// permits and the hold fields of a lock.
+type semaphoreHoldRequest struct {
+	semaphorePermits
+	holdRequest
 }
 
 // semaphorePermitsRequest is the body of PUT /v1/semaphores/{name}.
@@ -110,23 +107,24 @@ func toSemaphoreStateResponse(st locks.SemaphoreState, withToken bool) semaphore
 
 func semaphoreLocation(name string) string { return "/v1/semaphores/" + url.PathEscape(name) }
 
-// semaphoreRequest is the service's request for a decoded body and token.
-func (req semaphoreAcquireRequest) semaphoreRequest(token string) locks.SemaphoreRequest {
+// semaphoreRequest is the service's request for these permits and a
+// lock's request lr.
+func (p semaphorePermits) semaphoreRequest(lr locks.AcquireRequest) locks.SemaphoreRequest {
 	var count int64 // the service's default
-	if req.Count != nil {
-		count = *req.Count
+	if p.Count != nil {
+		count = *p.Count
 	}
-	return locks.SemaphoreRequest{Permits: req.Permits, Count: count, AcquireRequest: locks.AcquireRequest{
-		Token: token,
-		TTL:   parseDuration(req.TTL),
-		Wait:  parseDuration(req.Wait),
-		Fair:  req.Fair != nil && *req.Fair,
+	return locks.SemaphoreRequest{Permits: p.Permits, Count: count, AcquireRequest: lr}
+}
 
-		Keepalive: req.Keepalive != nil && *req.Keepalive,
-		MaxHold:   parseDuration(req.MaxHold),
-		Heartbeat: parseDuration(req.Heartbeat),
-		Owner:     req.Owner,
-	}}
+// serviceRequest is req as the service takes it, under token.
+func (req semaphoreAcquireRequest) serviceRequest(token string) locks.SemaphoreRequest {
+	return req.semaphoreRequest(req.acquireRequest.serviceRequest(token))
+}
+
+// serviceRequest is req as the service takes it, under token.
+func (req semaphoreHoldRequest) serviceRequest(token string) locks.SemaphoreRequest {
+	return req.semaphoreRequest(req.holdRequest.serviceRequest(token))
 }
 
 // handleHoldSemaphore implements operationId holdSemaphore: permits held
@@ -135,15 +133,7 @@ func (req semaphoreAcquireRequest) semaphoreRequest(token string) locks.Semaphor
 // permits held. Returns the errors of decoding the request and of
 // locks.Service.HoldSemaphore; once the stream has started it returns nil.
 func (a *api) handleHoldSemaphore(w http.ResponseWriter, r *http.Request) error {
-	var body semaphoreHoldRequest
-	name, token, err := a.decodeLockRequest(w, r, &body)
-	if err != nil {
-		return err
-	}
-	req := semaphoreAcquireRequest{Permits: body.Permits, Count: body.Count, TTL: body.TTL, Wait: body.Wait,
-		Fair: body.Fair, Owner: body.Owner}.semaphoreRequest(token)
-	return a.streamHold(w, r, name, semaphoreLocation(name), req.Wait,
-		func(ctx context.Context) (*locks.Hold, error) { return a.svc.HoldSemaphore(ctx, name, req) })
+	return holdLease[semaphoreHoldRequest](a, w, r, semaphoreLocation, a.svc.HoldSemaphore)
 }
 
 // handleAcquireSemaphore implements operationId acquireSemaphore. Returns
@@ -151,19 +141,12 @@ func (a *api) handleHoldSemaphore(w http.ResponseWriter, r *http.Request) error 
 // locks.Service.AcquireSemaphore, or an *interruptedError when a shutdown
 // cut its wait short.
 func (a *api) handleAcquireSemaphore(w http.ResponseWriter, r *http.Request) error {
-	var body semaphoreAcquireRequest
-	name, token, err := a.decodeLockRequest(w, r, &body)
+	name, _, req, err := decodeLockRequest[semaphoreAcquireRequest, locks.SemaphoreRequest](a, w, r)
 	if err != nil {
 		return err
 	}
-	req := body.semaphoreRequest(token)
-	ctx := r.Context()
-	if req.Wait > 0 {
-		a.allowWait(w, req.Wait)
-		var cancel context.CancelFunc
-		ctx, cancel = a.untilStopping(r)
-		defer cancel()
-	}
+	ctx, cancel := a.waitContext(w, r, req.Wait)
+	defer cancel()
 	lease, err := a.svc.AcquireSemaphore(ctx, name, req)
 	if err != nil {
 		return waitError(ctx, err)

@@ -20,6 +20,18 @@ func (a *api) allowWait(w http.ResponseWriter, wait time.Duration) {
 	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
 }
 
+// waitContext is the context of a request that may wait up to wait: r's,
+// and when it waits, also cancelled when the server begins to shut down
+// (untilStopping), with the write deadline moved past the wait
+// (allowWait). Call cancel when the request is answered.
+func (a *api) waitContext(w http.ResponseWriter, r *http.Request, wait time.Duration) (ctx context.Context, cancel context.CancelFunc) {
+	if wait <= 0 {
+		return r.Context(), func() {}
+	}
+	a.allowWait(w, wait)
+	return a.untilStopping(r)
+}
+
 // errStopping is the cause of a wait or hold cut short by a shutdown.
 var errStopping = errors.New("the server is shutting down")
 

@@ -24,8 +24,8 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // A URL naming one node of a cluster is detected and served through a
 // cluster client; the seed-list form and -redis-cluster (or
 // LATCHKEY_REDIS_CLUSTER=true) with one node are served so without asking.
-// Each way, rate-limit decisions on keys over every primary are made, and
-// each key is counted exactly.
+// Each way the server is ready, grants leases, and makes rate-limit
+// decisions on keys over every primary, each key counted exactly.
 func TestRunOnARedisCluster(t *testing.T) {
 	c := clustertest.Shared(t, clusterBasePort)
 	c.Flush(t)
@@ -39,6 +39,15 @@ func TestRunOnARedisCluster(t *testing.T) {
 			s := startServer(t, args...)
 			if detected, _ := s.logs.find("redis is a cluster node (cluster_enabled:1): serving the cluster through it"); (detected != nil) != (i == 0) {
 				t.Errorf("detection logged: %v, want %v; logs:\n%s", detected != nil, i == 0, s.logs)
+			}
+			if resp, ready := s.call(t, http.MethodGet, "/readyz", ""); resp.StatusCode != http.StatusOK {
+				t.Errorf("/readyz = %d %v, want 200; logs:\n%s", resp.StatusCode, ready, s.logs)
+			}
+			for n := range 6 { // names on every primary
+				path := fmt.Sprintf("/v1/locks/run-%d-lock-%d", i, n)
+				if resp, l := s.call(t, http.MethodPost, path, `{"ttl":"1m"}`); resp.StatusCode != http.StatusCreated {
+					t.Errorf("acquire %s = %d %v, want 201", path, resp.StatusCode, l)
+				}
 			}
 			// Concurrent, so that decisions of many slots share a batch.
 			var mu sync.Mutex
@@ -91,7 +100,8 @@ func TestParseConfigRedisCluster(t *testing.T) {
 
 // A cluster whose state is not ok (here one node with no slots: none is
 // served) is not ready, and /readyz says so, with the cluster state in the
-// log; once every slot is served the store is ready.
+// log; once every slot is served the store and /readyz are ready (a failed
+// check makes the client read the slots again).
 func TestClusterNotReadyUntilItsStateIsOK(t *testing.T) {
 	bin := redisServerBinary(t)
 	port, _ := startRedisProcess(t, bin, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
@@ -127,9 +137,10 @@ func TestClusterNotReadyUntilItsStateIsOK(t *testing.T) {
 		info, err := node.ClusterInfo(t.Context()).Result()
 		return err == nil && store.ClusterState(info) == "ok"
 	})
-	waitFor(t, "the store to be ready", func() bool {
-		rdb.(*redis.ClusterClient).ReloadState(t.Context())
-		return st.Ready(t.Context()) == nil
+	waitFor(t, "the store to be ready", func() bool { return st.Ready(t.Context()) == nil })
+	waitFor(t, "/readyz to say ready", func() bool {
+		resp, _ := s.call(t, http.MethodGet, "/readyz", "")
+		return resp.StatusCode == http.StatusOK
 	})
 }
 

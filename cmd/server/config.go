@@ -131,7 +131,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.str(&c.KeyPrefix, "key-prefix", "LATCHKEY_KEY_PREFIX", sd.KeyPrefix, "prefix of every Redis key")
 	e.dur(&c.DefaultTTL, "default-ttl", "LATCHKEY_DEFAULT_TTL", ld.DefaultTTL, "lease TTL when a request gives none")
 	e.dur(&c.MaxTTL, "max-ttl", "LATCHKEY_MAX_TTL", ld.MaxTTL, "largest lease TTL a request may ask for")
-	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together: lock scripts as pipelines, rate-limit decisions as one script call per batch")
+	e.boolean(&c.RedisPipeline, "redis-pipeline", "LATCHKEY_REDIS_PIPELINE", true, "send concurrent requests' scripts to Redis together: lock scripts as pipelines (not on a Redis Cluster), rate-limit decisions as one script call per batch (per hash slot on a cluster)")
 	e.integer(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", ratelimit.DefaultConfig().MaxQueued, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", ld.DefaultMaxHold, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", ld.MaxHoldCap, "largest max_hold a keep-alive lease may ask for (400 above)")

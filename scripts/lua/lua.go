@@ -86,9 +86,7 @@ var Acquire string
 var Release string
 
 // Renew extends the TTL of a lease held by a token.
-//
-//go:embed renew.lua
-var Renew string
+var Renew = mustAssemble("renew.lua")
 
 // Inspect reads the state of a lock without changing it.
 //
@@ -130,9 +128,7 @@ var (
 )
 
 // RenewBatch renews a batch of keep-alive leases in one call.
-//
-//go:embed renew_batch.lua
-var RenewBatch string
+var RenewBatch = mustAssemble("renew_batch.lua")
 
 // RateLimitMulti decides one request under several limits at once: all
 // allow and count it, or nothing is counted.
@@ -167,9 +163,7 @@ var SemAcquire string
 var SemRelease string
 
 // SemRenew extends the TTL of a semaphore lease.
-//
-//go:embed sem_renew.lua
-var SemRenew string
+var SemRenew = mustAssemble("sem_renew.lua")
 
 // SemInspect reads the state of a semaphore without changing it.
 //
@@ -192,9 +186,7 @@ var SemSetPermits string
 var SemLeave string
 
 // SemRenewBatch renews a batch of keep-alive semaphore leases in one call.
-//
-//go:embed sem_renew_batch.lua
-var SemRenewBatch string
+var SemRenewBatch = mustAssemble("sem_renew_batch.lua")
 
 // QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
 //

@@ -23,6 +23,7 @@
 -- "shortened" on the channel: a waiter's re-check and a hold stream's
 -- renewals were timed for the old TTL. A new TTL also reschedules the
 -- service's renewals of a keep-alive lease (every ttl/3, as acquire.lua).
+--#include lib/heartbeat.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'l', 'ku', 'kh')
@@ -43,16 +44,8 @@ end
 local pttl = ttl
 local untl = tonumber(v[5])
 if untl then
-  -- keep-alive: a heartbeat; the renewer resumes if it had stopped
   redis.call('HSET', KEYS[1], 'kb', now_ms)
-  if redis.call('HGET', KEYS[2], ARGV[1]) == 'heartbeat_missed' then
-    redis.call('HDEL', KEYS[2], ARGV[1])
-  end
-  if untl - now_ms < ttl then
-    pttl = math.max(untl - now_ms, 1)
-    redis.call('HSET', KEYS[2], ARGV[1], 'max_hold')
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  end
+  pttl = heartbeat(KEYS[2], ARGV[1], ARGV[3], untl, ttl, now_ms)
   if changed then
     -- the next renewal was due on the old TTL's schedule
     redis.call('ZADD', KEYS[3], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])

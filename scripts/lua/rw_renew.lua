@@ -24,6 +24,7 @@
 --   mode 1 = read, 2 = write. A new TTL that ends a lease sooner publishes
 --   "shortened" on the channel.
 --#include lib/rw.lua
+--#include lib/heartbeat.lua
 local S, H, L, R, C, F, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, mode = ARGV[1], ARGV[6]
 local writer, readers = rw_prune(S, H)
@@ -41,14 +42,7 @@ local shortened, due = false, nil
 local function renew(lttl, untl, old_exp)
   local pttl = lttl
   if untl and untl > 0 then
-    if redis.call('HGET', L, tok) == 'heartbeat_missed' then
-      redis.call('HDEL', L, tok)
-    end
-    if untl - now_ms < lttl then
-      pttl = math.max(untl - now_ms, 1)
-      redis.call('HSET', L, tok, 'max_hold')
-      redis.call('PEXPIRE', L, ARGV[3])
-    end
+    pttl = heartbeat(L, tok, ARGV[3], untl, lttl, now_ms)
     local d = math.min(now_ms + math.max(math.floor(lttl / 3), 1), untl)
     if not due or d < due then due = d end
   end

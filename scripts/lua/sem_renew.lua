@@ -20,6 +20,7 @@
 --   force-released). ka_until_ms is 0 when the lease is not kept alive.
 -- A new TTL that ends the lease sooner publishes "shortened", and a new TTL
 -- reschedules the service's renewals of a keep-alive lease (see renew.lua).
+--#include lib/heartbeat.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok = ARGV[1]
@@ -40,16 +41,8 @@ else
 end
 local pttl = ttl
 if untl > 0 then
-  -- keep-alive: a heartbeat; the renewer resumes if it had stopped
   kb = now_ms
-  if redis.call('HGET', KEYS[5], tok) == 'heartbeat_missed' then
-    redis.call('HDEL', KEYS[5], tok)
-  end
-  if untl - now_ms < ttl then
-    pttl = math.max(untl - now_ms, 1)
-    redis.call('HSET', KEYS[5], tok, 'max_hold')
-    redis.call('PEXPIRE', KEYS[5], ARGV[3])
-  end
+  pttl = heartbeat(KEYS[5], tok, ARGV[3], untl, ttl, now_ms)
   if changed then
     -- the next renewal was due on the old TTL's schedule
     redis.call('ZADD', KEYS[4], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])

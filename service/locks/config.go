@@ -59,34 +59,27 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.DefaultTTL <= 0 {
-		c.DefaultTTL = 30 * time.Second
-	}
-	if c.MinTTL <= 0 {
-		c.MinTTL = time.Millisecond
-	}
-	if c.MaxTTL <= 0 {
-		c.MaxTTL = time.Hour
-	}
-	if c.MaxWait <= 0 {
-		c.MaxWait = 60 * time.Second
-	}
-	if c.SubscriberPing <= 0 {
-		c.SubscriberPing = 10 * time.Second
-	}
+	setDefault(&c.DefaultTTL, 30*time.Second)
+	setDefault(&c.MinTTL, time.Millisecond)
+	setDefault(&c.MaxTTL, time.Hour)
+	setDefault(&c.MaxWait, 60*time.Second)
+	setDefault(&c.SubscriberPing, 10*time.Second)
 	lostUnset := c.LostTTL <= 0
 	c = c.keepaliveDefaults()
-	if c.FenceTTL <= 0 {
-		c.FenceTTL = max(24*time.Hour, c.MaxTTL, c.MaxHoldCap)
-	}
+	setDefault(&c.FenceTTL, max(24*time.Hour, c.MaxTTL, c.MaxHoldCap))
 	if lostUnset && c.LostTTL > c.FenceTTL {
 		// every key of a name is gone within the retention
 		c.LostTTL = c.FenceTTL
 	}
-	if c.MinKeepaliveTTL <= 0 {
-		c.MinKeepaliveTTL = 10 * c.RenewPoll
-	}
+	setDefault(&c.MinKeepaliveTTL, 10*c.RenewPoll)
 	return c
+}
+
+// setDefault sets *v to d when it is unset (not above zero).
+func setDefault[T ~int | ~int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // DefaultConfig returns the configuration a zero Config falls back to: the

@@ -14,32 +14,36 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_lock_grants_total", Help: "Lock leases granted, by kind (new, reentrant).",
-		}, []string{"kind"}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "latchkey_lock_conflicts_total", Help: "Acquire attempts refused because another token held the lock.",
-		}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_lock_releases_total", Help: "Lock releases, by kind (partial, final, forced).",
-		}, []string{"kind"}),
-		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "latchkey_pubsub_channels", Help: "Lock channels this process is subscribed to for its waiters.",
-		}),
-		listeners: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "latchkey_lock_listeners", Help: "Waiters and hold streams of this process listening for wake-ups.",
-		}),
-		resubscribes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "latchkey_pubsub_resubscribes_total", Help: "Channels subscribed again after the pub/sub connection was re-established.",
-		}),
-		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_lock_waits_total", Help: "Acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).",
-		}, []string{"outcome"}),
+	return &metrics{
+		grants:        counterVec(reg, "latchkey_lock_grants_total", "Lock leases granted, by kind (new, reentrant).", "kind"),
+		conflicts:     counter(reg, "latchkey_lock_conflicts_total", "Acquire attempts refused because another token held the lock."),
+		releases:      counterVec(reg, "latchkey_lock_releases_total", "Lock releases, by kind (partial, final, forced).", "kind"),
+		subscriptions: gauge(reg, "latchkey_pubsub_channels", "Lock channels this process is subscribed to for its waiters."),
+		listeners:     gauge(reg, "latchkey_lock_listeners", "Waiters and hold streams of this process listening for wake-ups."),
+		resubscribes:  counter(reg, "latchkey_pubsub_resubscribes_total", "Channels subscribed again after the pub/sub connection was re-established."),
+		waits:         counterVec(reg, "latchkey_lock_waits_total", "Acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).", "outcome"),
 	}
+}
+
+// counter, counterVec and gauge make a collector of the package's metrics
+// with its name and help (and labels), registered with reg unless reg is
+// nil. Registering one twice panics, as prometheus.MustRegister does.
+func counter(reg prometheus.Registerer, name, help string) prometheus.Counter {
+	return registered(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
+func counterVec(reg prometheus.Registerer, name, help string, labels ...string) *prometheus.CounterVec {
+	return registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+func gauge(reg prometheus.Registerer, name, help string) prometheus.Gauge {
+	return registered(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+}
+
+// registered registers c with reg, unless reg is nil, and returns it.
+func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	if reg != nil {
-		reg.MustRegister(m.grants, m.conflicts, m.releases,
-			m.subscriptions, m.listeners, m.resubscribes, m.waits)
+		reg.MustRegister(c)
 	}
-	return m
+	return c
 }

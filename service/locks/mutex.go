@@ -3,7 +3,6 @@ package locks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
@@ -154,7 +153,7 @@ func (s *Service) acquire(ctx context.Context, p primitive, name string, req Acq
 }
 
 // mutex is the exclusive lock as a primitive (see primitive.go).
-type mutex struct{ s *Service }
+type mutex struct{ leaseBase }
 
 func (mutex) kind() kind { return kindMutex }
 
@@ -167,8 +166,8 @@ func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
 // makes a re-entry keep the lease's own TTL (the request gave none).
 func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, acquireScript, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
-		acquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
+	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
+		acquireArgs(s.cfg, kindMutex, req, k.regName(), waiterTimeout, keepTTL, 0)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -296,37 +295,21 @@ func (s *Service) giveBack(ctx context.Context, p primitive, k lockKeys, token s
 // (ErrConflict) when another token holds it, a *ValidationError for bad
 // input, or an error wrapping ErrUnavailable.
 func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
-	if err := ValidateName(name); err != nil {
+	if err := s.checkRenew(name, token, ttl); err != nil {
 		return Lease{}, err
-	}
-	if err := ValidateToken(token); err != nil {
-		return Lease{}, err
-	}
-	if ttl != 0 {
-		if err := s.checkTTL("ttl", ttl); err != nil {
-			return Lease{}, err
-		}
 	}
 	k := s.keys(ctx, name)
 	lease, err := s.mutex.renew(ctx, k, token, ttl)
-	if ttl != 0 { // a new TTL may bring the next renewal forward
-		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	}
+	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 
 func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, renewScript, []string{k.lock, k.lost, s.registryKey(k), k.channel, k.fence},
-		renewArgs(s.cfg, k.regName(), token, ttl)...)
+	res, err := s.st.RunReplicated(ctx, mutexScripts.renew, []string{k.lock, k.lost, s.registryKey(k), k.channel, k.fence},
+		renewArgs(s.cfg, kindMutex, k.regName(), token, ttl, 0)...)
+	v, err := ownerReply("renew", 7, res, err)
 	if err != nil {
-		return Lease{}, err
-	}
-	v, err := store.Int64s("renew", res, 7)
-	if err != nil {
-		return Lease{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Lease{}, err
 	}
 	return Lease{
@@ -341,10 +324,7 @@ func (m mutex) renew(ctx context.Context, k lockKeys, token string, ttl time.Dur
 // frees the lock and wakes its waiters. Returns ErrNotFound, ErrNotOwner, a
 // *ValidationError or an error wrapping ErrUnavailable.
 func (s *Service) Release(ctx context.Context, name, token string) (Released, error) {
-	if err := ValidateName(name); err != nil {
-		return Released{}, err
-	}
-	if err := ValidateToken(token); err != nil {
+	if err := checkNameToken(name, token); err != nil {
 		return Released{}, err
 	}
 	return s.mutex.release(ctx, s.keys(ctx, name), token)
@@ -352,16 +332,10 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, releaseScript, []string{k.lock, k.channel, s.registryKey(k), k.lost},
-		releaseArgs(k.regName(), token)...)
+	res, err := s.st.RunReplicated(ctx, mutexScripts.release, []string{k.lock, k.channel, s.registryKey(k), k.lost},
+		releaseArgs(kindMutex, k.regName(), token)...)
+	v, err := ownerReply("release", 2, res, err)
 	if err != nil {
-		return Released{}, err
-	}
-	v, err := store.Int64s("release", res, 2)
-	if err != nil {
-		return Released{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Released{}, err
 	}
 	s.released(v[1])
@@ -386,7 +360,7 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.RunReplicated(ctx, forceReleaseScript, []string{k.lock, k.fence, k.channel, s.registryKey(k), k.lost},
+	res, err := s.st.RunReplicated(ctx, mutexScripts.forceRelease, []string{k.lock, k.fence, k.channel, s.registryKey(k), k.lost},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
@@ -403,25 +377,13 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 // that token owns the lease. Returns a *ValidationError or an error wrapping
 // ErrUnavailable.
 func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameOptionalToken(name, token); err != nil {
 		return LockState{}, err
-	}
-	if token != "" {
-		if err := ValidateToken(token); err != nil {
-			return LockState{}, err
-		}
 	}
 	k := s.keys(ctx, name)
-	res, err := s.st.Run(ctx, inspectScript, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
-		inspectArgs(k.regName(), token)...)
-	if err != nil {
-		return LockState{}, err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 14 {
-		return LockState{}, fmt.Errorf("inspect: unexpected reply %T %v", res, res)
-	}
-	v, err := store.Int64s("inspect", arr[:11], 11)
+	res, err := s.st.Run(ctx, mutexScripts.inspect, []string{k.lock, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
+		inspectArgs(kindMutex, k.regName(), token)...)
+	arr, v, err := inspectReply("inspect", 14, 11, res, err)
 	if err != nil {
 		return LockState{}, err
 	}
@@ -441,29 +403,14 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 }
 
 func (m mutex) lostReason(ctx context.Context, k lockKeys, token string) string {
-	st, err := m.s.Inspect(ctx, k.name, token)
-	if err != nil {
-		return ""
-	}
+	st, _ := m.s.Inspect(ctx, k.name, token) // a failed inspect has no reason
 	return st.LostReason
 }
 
+// leave also takes the lock: a waiter leaving a free lock wakes the next.
 func (m mutex) leave(ctx context.Context, k lockKeys, token string) error {
-	_, err := m.s.st.Run(ctx, leaveScript, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
+	_, err := m.s.st.Run(ctx, m.ls.leave, []string{k.lock, k.waiters, k.queue, k.channel}, leaveArgs(token)...)
 	return err
 }
 
-func (mutex) batchScript() *store.Script { return renewBatchScript }
-
 func (mutex) batchKeys(keys []string, k lockKeys) []string { return append(keys, k.lock, k.lost) }
-
-// ownerStatus maps the statuses of the release and renew scripts to errors.
-func ownerStatus(status int64) error {
-	switch status {
-	case ownerNoLease:
-		return store.ErrNotFound
-	case ownerOther:
-		return ErrNotOwner
-	}
-	return nil // ownerDone
-}

@@ -54,13 +54,29 @@ type primitive interface {
 	batchKeys(keys []string, k lockKeys) []string
 }
 
+// leaseBase is what every primitive is built on, embedded in each: its
+// service and its scripts, which give it the primitive methods that only
+// name a script (a primitive with other needs defines its own).
+type leaseBase struct {
+	s  *Service
+	ls *leaseScripts
+}
+
+func (b leaseBase) batchScript() *store.Script { return b.ls.renewBatch }
+
+// leave runs the leave script on the waiters, the queue and the channel.
+func (b leaseBase) leave(ctx context.Context, k lockKeys, token string) error {
+	_, err := b.s.st.Run(ctx, b.ls.leave, []string{k.waiters, k.queue, k.channel}, leaveArgs(token)...)
+	return err
+}
+
 // primitives are the lock primitives by kind, for the renewer.
 func (s *Service) primitive(k kind) (primitive, bool) {
 	switch k {
 	case kindMutex:
 		return s.mutex, true
 	case kindSem:
-		return semaphore{s}, true
+		return s.semaphore(), true
 	case kindRW:
 		return s.rwlock, true
 	}

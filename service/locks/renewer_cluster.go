@@ -247,10 +247,13 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	close(work)
 	wg.Wait()
 	for i, slot := range slots {
-		switch {
-		case next[i] == -1:
+		switch next[i] {
+		case -1:
 			delete(s.dir.tracked, slot)
-		case next[i] != visitFailed:
+		case visitFailed:
+			// Its primary may be failing over: the directory's may too.
+			s.dir.reconcile = true
+		default:
 			s.dir.tracked[slot] = sizes[i]
 		}
 	}

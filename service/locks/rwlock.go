@@ -2,7 +2,6 @@ package locks
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
@@ -44,7 +43,7 @@ type RWState struct {
 }
 
 // rwlock is the read/write lock as a primitive (see primitive.go).
-type rwlock struct{ s *Service }
+type rwlock struct{ leaseBase }
 
 func (rwlock) kind() kind { return kindRW }
 
@@ -53,7 +52,7 @@ func (rwlock) broadcast(AcquireRequest) bool { return true }
 
 func (l rwlock) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
 	s := l.s
-	res, err := s.st.RunReplicated(ctx, rwAcquireScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.acquire,
 		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
 		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
 	if err != nil {
@@ -81,17 +80,11 @@ func (l rwlock) release(ctx context.Context, k lockKeys, token string) (Released
 // when it holds one, else its read lease).
 func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode RWMode) (Released, error) {
 	s := l.s
-	res, err := s.st.RunReplicated(ctx, rwReleaseScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.release,
 		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(k), k.lost},
 		rwReleaseArgs(k.regName(), token, mode)...)
+	v, err := ownerReply("rw_release", 3, res, err)
 	if err != nil {
-		return Released{}, err
-	}
-	v, err := store.Int64s("rw_release", res, 3)
-	if err != nil {
-		return Released{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Released{}, err
 	}
 	m := modeOf(v[2])
@@ -114,17 +107,11 @@ func (l rwlock) renew(ctx context.Context, k lockKeys, token string, ttl time.Du
 // renewMode extends token's lease of mode ("": every lease it holds).
 func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RWMode, ttl time.Duration) (Lease, error) {
 	s := l.s
-	res, err := s.st.RunReplicated(ctx, rwRenewScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.renew,
 		[]string{k.lock, k.holders, k.lost, s.registryKey(k), k.channel, k.fence, k.waiters},
 		rwRenewArgs(s.cfg, k.regName(), token, mode, ttl)...)
+	v, err := ownerReply("rw_renew", 8, res, err)
 	if err != nil {
-		return Lease{}, err
-	}
-	v, err := store.Int64s("rw_renew", res, 8)
-	if err != nil {
-		return Lease{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return Lease{}, err
 	}
 	var ka *Keepalive
@@ -140,19 +127,9 @@ func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RW
 }
 
 func (l rwlock) lostReason(ctx context.Context, k lockKeys, token string) string {
-	st, err := l.inspect(ctx, k, token)
-	if err != nil {
-		return ""
-	}
+	st, _ := l.inspect(ctx, k, token) // a failed inspect has no reason
 	return st.LostReason
 }
-
-func (l rwlock) leave(ctx context.Context, k lockKeys, token string) error {
-	_, err := l.s.st.Run(ctx, rwLeaveScript, []string{k.waiters, k.queue, k.channel}, leaveArgs(token)...)
-	return err
-}
-
-func (rwlock) batchScript() *store.Script { return rwRenewBatchScript }
 
 func (rwlock) batchKeys(keys []string, k lockKeys) []string {
 	return append(keys, k.lock, k.holders, k.lost)
@@ -160,17 +137,10 @@ func (rwlock) batchKeys(keys []string, k lockKeys) []string {
 
 func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState, error) {
 	s := l.s
-	res, err := s.st.Run(ctx, rwInspectScript,
+	res, err := s.st.Run(ctx, rwScripts.inspect,
 		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
-		rwInspectArgs(k.regName(), token)...)
-	if err != nil {
-		return RWState{}, err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 15 {
-		return RWState{}, fmt.Errorf("rw_inspect: unexpected reply %T %v", res, res)
-	}
-	v, err := store.Int64s("rw_inspect", arr[:13], 13)
+		inspectArgs(kindRW, k.regName(), token)...)
+	arr, v, err := inspectReply("rw_inspect", 15, 13, res, err)
 	if err != nil {
 		return RWState{}, err
 	}
@@ -252,16 +222,12 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	if err := s.checkLeaseArgs(name, token, mode); err != nil {
 		return Lease{}, err
 	}
-	if ttl != 0 {
-		if err := s.checkTTL("ttl", ttl); err != nil {
-			return Lease{}, err
-		}
+	if err := s.checkRenewTTL(ttl); err != nil {
+		return Lease{}, err
 	}
 	k := s.keysIn(ctx, kindRW, name)
-	lease, err := rwlock{s}.renewMode(ctx, k, token, mode, ttl)
-	if ttl != 0 { // a new TTL may bring the next renewal forward
-		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	}
+	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
+	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 
@@ -274,14 +240,11 @@ func (s *Service) ReleaseRW(ctx context.Context, name, token string, mode RWMode
 	if err := s.checkLeaseArgs(name, token, mode); err != nil {
 		return Released{}, err
 	}
-	return rwlock{s}.releaseMode(ctx, s.keysIn(ctx, kindRW, name), token, mode)
+	return s.rwLock().releaseMode(ctx, s.keysIn(ctx, kindRW, name), token, mode)
 }
 
 func (s *Service) checkLeaseArgs(name, token string, mode RWMode) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	if err := ValidateToken(token); err != nil {
+	if err := checkNameToken(name, token); err != nil {
 		return err
 	}
 	return checkOptionalMode(mode)
@@ -296,9 +259,9 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 		return false, err
 	}
 	k := s.keysIn(ctx, kindRW, name)
-	res, err := s.st.RunReplicated(ctx, rwForceReleaseScript,
+	res, err := s.st.RunReplicated(ctx, rwScripts.forceRelease,
 		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(k), k.lost, k.waiters},
-		rwForceReleaseArgs(s.cfg, k.regName())...)
+		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
 	}
@@ -313,15 +276,10 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 // also reports what that token holds. Returns a *ValidationError or an
 // error wrapping ErrUnavailable.
 func (s *Service) InspectRW(ctx context.Context, name, token string) (RWState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameOptionalToken(name, token); err != nil {
 		return RWState{}, err
 	}
-	if token != "" {
-		if err := ValidateToken(token); err != nil {
-			return RWState{}, err
-		}
-	}
-	return rwlock{s}.inspect(ctx, s.keysIn(ctx, kindRW, name), token)
+	return s.rwLock().inspect(ctx, s.keysIn(ctx, kindRW, name), token)
 }
 
 // HoldRW acquires a lease of the read/write lock name as AcquireRW does and
@@ -363,16 +321,10 @@ type rwMetrics struct {
 }
 
 func newRWMetrics(reg prometheus.Registerer) *rwMetrics {
-	m := &rwMetrics{
-		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_rwlock_grants_total", Help: "Read/write lock leases granted, by mode (read, write) and kind (new, reentrant).",
-		}, []string{"mode", "kind"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_rwlock_releases_total", Help: "Read/write lock releases, by mode (read, write; any for forced) and kind (partial, final, forced).",
-		}, []string{"mode", "kind"}),
+	return &rwMetrics{
+		grants: counterVec(reg, "latchkey_rwlock_grants_total",
+			"Read/write lock leases granted, by mode (read, write) and kind (new, reentrant).", "mode", "kind"),
+		releases: counterVec(reg, "latchkey_rwlock_releases_total",
+			"Read/write lock releases, by mode (read, write; any for forced) and kind (partial, final, forced).", "mode", "kind"),
 	}
-	if reg != nil {
-		reg.MustRegister(m.grants, m.releases)
-	}
-	return m
 }

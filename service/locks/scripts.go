@@ -16,22 +16,51 @@ import (
 // listed in the script's header comment (scripts/lua/*.lua), and the
 // statuses of its reply are constants beside it. A test keeps the number of
 // ARGV entries each builder makes equal to its script's header.
+//
+// Every lease primitive has one script per operation of leaseScripts, in
+// files named alike: the exclusive lock's acquire.lua, the read/write
+// lock's rw_acquire.lua, the semaphore's sem_acquire.lua.
 var (
-	// The exclusive lock's (mutex.go).
-	acquireScript      = store.NewScript("acquire", lua.Acquire)
-	releaseScript      = store.NewScript("release", lua.Release)
-	renewScript        = store.NewScript("renew", lua.Renew)
-	inspectScript      = store.NewScript("inspect", lua.Inspect)
-	forceReleaseScript = store.NewScript("force_release", lua.ForceRelease)
-	leaveScript        = store.NewScript("leave", lua.Leave)
+	mutexScripts = newLeaseScripts("")     // mutex.go
+	rwScripts    = newLeaseScripts("rw_")  // rwlock.go
+	semScripts   = newLeaseScripts("sem_") // semaphore*.go, and semSetPermitsScript
 	// The keep-alive renewer's, which serves every primitive.
 	keepaliveDueScript = store.NewScript("keepalive_due", lua.KeepaliveDue)
-	renewBatchScript   = store.NewScript("renew_batch", lua.RenewBatch)
 )
 
-// scripts lists every lock script, loaded by store.LoadScripts.
-var scripts = []*store.Script{acquireScript, releaseScript, renewScript, inspectScript, forceReleaseScript,
-	leaveScript, keepaliveDueScript, renewBatchScript}
+// leaseScripts are a lease primitive's scripts, one per operation.
+type leaseScripts struct {
+	acquire, release, renew, inspect, forceRelease, leave, renewBatch *store.Script
+}
+
+// newLeaseScripts returns the scripts of the primitive whose script files
+// are prefix+"acquire.lua", prefix+"release.lua" and so on, each named as
+// its file. It panics when one is missing (every test of the package
+// fails).
+func newLeaseScripts(prefix string) leaseScripts {
+	script := func(op string) *store.Script {
+		src, err := lua.Assemble(prefix + op + ".lua")
+		if err != nil {
+			panic("locks: " + err.Error())
+		}
+		return store.NewScript(prefix+op, src)
+	}
+	return leaseScripts{acquire: script("acquire"), release: script("release"), renew: script("renew"),
+		inspect: script("inspect"), forceRelease: script("force_release"), leave: script("leave"),
+		renewBatch: script("renew_batch")}
+}
+
+// lockScripts lists every lock script but the cluster's shard directory's
+// (dirScripts), for store.Register.
+func lockScripts() []*store.Script {
+	return slices.Concat(mutexScripts.all(), []*store.Script{keepaliveDueScript},
+		semScripts.all(), []*store.Script{semSetPermitsScript}, rwScripts.all())
+}
+
+// all lists the scripts.
+func (ls leaseScripts) all() []*store.Script {
+	return []*store.Script{ls.acquire, ls.release, ls.renew, ls.inspect, ls.forceRelease, ls.leave, ls.renewBatch}
+}
 
 // On Redis Cluster every lock script that publishes a wake-up runs in the
 // form that publishes it with SPUBLISH (lua.Sharded), heard by the sharded
@@ -39,7 +68,7 @@ var scripts = []*store.Script{acquireScript, releaseScript, renewScript, inspect
 // node keeps PUBLISH and SUBSCRIBE, which Redis before 7 and the embedded
 // store have.
 func init() {
-	for _, sc := range slices.Concat(scripts, rwScripts, semScripts) {
+	for _, sc := range lockScripts() {
 		sc.WithClusterVariant(lua.Sharded)
 	}
 }

@@ -53,10 +53,10 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		args    []any
 		entries int // batch entries in args
 	}{
-		{"acquire.lua", lua.Acquire, acquireArgs(cfg, req, "orders", time.Second, true), 0},
-		{"release.lua", lua.Release, releaseArgs("orders", req.Token), 0},
-		{"renew.lua", lua.Renew, renewArgs(cfg, "orders", req.Token, time.Second), 0},
-		{"inspect.lua", lua.Inspect, inspectArgs("orders", req.Token), 0},
+		{"acquire.lua", lua.Acquire, acquireArgs(cfg, kindMutex, req, "orders", time.Second, true, 0), 0},
+		{"release.lua", lua.Release, releaseArgs(kindMutex, "orders", req.Token), 0},
+		{"renew.lua", lua.Renew, renewArgs(cfg, kindMutex, "orders", req.Token, time.Second, 0), 0},
+		{"inspect.lua", lua.Inspect, inspectArgs(kindMutex, "orders", req.Token), 0},
 		{"force_release.lua", lua.ForceRelease, forceReleaseArgs(cfg, "orders"), 0},
 		{"leave.lua", lua.Leave, leaveArgs(req.Token), 0},
 		{"keepalive_due.lua", lua.KeepaliveDue, keepaliveDueArgs(10), 0},
@@ -64,8 +64,8 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		{"rw_acquire.lua", lua.RWAcquire, rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
 		{"rw_release.lua", lua.RWRelease, rwReleaseArgs("orders", req.Token, ModeRead), 0},
 		{"rw_renew.lua", lua.RWRenew, rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
-		{"rw_inspect.lua", lua.RWInspect, rwInspectArgs("orders", req.Token), 0},
-		{"rw_force_release.lua", lua.RWForceRelease, rwForceReleaseArgs(cfg, "orders"), 0},
+		{"rw_inspect.lua", lua.RWInspect, inspectArgs(kindRW, "orders", req.Token), 0},
+		{"rw_force_release.lua", lua.RWForceRelease, forceReleaseArgs(cfg, "orders"), 0},
 		{"rw_leave.lua", lua.RWLeave, leaveArgs(req.Token), 0},
 		{"rw_renew_batch.lua", lua.RWRenewBatch, renewBatchArgs(cfg, members), len(members)},
 	}
@@ -81,8 +81,8 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 // TestScriptFlags checks the booleans reach the scripts as "1" and "0".
 func TestScriptFlags(t *testing.T) {
 	cfg := Config{}.withDefaults()
-	on := acquireArgs(cfg, AcquireRequest{Fair: true, Keepalive: true}, "orders", 0, true)
-	off := acquireArgs(cfg, AcquireRequest{}, "orders", 0, false)
+	on := acquireArgs(cfg, kindMutex, AcquireRequest{Fair: true, Keepalive: true}, "orders", 0, true, 0)
+	off := acquireArgs(cfg, kindMutex, AcquireRequest{}, "orders", 0, false, 0)
 	for _, i := range []int{4, 6, 11} { // ARGV[i] is args[i-1]
 		if on[i-1] != "1" || off[i-1] != "0" {
 			t.Errorf("ARGV[%d] = %v when true, %v when false; want \"1\" and \"0\"", i, on[i-1], off[i-1])

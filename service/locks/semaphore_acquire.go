@@ -55,9 +55,9 @@ type semResult struct {
 // semAttempt is one run of sem_acquire.lua. waiterTimeout > 0 registers the
 // caller as a waiter for that long when it is not granted.
 func (s *Service) semAttempt(ctx context.Context, k lockKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
-	res, err := s.st.RunReplicated(ctx, semAcquireScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.acquire,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
-		semAcquireArgs(s.cfg, req, semMember(req.Token, k.regName()), waiterTimeout)...)
+		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)...)
 	if err != nil {
 		return semResult{}, err
 	}
@@ -146,17 +146,8 @@ func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreReque
 	}
 	registered, failed := false, false
 	defer func() {
-		leave := func(ctx context.Context) {
-			if time.Now().Before(callDeadline) {
-				_, _ = s.st.Run(ctx, semLeaveScript, []string{k.waiters, k.queue, k.channel}, semLeaveArgs(req.Token)...)
-			}
-		}
-		switch {
-		case err == nil || !registered:
-		case failed:
-			go leave(context.WithoutCancel(calls))
-		default:
-			leave(calls)
+		if err != nil {
+			s.quitWaiting(ctx, calls, callDeadline, s.semaphore(), k, req.Token, registered, failed)
 		}
 		s.semWakes.leave(k.channel, sw)
 		s.semWaitDone(err)
@@ -165,15 +156,8 @@ func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreReque
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		remaining := time.Until(waitEnd)
-		final := remaining <= time.Millisecond
-		var waiterTimeout time.Duration
-		if !final {
-			waiterTimeout = remaining + queueGrace
-		}
-		if isClosed(ready) {
-			ready = nil
-		}
+		remaining, waiterTimeout, final := waitTurn(waitEnd)
+		ready = unlessClosed(ready)
 		r, err := s.semAttempt(calls, k, req, waiterTimeout)
 		if err != nil {
 			registered, failed = registered || waiterTimeout > 0, true

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,35 +15,22 @@ import (
 // released or force-released), a *ValidationError for bad input, or an
 // error wrapping ErrUnavailable.
 func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl time.Duration) (SemaphoreLease, error) {
-	if err := checkNameToken(name, token); err != nil {
+	if err := s.checkRenew(name, token, ttl); err != nil {
 		return SemaphoreLease{}, err
-	}
-	if ttl != 0 {
-		if err := s.checkTTL("ttl", ttl); err != nil {
-			return SemaphoreLease{}, err
-		}
 	}
 	k := s.semKeys(ctx, name)
 	lease, err := s.renewSemaphore(ctx, k, token, ttl)
-	if ttl != 0 { // a new TTL may bring the next renewal forward
-		s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	}
+	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
-	res, err := s.st.RunReplicated(ctx, semRenewScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.renew,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
-		semRenewArgs(s.cfg, token, semMember(token, k.regName()), ttl)...)
+		renewArgs(s.cfg, kindSem, k.regName(), token, ttl, 0)...)
+	v, err := ownerReply("sem_renew", 7, res, err)
 	if err != nil {
-		return SemaphoreLease{}, err
-	}
-	v, err := store.Int64s("sem_renew", res, 7)
-	if err != nil {
-		return SemaphoreLease{}, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return SemaphoreLease{}, err
 	}
 	return SemaphoreLease{Name: k.name, Token: token, Count: v[1], Fence: v[2],
@@ -66,17 +52,11 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
-	res, err := s.st.RunReplicated(ctx, semReleaseScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.release,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
-		semReleaseArgs(token, semMember(token, k.regName()))...)
+		releaseArgs(kindSem, k.regName(), token)...)
+	v, err := ownerReply("sem_release", 2, res, err)
 	if err != nil {
-		return 0, err
-	}
-	v, err := store.Int64s("sem_release", res, 2)
-	if err != nil {
-		return 0, err
-	}
-	if err := ownerStatus(v[0]); err != nil {
 		return 0, err
 	}
 	s.semMetrics.releases.WithLabelValues("released").Inc()
@@ -93,7 +73,7 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 		return 0, err
 	}
 	k := s.semKeys(ctx, name)
-	res, err := s.st.RunReplicated(ctx, semForceReleaseScript,
+	res, err := s.st.RunReplicated(ctx, semScripts.forceRelease,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
 		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
@@ -130,26 +110,14 @@ func (s *Service) SetSemaphorePermits(ctx context.Context, name string, permits 
 // reports the lease that token holds, or why it lost it. Returns a
 // *ValidationError or an error wrapping ErrUnavailable.
 func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (SemaphoreState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := checkNameOptionalToken(name, token); err != nil {
 		return SemaphoreState{}, err
-	}
-	if token != "" {
-		if err := ValidateToken(token); err != nil {
-			return SemaphoreState{}, err
-		}
 	}
 	k := s.semKeys(ctx, name)
-	res, err := s.st.Run(ctx, semInspectScript,
+	res, err := s.st.Run(ctx, semScripts.inspect,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
-		semInspectArgs(token, semMember(token, k.regName()))...)
-	if err != nil {
-		return SemaphoreState{}, err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 16 {
-		return SemaphoreState{}, fmt.Errorf("sem_inspect: unexpected reply %T %v", res, res)
-	}
-	v, err := store.Int64s("sem_inspect", arr[:14], 14)
+		inspectArgs(kindSem, k.regName(), token)...)
+	arr, v, err := inspectReply("sem_inspect", 16, 14, res, err)
 	if err != nil {
 		return SemaphoreState{}, err
 	}
@@ -166,14 +134,6 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 	return st, nil
 }
 
-// checkNameToken checks the name and token of a renew or release.
-func checkNameToken(name, token string) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	return ValidateToken(token)
-}
-
 // semMetrics are the semaphore's Prometheus collectors. Every label has a
 // fixed set of values.
 type semMetrics struct {
@@ -185,26 +145,16 @@ type semMetrics struct {
 
 func newSemMetrics(reg prometheus.Registerer) *semMetrics {
 	m := &semMetrics{
-		grants: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_grants_total", Help: "Semaphore leases granted.",
-		}),
-		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_conflicts_total",
-			Help: "Semaphore acquire attempts refused, by reason (unavailable, mode, permits, token).",
-		}, []string{"reason"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_releases_total", Help: "Semaphore leases ended by release, by kind (released, forced).",
-		}, []string{"kind"}),
-		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_semaphore_waits_total",
-			Help: "Semaphore acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).",
-		}, []string{"outcome"}),
+		grants: counter(reg, "latchkey_semaphore_grants_total", "Semaphore leases granted."),
+		conflicts: counterVec(reg, "latchkey_semaphore_conflicts_total",
+			"Semaphore acquire attempts refused, by reason (unavailable, mode, permits, token).", "reason"),
+		releases: counterVec(reg, "latchkey_semaphore_releases_total",
+			"Semaphore leases ended by release, by kind (released, forced).", "kind"),
+		waits: counterVec(reg, "latchkey_semaphore_waits_total",
+			"Semaphore acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).", "outcome"),
 	}
 	for _, r := range []string{"unavailable", "mode", "permits", "token"} {
 		m.conflicts.WithLabelValues(r)
-	}
-	if reg != nil {
-		reg.MustRegister(m.grants, m.conflicts, m.releases, m.waits)
 	}
 	return m
 }

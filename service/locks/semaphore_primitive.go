@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/latchkey/latchkey/scripts/lua"
-	"github.com/latchkey/latchkey/service/store"
 )
-
-var semRenewBatchScript = store.NewScript("sem_renew_batch", lua.SemRenewBatch)
 
 // semaphore is the semaphore as a primitive (see primitive.go): what the
 // keep-alive renewer and connection-held leases (Hold) need of it. Its
 // acquisitions wait through semWaiting rather than acquireWaiting: their
 // wake-ups are shared out by permits (semWakes) and their refusals are
 // semaphore errors, so attempt is not used.
-type semaphore struct{ s *Service }
+type semaphore struct{ leaseBase }
 
 func (semaphore) kind() kind { return kindSem }
 
@@ -46,19 +41,9 @@ func (p semaphore) renew(ctx context.Context, k lockKeys, token string, ttl time
 }
 
 func (p semaphore) lostReason(ctx context.Context, k lockKeys, token string) string {
-	st, err := p.s.InspectSemaphore(ctx, k.name, token)
-	if err != nil {
-		return ""
-	}
+	st, _ := p.s.InspectSemaphore(ctx, k.name, token) // a failed inspect has no reason
 	return st.LostReason
 }
-
-func (p semaphore) leave(ctx context.Context, k lockKeys, token string) error {
-	_, err := p.s.st.Run(ctx, semLeaveScript, []string{k.waiters, k.queue, k.channel}, semLeaveArgs(token)...)
-	return err
-}
-
-func (semaphore) batchScript() *store.Script { return semRenewBatchScript }
 
 func (semaphore) batchKeys(keys []string, k lockKeys) []string {
 	return append(keys, k.holders, k.leases, k.lost)
@@ -77,7 +62,7 @@ func semLease(l SemaphoreLease) Lease {
 // the permits held as their HoldCount. Returns the errors of
 // AcquireSemaphore.
 func (s *Service) HoldSemaphore(ctx context.Context, name string, req SemaphoreRequest) (*Hold, error) {
-	return s.hold(ctx, semaphore{s}, name, req.AcquireRequest, func(ctx context.Context, name string, ar AcquireRequest) (Lease, error) {
+	return s.hold(ctx, s.semaphore(), name, req.AcquireRequest, func(ctx context.Context, name string, ar AcquireRequest) (Lease, error) {
 		req.AcquireRequest = ar
 		l, err := s.AcquireSemaphore(ctx, name, req)
 		return semLease(l), err

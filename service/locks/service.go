@@ -8,7 +8,7 @@
 // beside it: the service and its config, keys and name rules (keys.go),
 // waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
 // their renewer (keepalive.go, renewer.go), connection-held leases
-// (hold.go), and the table of every lock script (scripts.go).
+// (hold.go), and every lock script (scripts.go).
 //
 // # Adding a primitive
 //
@@ -16,13 +16,17 @@
 //   - a kind (keys.go): the tag that keysOf puts in every key of its names,
 //     all under the name's hash tag {name}, and that its keep-alive
 //     registry members carry ("<kind>/<token>:<name>", see kind.member);
-//   - an implementation of the primitive interface (primitive.go) on its
-//     own scripts: attempt (the acquire script, registering waiters and
-//     queueing fair ones as acquire.lua does), release of a token's lease,
-//     renew, the recorded lost reason of a token, leave (a waiter gives up),
-//     and its keep-alive batch renewal script with the keys it takes per
-//     entry; the scripts follow the rules listed with the interface (wake-up
-//     messages, registry entries, lost reasons, reply shapes);
+//   - its scripts, one per operation of leaseScripts (scripts.go), in files
+//     named alike with a prefix of its own (rw_acquire.lua, ...), built
+//     with the ARGV builders the primitives share (mutex_scripts.go);
+//   - an implementation of the primitive interface (primitive.go) on them,
+//     embedding leaseBase, which gives it leave (a waiter gives up) and its
+//     keep-alive batch renewal script: attempt (the acquire script,
+//     registering waiters and queueing fair ones as acquire.lua does),
+//     release of a token's lease, renew, the recorded lost reason of a
+//     token, and the keys the batch script takes per entry; the scripts
+//     follow the rules listed with the interface (wake-up messages,
+//     registry entries, lost reasons, reply shapes);
 //   - its case in Service.primitive, so the renewer dispatches its due
 //     registry entries to its batch script;
 //   - exported methods that validate their input and call the shared
@@ -74,7 +78,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	sc := st.Config()
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
-	s.mutex, s.rwlock = mutex{s}, rwlock{s}
+	s.mutex, s.rwlock = mutex{leaseBase{s, &mutexScripts}}, s.rwLock()
 	if sc.Cluster {
 		s.shards, s.dir = newShardKeys(sc.KeyPrefix), newShardDir(sc.KeyPrefix)
 		st.Register(dirScripts...)
@@ -82,12 +86,16 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.rw = newRWMetrics(cfg.Registerer)
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
-	st.Register(scripts...)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
-	st.Register(semScripts...)
-	st.Register(rwScripts...)
+	st.Register(lockScripts()...)
 	return s, nil
 }
+
+// rwLock is the read/write lock as a primitive, on its scripts.
+func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
+
+// semaphore is the semaphore as a primitive, on its scripts.
+func (s *Service) semaphore() semaphore { return semaphore{leaseBase{s, &semScripts}} }
 
 // Close closes the shared pub/sub connection. Waiters still waiting fall
 // back to timed re-checks; new waits fail with ErrUnavailable. It does not

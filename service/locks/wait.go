@@ -60,12 +60,8 @@ func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, r
 	}
 	registered, failed := false, false
 	defer func() {
-		switch {
-		case err == nil || !registered:
-		case failed:
-			go s.leaveWaiters(context.WithoutCancel(ctx), callDeadline, p, k, req.Token)
-		default:
-			s.leaveWaiters(calls, callDeadline, p, k, req.Token)
+		if err != nil {
+			s.quitWaiting(ctx, calls, callDeadline, p, k, req.Token, registered, failed)
 		}
 		l.leave(err != nil)
 		s.waitDone(err)
@@ -75,15 +71,8 @@ func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, r
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		remaining := time.Until(waitEnd)
-		final := remaining <= time.Millisecond
-		var waiterTimeout time.Duration
-		if !final {
-			waiterTimeout = remaining + queueGrace
-		}
-		if isClosed(ready) {
-			ready = nil
-		}
+		remaining, waiterTimeout, final := waitTurn(waitEnd)
+		ready = unlessClosed(ready)
 		r, err := p.attempt(calls, k, req, waiterTimeout, keepTTL)
 		if err != nil {
 			// The script may have run and registered (and queued) the
@@ -114,6 +103,29 @@ func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, r
 	}
 }
 
+// waitTurn is the head of each turn of a wait that ends at waitEnd: the
+// time left, whether this attempt is the last (the wait is over), and the
+// waiter timeout the attempt registers the caller with when it is not
+// granted (none on the last attempt).
+func waitTurn(waitEnd time.Time) (remaining, waiterTimeout time.Duration, final bool) {
+	remaining = time.Until(waitEnd)
+	final = remaining <= time.Millisecond
+	if !final {
+		waiterTimeout = remaining + queueGrace
+	}
+	return remaining, waiterTimeout, final
+}
+
+// unlessClosed is c, or nil once c is closed: a wait selects on its
+// subscription's confirmation until it came, then makes one more attempt
+// (the first may have missed a release) and stops looking.
+func unlessClosed(c <-chan struct{}) <-chan struct{} {
+	if isClosed(c) {
+		return nil
+	}
+	return c
+}
+
 // isClosed reports whether c is closed; a nil c is not.
 func isClosed(c <-chan struct{}) bool {
 	if c == nil {
@@ -135,6 +147,20 @@ func recheckAfter(recheck, remaining time.Duration) time.Duration {
 		return remaining
 	}
 	return min(max(recheck+time.Millisecond, minRecheck), remaining)
+}
+
+// quitWaiting leaves the waiters after a wait that ended without the lease,
+// when one of its attempts may have registered the caller: at once when the
+// last attempt answered, and in the background when it failed, so that the
+// caller is answered at once (its calls' context may be over).
+func (s *Service) quitWaiting(ctx, calls context.Context, deadline time.Time, p primitive, k lockKeys, token string, registered, failed bool) {
+	switch {
+	case !registered:
+	case failed:
+		go s.leaveWaiters(context.WithoutCancel(ctx), deadline, p, k, token)
+	default:
+		s.leaveWaiters(calls, deadline, p, k, token)
+	}
 }
 
 // leaveWaiters removes a waiter that gives up from Redis's waiters and fair

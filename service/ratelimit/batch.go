@@ -214,7 +214,11 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	groups := slotGroups(live, b.cluster)
+	if !b.cluster {
+		b.callGroup(ctx, live) // no group slice: the single-node hot path
+		return
+	}
+	groups := slotGroups(live, true)
 	if len(groups) == 1 {
 		b.callGroup(ctx, live)
 		return

@@ -50,31 +50,24 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout <= 0 {
-		c.Timeout = 250 * time.Millisecond
-	}
-	if c.MinWindow <= 0 {
-		c.MinWindow = time.Second
-	}
-	if c.MaxWindow <= 0 {
-		c.MaxWindow = 24 * time.Hour
-	}
-	if c.MaxLimit <= 0 {
-		c.MaxLimit = 1_000_000_000
-	}
-	if c.Batch <= 0 {
-		c.Batch = 128
-	}
-	if c.MaxQueued <= 0 {
-		c.MaxQueued = 10000
-	}
-	if c.LogInterval <= 0 {
-		c.LogInterval = 10 * time.Second
-	}
+	setDefault(&c.Timeout, 250*time.Millisecond)
+	setDefault(&c.MinWindow, time.Second)
+	setDefault(&c.MaxWindow, 24*time.Hour)
+	setDefault(&c.MaxLimit, 1_000_000_000)
+	setDefault(&c.Batch, 128)
+	setDefault(&c.MaxQueued, 10000)
+	setDefault(&c.LogInterval, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
+}
+
+// setDefault sets *v to d when it is unset (not above zero).
+func setDefault[T ~int | ~int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // DefaultCacheSize is DefaultConfig's CacheSize.

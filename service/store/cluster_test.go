@@ -207,3 +207,50 @@ func replicaOf(t *testing.T, rdb *redis.ClusterClient, primary *redis.Client) *r
 	t.Cleanup(func() { _ = r.Close() })
 	return r
 }
+
+// NOSCRIPT heals on the node that answered it alone: with another primary
+// not answering clients (CLIENT PAUSE), a call on the flushed primary's slot
+// still loads its script there and succeeds.
+func TestClusterNoScriptHealsWithAnotherPrimaryStalled(t *testing.T) {
+	c := clustertest.Shared(t, clusterBasePort)
+	rdb := c.Client(t)
+	st := newStore(t, rdb, store.Config{OpTimeout: time.Second})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOnEveryPrimary(t, rdb, "stalled")
+	var flushed, stalled *redis.Client
+	var key string
+	for _, k := range keys {
+		node, err := rdb.MasterForKey(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case flushed == nil:
+			flushed, key = node, k
+		case stalled == nil:
+			stalled = node
+		}
+	}
+	if err := flushed.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The cluster bus is not paused: no failover starts. Nothing ends a
+	// pause of every command early (CLIENT UNPAUSE waits too), so it is
+	// short: longer than the store's timeout, and over before the next
+	// test, which waits for it.
+	if err := stalled.Do(t.Context(), "client", "pause", 2500, "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 5 { // each bounded by the client's read timeout
+			if stalled.Ping(context.Background()).Err() == nil {
+				return
+			}
+		}
+	})
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+		t.Errorf("Run on %s after SCRIPT FLUSH, %s paused = %v, %v; want 1", flushed.Options().Addr, stalled.Options().Addr, res, err)
+	}
+}

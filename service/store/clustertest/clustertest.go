@@ -104,18 +104,16 @@ func start(basePort int) (*Cluster, error) {
 }
 
 // waitReplicas waits until every primary's replica is in sync (its link
-// online) and the slot table lists all six nodes: only then does WAIT count
-// the replica, and does a client see the replicas (CLUSTER SLOTS leaves out
-// a replica still in its first sync).
+// online) and every node's slot table lists all six nodes: only then does
+// WAIT count the replica, and does a client see the replicas whichever node
+// it asks (CLUSTER SLOTS leaves out a replica still in its first sync).
 func (c *Cluster) waitReplicas(ctx context.Context) error {
 	opts, err := redis.ParseClusterURL(c.URL)
 	if err != nil {
 		return err
 	}
-	seed := redis.NewClient(&redis.Options{Addr: opts.Addrs[0]})
-	defer func() { _ = seed.Close() }()
 	for {
-		if c.replicasReady(ctx, seed, opts.Addrs) {
+		if replicasReady(ctx, opts.Addrs) {
 			return nil
 		}
 		select {
@@ -126,23 +124,23 @@ func (c *Cluster) waitReplicas(ctx context.Context) error {
 	}
 }
 
-func (c *Cluster) replicasReady(ctx context.Context, seed *redis.Client, addrs []string) bool {
-	slots, err := seed.ClusterSlots(ctx).Result()
-	if err != nil {
-		return false
-	}
-	nodes := 0
-	for _, s := range slots {
-		nodes += len(s.Nodes)
-	}
-	if nodes != len(addrs) {
-		return false
-	}
-	for _, s := range slots {
-		primary := redis.NewClient(&redis.Options{Addr: s.Nodes[0].Addr})
-		info, err := primary.Info(ctx, "replication").Result()
-		_ = primary.Close()
-		if err != nil || !strings.Contains(info, "state=online") {
+func replicasReady(ctx context.Context, addrs []string) bool {
+	for _, addr := range addrs {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		slots, err := node.ClusterSlots(ctx).Result()
+		info, infoErr := node.Info(ctx, "replication").Result()
+		_ = node.Close()
+		if err != nil || infoErr != nil {
+			return false
+		}
+		nodes := 0
+		for _, s := range slots {
+			nodes += len(s.Nodes)
+		}
+		if nodes != len(addrs) {
+			return false
+		}
+		if strings.Contains(info, "role:master") && !strings.Contains(info, "state=online") {
 			return false
 		}
 	}

@@ -1,0 +1,21 @@
+-- lib/heartbeat: a holder's renewal of its keep-alive lease, which is the
+-- lease's heartbeat (renew.lua, rw_renew.lua, sem_renew.lua include it
+-- after their header). It changes nothing by itself.
+--
+-- heartbeat(lost, tok, lost_ttl, untl, ttl, now_ms): lost is the name's
+-- lost-lease reasons hash (token -> reason), kept lost_ttl ms once written;
+-- untl the lease's max-hold deadline and ttl the TTL asked for, in ms.
+-- The renewer resumes if it had stopped: a "heartbeat_missed" reason of
+-- tok goes. A lease renewed to its deadline records "max_hold". Returns
+-- the TTL the lease gets: ttl, cut to the deadline (at least 1 ms).
+local function heartbeat(lost, tok, lost_ttl, untl, ttl, now_ms)
+  if redis.call('HGET', lost, tok) == 'heartbeat_missed' then
+    redis.call('HDEL', lost, tok)
+  end
+  if untl - now_ms < ttl then
+    redis.call('HSET', lost, tok, 'max_hold')
+    redis.call('PEXPIRE', lost, lost_ttl)
+    return math.max(untl - now_ms, 1)
+  end
+  return ttl
+end
