@@ -4,6 +4,7 @@
 # on a cluster by hand.
 #
 #   bash .ci/redis-cluster.sh start DIR BASEPORT   # ports BASEPORT..BASEPORT+5
+#   bash .ci/redis-cluster.sh node DIR PORT        # restart one node of DIR
 #   bash .ci/redis-cluster.sh stop DIR
 #
 # start returns once every node reports cluster_state:ok and every node
@@ -13,7 +14,19 @@
 # processes whose pid files are there.
 set -euo pipefail
 
-usage() { echo "usage: $0 start DIR BASEPORT | stop DIR" >&2; exit 2; }
+usage() { echo "usage: $0 start DIR BASEPORT | node DIR PORT | stop DIR" >&2; exit 2; }
+
+# start_node DIR PORT starts (or restarts, keeping its nodes.conf) the node
+# on PORT, daemonized, its files in DIR/PORT/.
+start_node() {
+  mkdir -p "$1/$2"
+  redis-server --port "$2" --bind 127.0.0.1 --daemonize yes \
+    --dir "$1/$2" --pidfile "$1/$2/redis.pid" --logfile "$1/$2/redis.log" \
+    --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
+    --save '' --appendonly no
+}
+
 [ $# -ge 2 ] || usage
 cmd=$1 dir=$2
 
@@ -26,18 +39,21 @@ start)
   for i in 0 1 2 3 4 5; do
     p=$((base + i))
     ports+=("$p")
-    mkdir -p "$dir/$p"
-    redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
-      --dir "$dir/$p" --pidfile "$dir/$p/redis.pid" --logfile "$dir/$p/redis.log" \
-      --cluster-enabled yes --cluster-config-file nodes.conf \
-      --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
-      --save '' --appendonly no
+    start_node "$dir" "$p"
   done
+  # Each port must answer from the node started here: a port another
+  # process took first fails the start (the caller may retry elsewhere).
   for p in "${ports[@]}"; do
+    mine=0
     for _ in $(seq 100); do
-      redis-cli -p "$p" ping >/dev/null 2>&1 && break
+      pid=$(cat "$dir/$p/redis.pid" 2>/dev/null || true)
+      if [ -n "$pid" ] && redis-cli -p "$p" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"; then
+        mine=1
+        break
+      fi
       sleep 0.1
     done
+    [ $mine = 1 ] || { echo "port $p: no redis-server of $dir answers (port taken?)" >&2; exit 1; }
   done
   addrs=()
   for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
@@ -68,6 +84,10 @@ start)
     sep='&'
   done
   echo "$url"
+  ;;
+node)
+  [ $# -eq 3 ] || usage
+  start_node "$dir" "$3"
   ;;
 stop)
   shopt -s nullglob

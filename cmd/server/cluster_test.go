@@ -16,9 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// clusterBasePort is where this package's Redis Cluster listens.
-const clusterBasePort = 21000
-
 func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // A URL naming one node of a cluster is detected and served through a
@@ -27,9 +24,9 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // Each way the server is ready, grants leases, and makes rate-limit
 // decisions on keys over every primary, each key counted exactly.
 func TestRunOnARedisCluster(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	c.Flush(t)
-	node := fmt.Sprintf("redis://127.0.0.1:%d", clusterBasePort+1)
+	node := "redis://" + c.Nodes[1].Addr
 	for i, args := range [][]string{
 		{"-redis-url", node},
 		{"-redis-url", c.URL},
@@ -148,14 +145,14 @@ func TestClusterNotReadyUntilItsStateIsOK(t *testing.T) {
 // it answers: a cluster node is then never ready (its lock scripts would
 // fail), a single node is, and asking stops.
 func TestClusterGuard(t *testing.T) {
-	clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	bin := redisServerBinary(t)
 	single, _ := startRedisProcess(t, bin)
 	for _, tt := range []struct {
 		url  string
 		want error
 	}{
-		{fmt.Sprintf("redis://127.0.0.1:%d", clusterBasePort), errClusterLate},
+		{"redis://" + c.Nodes[0].Addr, errClusterLate},
 		{"redis://" + addrOf(single), nil},
 	} {
 		rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(tt.url, "redis://")})

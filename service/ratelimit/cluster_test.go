@@ -12,9 +12,6 @@ import (
 	"github.com/latchkey/latchkey/service/store/clustertest"
 )
 
-// clusterBasePort is where this package's Redis Cluster listens.
-const clusterBasePort = 21050
-
 func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // On a real Redis Cluster, concurrent decisions on keys spread over every
@@ -24,7 +21,7 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // denies, and counts what it would deny), in the shared namespace and in a
 // tenant's.
 func TestClusterDecisionsCountExactly(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	c.Flush(t)
 	const limit = 5
 	hour := time.Hour // windows far longer than the test: no refill in between

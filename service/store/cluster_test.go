@@ -16,9 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// clusterBasePort is where this package's Redis Cluster listens.
-const clusterBasePort = 21100
-
 func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // keysOnEveryPrimary returns one key per primary of rdb, named after n.
@@ -44,7 +41,7 @@ func keysOnEveryPrimary(t *testing.T, rdb *redis.ClusterClient, n string) map[st
 // On a cluster client the store is in cluster mode, is ready, and has its
 // scripts on every primary and every replica after LoadScripts.
 func TestClusterLoadsScriptsOnEveryNode(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	rdb := c.Client(t)
 	st := newStore(t, rdb, store.Config{})
 	if !st.Config().Cluster {
@@ -80,7 +77,7 @@ func TestClusterLoadsScriptsOnEveryNode(t *testing.T) {
 // without them) answers NOSCRIPT; the store loads the script on that node
 // and the call succeeds, on keys of every primary.
 func TestClusterNoScriptHealsOnTheNodeThatAnswered(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	c.Flush(t)
 	rdb := c.Client(t)
 	reg := prometheus.NewRegistry()
@@ -110,7 +107,7 @@ func TestClusterNoScriptHealsOnTheNodeThatAnswered(t *testing.T) {
 // each, and asking for two (each primary has one) is a *ReplicationError
 // after the change is made.
 func TestClusterRunReplicatedWaitsOnTheKeysPrimary(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	c.Flush(t)
 	rdb := c.Client(t)
 	one := newStore(t, rdb, store.Config{MinReplicas: 1})
@@ -136,7 +133,7 @@ func TestClusterRunReplicatedWaitsOnTheKeysPrimary(t *testing.T) {
 // A replica promoted by a failover already has the scripts LoadScripts
 // sent at start: a call on its slot runs without a NOSCRIPT reload.
 func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	rdb := c.Client(t)
 	reg := prometheus.NewRegistry()
 	st := newStore(t, rdb, store.Config{Registerer: reg})
@@ -212,7 +209,7 @@ func replicaOf(t *testing.T, rdb *redis.ClusterClient, primary *redis.Client) *r
 // not answering clients (CLIENT PAUSE), a call on the flushed primary's slot
 // still loads its script there and succeeds.
 func TestClusterNoScriptHealsWithAnotherPrimaryStalled(t *testing.T) {
-	c := clustertest.Shared(t, clusterBasePort)
+	c := clustertest.Shared(t)
 	rdb := c.Client(t)
 	st := newStore(t, rdb, store.Config{OpTimeout: time.Second})
 	if err := st.LoadScripts(t.Context()); err != nil {

@@ -1,10 +1,14 @@
-// Package clustertest starts a Redis Cluster of three primaries and three
-// replicas (.ci/redis-cluster.sh) once per test package, for tests that
-// need a real cluster.
+// Package clustertest starts Redis Clusters of three primaries and three
+// replicas (.ci/redis-cluster.sh) on free ports of 127.0.0.1, for tests that
+// need a real cluster; only tests import it.
 //
-// A package calls Shared from its tests, and Main from its TestMain, which
-// stops the cluster after the tests. Tests skip when redis-server or redis-cli is not on the PATH,
-// unless LATCHKEY_REQUIRE_REDIS=1 (CI), which fails them instead.
+// Shared is one cluster per test package, started by the first test that
+// asks (or the running one at LATCHKEY_TEST_REDIS_CLUSTER_URL) and stopped
+// by Stop from the package's TestMain (Main does both). Start is a cluster
+// for one test alone, stopped when the test ends: for tests that kill,
+// restart or reshard nodes. Tests skip when redis-server or redis-cli is not
+// on the PATH, unless LATCHKEY_REQUIRE_REDIS=1 (CI), which fails them
+// instead; a cluster that cannot start fails them.
 package clustertest
 
 import (
@@ -12,8 +16,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,40 +23,98 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// EnvURL is a running cluster's seed URL; Shared uses it instead of
+// starting one.
+const EnvURL = "LATCHKEY_TEST_REDIS_CLUSTER_URL"
+
+// envRequire=1 turns a skip for a missing redis-server into a failure.
+const envRequire = "LATCHKEY_REQUIRE_REDIS"
+
+// startTimeout bounds the start of one cluster, retries included.
+const startTimeout = 3 * time.Minute
+
 // Cluster is a running cluster.
 type Cluster struct {
 	// URL is the seed URL, go-redis's cluster form:
 	// redis://127.0.0.1:P?addr=127.0.0.1:P+1&...
 	URL string
-	dir string
+	// Nodes are the six nodes, in port order. Their Dir is empty on a
+	// cluster this package did not start (LATCHKEY_TEST_REDIS_CLUSTER_URL).
+	Nodes []Node
+	dir   string // "" when this package did not start it
 }
 
-var (
-	once    sync.Once
-	shared  *Cluster
-	started error
-)
+var shared struct {
+	once sync.Once
+	c    *Cluster
+	err  error
+}
 
-// Shared returns the package's cluster, starting it on the first call on
-// ports basePort..basePort+5 (and their cluster bus ports, 10000 above).
-// It skips t when redis-server or redis-cli is missing (fails it with
-// LATCHKEY_REQUIRE_REDIS=1) and fails it when the cluster cannot start.
-func Shared(t testing.TB, basePort int) *Cluster {
-	t.Helper()
+// Missing says why no cluster can be started here ("" when one can): a
+// redis-server or redis-cli not on the PATH.
+func Missing() string {
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("LATCHKEY_REQUIRE_REDIS") == "1" {
-				t.Fatalf("%s is not on the PATH, and LATCHKEY_REQUIRE_REDIS=1", bin)
-			}
-			t.Skipf("%s is not on the PATH (Debian: apt-get install redis-server); a Redis Cluster test needs it; "+
-				"set LATCHKEY_REQUIRE_REDIS=1 to fail instead", bin)
+			return bin + " is not on the PATH (Debian: apt-get install redis-server redis-tools); a Redis Cluster test needs it"
 		}
 	}
-	once.Do(func() { shared, started = start(basePort) })
-	if started != nil {
-		t.Fatalf("start a redis cluster on ports %d..%d: %v", basePort, basePort+5, started)
+	return ""
+}
+
+// skipIfMissing skips t when Missing says so, or fails it when
+// LATCHKEY_REQUIRE_REDIS=1.
+func skipIfMissing(t testing.TB) {
+	t.Helper()
+	why := Missing()
+	if why == "" {
+		return
 	}
-	return shared
+	if os.Getenv(envRequire) == "1" {
+		t.Fatalf("%s, and %s=1", why, envRequire)
+	}
+	t.Skipf("%s; set %s=1 to fail instead", why, envRequire)
+}
+
+// Shared returns the package's cluster: the one at
+// LATCHKEY_TEST_REDIS_CLUSTER_URL if set, else one started on the first
+// call on free ports. It skips t when redis-server or redis-cli is missing
+// (fails it with LATCHKEY_REQUIRE_REDIS=1) and fails it when the cluster
+// cannot start.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	url := os.Getenv(EnvURL)
+	if url == "" {
+		skipIfMissing(t)
+	}
+	shared.once.Do(func() {
+		if url != "" {
+			shared.c, shared.err = external(url)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		shared.c, shared.err = start(ctx)
+	})
+	if shared.err != nil {
+		t.Fatalf("start the package's redis cluster: %v", shared.err)
+	}
+	return shared.c
+}
+
+// Start starts a cluster for t alone on free ports, stopped when t ends.
+// It skips t when redis-server or redis-cli is missing (fails it with
+// LATCHKEY_REQUIRE_REDIS=1) and fails it when the cluster cannot start.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	skipIfMissing(t)
+	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+	defer cancel()
+	c, err := start(ctx)
+	if err != nil {
+		t.Fatalf("start a redis cluster: %v", err)
+	}
+	t.Cleanup(c.stop)
+	return c
 }
 
 // Main runs a package's tests, stops the package's cluster and exits:
@@ -68,97 +128,8 @@ func Main(m *testing.M) {
 
 // Stop stops the package's cluster, if Shared started one.
 func Stop() {
-	if shared != nil {
-		_ = exec.Command("bash", shared.script(), "stop", shared.dir).Run()
-		_ = os.RemoveAll(shared.dir)
-	}
-}
-
-func start(basePort int) (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "latchkey-cluster-")
-	if err != nil {
-		return nil, err
-	}
-	c := &Cluster{dir: dir}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", c.script(), "start", dir, fmt.Sprint(basePort)).Output()
-	if err != nil {
-		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			msg = string(ee.Stderr)
-		}
-		_ = exec.Command("bash", c.script(), "stop", dir).Run()
-		return nil, fmt.Errorf("%v: %s", err, msg)
-	}
-	lines := strings.Fields(strings.TrimSpace(string(out)))
-	if len(lines) == 0 {
-		return nil, fmt.Errorf("redis-cluster.sh printed no URL")
-	}
-	c.URL = lines[len(lines)-1]
-	if err := c.waitReplicas(ctx); err != nil {
-		_ = exec.Command("bash", c.script(), "stop", dir).Run()
-		return nil, err
-	}
-	return c, nil
-}
-
-// waitReplicas waits until every primary's replica is in sync (its link
-// online) and every node's slot table lists all six nodes: only then does
-// WAIT count the replica, and does a client see the replicas whichever node
-// it asks (CLUSTER SLOTS leaves out a replica still in its first sync).
-func (c *Cluster) waitReplicas(ctx context.Context) error {
-	opts, err := redis.ParseClusterURL(c.URL)
-	if err != nil {
-		return err
-	}
-	for {
-		if replicasReady(ctx, opts.Addrs) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the replicas did not come in sync: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func replicasReady(ctx context.Context, addrs []string) bool {
-	for _, addr := range addrs {
-		node := redis.NewClient(&redis.Options{Addr: addr})
-		slots, err := node.ClusterSlots(ctx).Result()
-		info, infoErr := node.Info(ctx, "replication").Result()
-		_ = node.Close()
-		if err != nil || infoErr != nil {
-			return false
-		}
-		nodes := 0
-		for _, s := range slots {
-			nodes += len(s.Nodes)
-		}
-		if nodes != len(addrs) {
-			return false
-		}
-		if strings.Contains(info, "role:master") && !strings.Contains(info, "state=online") {
-			return false
-		}
-	}
-	return true
-}
-
-// script is .ci/redis-cluster.sh of the module the test runs in.
-func (c *Cluster) script() string {
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, ".ci", "redis-cluster.sh")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return filepath.Join(".ci", "redis-cluster.sh")
-		}
-		dir = parent
+	if shared.c != nil {
+		shared.c.stop()
 	}
 }
 
@@ -189,4 +160,17 @@ func (c *Cluster) Flush(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// external is the running cluster at url, whose nodes are the seed URL's.
+func external(url string) (*Cluster, error) {
+	opts, err := redis.ParseClusterURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvURL, err)
+	}
+	c := &Cluster{URL: url}
+	for _, addr := range opts.Addrs {
+		c.Nodes = append(c.Nodes, Node{Addr: addr})
+	}
+	return c, nil
 }
