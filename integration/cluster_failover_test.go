@@ -4,15 +4,11 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // A primary of a cluster of its own is SIGKILLed while two Latchkey
@@ -25,7 +21,7 @@ import (
 // throughout; fences on every name strictly increase; and waiters blocked
 // across the failover get their locks when released after it.
 func TestClusterFailoverUnderLoad(t *testing.T) {
-	cl := newOwnCluster(t)
+	cl := ownCluster(t)
 	a, b, nodes, prims := newClusterPair(t, cl, policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour))
 	// The other primaries keep serving their slots while some are not
 	// covered: without this every node answers CLUSTERDOWN until the
@@ -93,12 +89,8 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	if n, err := victimRDB.Do(t.Context(), "WAIT", 1, 10_000).Int(); err != nil || n < 1 {
 		t.Fatalf("WAIT on the victim: %d replicas (%v), want 1", n, err)
 	}
-	pid := serverPID(t, victimRDB)
 	killed := l.tick()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill %d: %v", pid, err)
-	}
-	cl.forget(victim.Addr) // its pid may be another process's by the time the cluster stops
+	pid := cl.Kill(t, victim.Addr)
 	t.Logf("killed primary %s (pid %d) at %d; its replica %s", victim.Addr, pid, killed, replica.Addr)
 
 	// Promoted: every surviving node sees the replica as a primary serving
@@ -191,24 +183,4 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Logf("%d requests, %d answered 503 (between the kill at %d and the promotion at %d)", len(ops), unavailable, killed, promoted)
 	// Every kept lease on the surviving primaries is still renewed.
 	wantRenewedOn(t, l, failed, time.Minute)
-}
-
-// serverPID is the process id of the Redis node rdb talks to (INFO server).
-func serverPID(t testing.TB, rdb *redis.Client) int {
-	t.Helper()
-	info, err := rdb.Info(t.Context(), "server").Result()
-	if err != nil {
-		t.Fatalf("INFO server: %v", err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("INFO server: process_id %q", v)
-			}
-			return pid
-		}
-	}
-	t.Fatalf("INFO server has no process_id: %s", info)
-	return 0
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/latchkey/latchkey/service/store/clustertest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,7 +85,7 @@ func newClusterLoad(t *testing.T, a, b *testEnv, cycled, kept, checks []string, 
 // long as any Redis call (a loaded machine must not turn a slow answer into
 // a 503 on a primary that is up). It returns them with a client on every
 // node of cl and its three primaries.
-func newClusterPair(t *testing.T, cl *redisCluster, policies ...ratelimit.Policy) (a, b *testEnv, nodes map[string]*redis.Client, prims []clusterNode) {
+func newClusterPair(t *testing.T, cl *clustertest.Cluster, policies ...ratelimit.Policy) (a, b *testEnv, nodes map[string]*redis.Client, prims []clusterNode) {
 	t.Helper()
 	for i := range policies {
 		policies[i].Fail = ratelimit.FailClosed

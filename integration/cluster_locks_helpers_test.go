@@ -7,16 +7,17 @@ import (
 
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/latchkey/latchkey/service/store/clustertest"
 	"github.com/redis/go-redis/v9"
 )
 
 // lockCluster is a Redis Cluster of three primaries and three replicas
-// for one test (newOwnCluster), with lock services on clients of its own.
-type lockCluster struct{ *redisCluster }
+// for one test (ownCluster), with lock services on clients of its own.
+type lockCluster struct{ *clustertest.Cluster }
 
 // startLockCluster starts a cluster for t alone, stopped when t ends; it
 // skips, or fails when Redis is required, when none can be started.
-func startLockCluster(t *testing.T) *lockCluster { return &lockCluster{newOwnCluster(t)} }
+func startLockCluster(t *testing.T) *lockCluster { return &lockCluster{ownCluster(t)} }
 
 // client returns a cluster client on c configured as cmd/server would.
 func (c *lockCluster) client(t *testing.T) *redis.ClusterClient {

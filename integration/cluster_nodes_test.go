@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/latchkey/latchkey/service/store/clustertest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -81,12 +82,11 @@ func primaries(nodes []clusterNode) []clusterNode {
 }
 
 // nodeClients are clients on every node of c, by address.
-func nodeClients(t testing.TB, c *redisCluster) map[string]*redis.Client {
+func nodeClients(t testing.TB, c *clustertest.Cluster) map[string]*redis.Client {
 	t.Helper()
 	m := map[string]*redis.Client{}
-	for _, p := range c.Ports() {
-		addr := "127.0.0.1:" + strconv.Itoa(p)
-		m[addr] = newNodeClient(t, "redis://"+addr)
+	for _, n := range c.Nodes {
+		m[n.Addr] = newNodeClient(t, "redis://"+n.Addr)
 	}
 	return m
 }

@@ -22,7 +22,7 @@ import (
 // allowed exactly min(requests, limit), which its counter in Redis shows
 // too.
 func TestClusterReshardUnderLoad(t *testing.T) {
-	cl := newOwnCluster(t)
+	cl := ownCluster(t)
 	const limit = 150
 	a, b, nodes, prims := newClusterPair(t, cl,
 		policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour), policy("exact", ratelimit.FixedWindow, limit, time.Hour))

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"testing"
+
+	"github.com/latchkey/latchkey/service/store/clustertest"
 )
 
 // containerDefaults are testcontainers-go settings this suite needs unless
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
-	stopSharedCluster()
+	clustertest.Stop()
 	if line := skips.summary(); line != "" {
 		w, closeW := summaryWriter()
 		fmt.Fprintln(w, line)
