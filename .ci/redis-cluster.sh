@@ -47,7 +47,8 @@ start)
     mine=0
     for _ in $(seq 100); do
       pid=$(cat "$dir/$p/redis.pid" 2>/dev/null || true)
-      if [ -n "$pid" ] && redis-cli -p "$p" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"; then
+      info=$(redis-cli -p "$p" info server 2>/dev/null || true)
+      if [ -n "$pid" ] && grep -qx "process_id:$pid" <<<"${info//$'\r'/}"; then
         mine=1
         break
       fi
