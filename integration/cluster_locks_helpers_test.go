@@ -1,14 +1,7 @@
 package integration
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,84 +11,19 @@ import (
 )
 
 // lockCluster is a Redis Cluster of three primaries and three replicas
-// started from redis-server processes by .ci/redis-cluster.sh for one test.
-type lockCluster struct {
-	url   string
-	ports []int
-}
+// for one test (newOwnCluster), with lock services on clients of its own.
+type lockCluster struct{ *redisCluster }
 
-// startLockCluster starts a cluster on six free loopback ports and stops it
-// when t ends. It skips when redis-server or redis-cli is missing, unless
-// LATCHKEY_REQUIRE_REDIS=1.
-func startLockCluster(t *testing.T) *lockCluster {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli", "bash"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv(envRequireRedis) == "1" {
-				t.Fatalf("%s is not installed, and %s=1", bin, envRequireRedis)
-			}
-			t.Skipf("a Redis Cluster test needs %s on PATH (set %s=1 to fail instead)", bin, envRequireRedis)
-		}
-	}
-	base := freeClusterPorts(t)
-	dir := t.TempDir()
-	script, err := filepath.Abs("../.ci/redis-cluster.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	t.Cleanup(func() { _ = exec.Command("bash", script, "stop", dir).Run() })
-	out, err := exec.CommandContext(ctx, "bash", script, "start", dir, strconv.Itoa(base)).Output()
-	if err != nil {
-		t.Fatalf("start a cluster on %d: %v\n%s", base, err, out)
-	}
-	c := &lockCluster{url: strings.TrimSpace(string(out))}
-	for i := range 6 {
-		c.ports = append(c.ports, base+i)
-	}
-	return c
-}
-
-// freeClusterPorts finds six consecutive loopback ports, and their cluster
-// bus ports (+10000), that nothing listens on, from
-// LATCHKEY_TEST_CLUSTER_PORT (default 22000) up.
-func freeClusterPorts(t *testing.T) int {
-	t.Helper()
-	start := 22000
-	if v, err := strconv.Atoi(os.Getenv("LATCHKEY_TEST_CLUSTER_PORT")); err == nil && v > 0 {
-		start = v
-	}
-	for base := start; base < start+500; base += 10 {
-		free := true
-		var ls []net.Listener
-		for i := range 6 {
-			for _, p := range []int{base + i, base + i + 10000} {
-				l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-				if err != nil {
-					free = false
-					break
-				}
-				ls = append(ls, l)
-			}
-		}
-		for _, l := range ls {
-			_ = l.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatalf("no six free ports from %d", start)
-	return 0
-}
+// startLockCluster starts a cluster for t alone, stopped when t ends; it
+// skips, or fails when Redis is required, when none can be started.
+func startLockCluster(t *testing.T) *lockCluster { return &lockCluster{newOwnCluster(t)} }
 
 // client returns a cluster client on c configured as cmd/server would.
 func (c *lockCluster) client(t *testing.T) *redis.ClusterClient {
 	t.Helper()
-	opts, err := redis.ParseClusterURL(c.url)
+	opts, err := redis.ParseClusterURL(c.URL)
 	if err != nil {
-		t.Fatalf("parse %s: %v", c.url, err)
+		t.Fatalf("parse %s: %v", c.URL, err)
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 	opts.ContextTimeoutEnabled = true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,16 +33,11 @@ func TestClusterLocks(t *testing.T) {
 // testClusterKeepalive: 150 keep-alive leases (exclusive locks, read
 // leases, semaphore permits) on names spread over every slot, taken half on
 // each instance, outlive several TTLs: each was renewed, none lost, and
-// once released the directory of registry shards empties.
+// once released the directory of registry shards empties. The directory is
+// deleted before the renewers start, as a failover of its node may lose
+// it: their reconciliation finds every shard again.
 func testClusterKeepalive(t *testing.T, a, b *locks.Service, rdb *redis.ClusterClient, prefix string) {
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for _, s := range []*locks.Service{a, b} {
-		wg.Go(func() { s.RunRenewer(ctx) })
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-
-	const ttl = 600 * time.Millisecond
+	const ttl = 2 * time.Second
 	req := locks.AcquireRequest{TTL: ttl, Keepalive: true, MaxHold: time.Hour}
 	type held struct {
 		kind, name, token string
@@ -73,6 +69,24 @@ func testClusterKeepalive(t *testing.T, a, b *locks.Service, rdb *redis.ClusterC
 			leases = append(leases, held{"sem", name, l.Token, l.ExpiresAt})
 		}
 	}
+	dir := prefix + "keepalive:slots:{keepalive}"
+	slots := map[int]bool{}
+	for _, l := range leases {
+		slots[store.Slot(l.name)] = true
+	}
+	eventually(t, time.Minute, "every grant marked its shard's slot in the directory", func() bool {
+		n, err := rdb.ZCard(t.Context(), dir).Result()
+		return err == nil && n == int64(len(slots))
+	})
+	if err := rdb.Del(t.Context(), dir).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, s := range []*locks.Service{a, b} {
+		wg.Go(func() { s.RunRenewer(ctx) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	// Every lease would have run out twice over without renewals: wait on
 	// the Redis clock of every lease's node, not on this process's.
 	for _, l := range leases {
@@ -122,7 +136,6 @@ func testClusterKeepalive(t *testing.T, a, b *locks.Service, rdb *redis.ClusterC
 			t.Errorf("release %s %s: %v", l.kind, l.name, err)
 		}
 	}
-	dir := prefix + "keepalive:slots:{keepalive}"
 	eventually(t, time.Minute, "the directory of registry shards empties once every lease is released", func() bool {
 		n, err := rdb.ZCard(t.Context(), dir).Result()
 		return err == nil && n == 0
@@ -131,10 +144,11 @@ func testClusterKeepalive(t *testing.T, a, b *locks.Service, rdb *redis.ClusterC
 
 // testClusterWakeUps: for an exclusive lock, a read/write lock and a
 // semaphore on each of the three primaries, a waiter on one instance gets
-// the lock once the holder on the other releases it: its wait (a minute)
-// and the holder's TTL (two minutes) are far off, so only the wake-up, sent
-// with SPUBLISH and heard on a sharded subscription (PUBSUB SHARDNUMSUB
-// counts it), lets it in.
+// the lock once the holder on the other releases it, and long before its
+// wait (a minute) would end (the holder's TTL, two minutes, is further
+// still): only the wake-up, sent with SPUBLISH and heard on a sharded
+// subscription (PUBSUB SHARDNUMSUB counts it), lets it in then; without it
+// the waiter would take the lock at the end of its wait.
 func testClusterWakeUps(t *testing.T, a, b *locks.Service, rdb *redis.ClusterClient, prefix string) {
 	hold := locks.AcquireRequest{TTL: 2 * time.Minute}
 	wait := locks.AcquireRequest{TTL: time.Minute, Wait: time.Minute}
@@ -144,7 +158,11 @@ func testClusterWakeUps(t *testing.T, a, b *locks.Service, rdb *redis.ClusterCli
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := goAcquire(func() error { _, err := b.Acquire(t.Context(), name, wait); return err })
+			start := redisNowMS(t, rdb, "{"+name+"}")
+			got := goAcquire(func() (time.Time, error) {
+				l, err := b.Acquire(t.Context(), name, wait)
+				return l.ExpiresAt.Add(-l.TTL), err
+			})
 			waitShardSubscribed(t, rdb, locks.KeysOf(prefix, name).Channel)
 			eventually(t, 10*time.Second, "the waiter is registered", func() bool {
 				st, err := a.Inspect(t.Context(), name, "")
@@ -153,9 +171,7 @@ func testClusterWakeUps(t *testing.T, a, b *locks.Service, rdb *redis.ClusterCli
 			if _, err := a.Release(t.Context(), name, l.Token); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-got; err != nil {
-				t.Fatalf("the waiter did not get the lock after the release: %v", err)
-			}
+			wokenBeforeTheWaitEnded(t, got, start, wait.Wait)
 		})
 		t.Run("rwlock "+name, func(t *testing.T) {
 			w := hold
@@ -166,7 +182,11 @@ func testClusterWakeUps(t *testing.T, a, b *locks.Service, rdb *redis.ClusterCli
 			}
 			r := wait
 			r.Mode = locks.ModeRead
-			got := goAcquire(func() error { _, err := b.AcquireRW(t.Context(), name, r); return err })
+			start := redisNowMS(t, rdb, "{"+name+"}")
+			got := goAcquire(func() (time.Time, error) {
+				l, err := b.AcquireRW(t.Context(), name, r)
+				return l.ExpiresAt.Add(-l.TTL), err
+			})
 			waitShardSubscribed(t, rdb, prefix+"rw:unlock:{"+name+"}")
 			eventually(t, 10*time.Second, "the reader waits", func() bool {
 				st, err := a.InspectRW(t.Context(), name, "")
@@ -175,18 +195,17 @@ func testClusterWakeUps(t *testing.T, a, b *locks.Service, rdb *redis.ClusterCli
 			if _, err := a.ReleaseRW(t.Context(), name, l.Token, locks.ModeWrite); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-got; err != nil {
-				t.Fatalf("the reader did not get the lock after the release: %v", err)
-			}
+			wokenBeforeTheWaitEnded(t, got, start, wait.Wait)
 		})
 		t.Run("semaphore "+name, func(t *testing.T) {
 			l, err := a.AcquireSemaphore(t.Context(), name, locks.SemaphoreRequest{AcquireRequest: hold, Permits: 1, Count: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := goAcquire(func() error {
-				_, err := b.AcquireSemaphore(t.Context(), name, locks.SemaphoreRequest{AcquireRequest: wait, Permits: 1, Count: 1})
-				return err
+			start := redisNowMS(t, rdb, "{"+name+"}")
+			got := goAcquire(func() (time.Time, error) {
+				l, err := b.AcquireSemaphore(t.Context(), name, locks.SemaphoreRequest{AcquireRequest: wait, Permits: 1, Count: 1})
+				return l.ExpiresAt.Add(-l.TTL), err
 			})
 			waitShardSubscribed(t, rdb, prefix+"sem:unlock:{"+name+"}")
 			eventually(t, 10*time.Second, "the permit waiter waits", func() bool {
@@ -196,18 +215,41 @@ func testClusterWakeUps(t *testing.T, a, b *locks.Service, rdb *redis.ClusterCli
 			if _, err := a.ReleaseSemaphore(t.Context(), name, l.Token); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-got; err != nil {
-				t.Fatalf("the permit waiter did not get the permit after the release: %v", err)
-			}
+			wokenBeforeTheWaitEnded(t, got, start, wait.Wait)
 		})
 	}
 }
 
-// goAcquire runs acquire on a goroutine and delivers its error.
-func goAcquire(acquire func() error) <-chan error {
-	got := make(chan error, 1)
-	go func() { got <- acquire() }()
+// grant is an acquire's outcome: when it was granted (Redis clock), or why
+// not.
+type grant struct {
+	at  time.Time
+	err error
+}
+
+// goAcquire runs acquire on a goroutine and delivers its outcome.
+func goAcquire(acquire func() (time.Time, error)) <-chan grant {
+	got := make(chan grant, 1)
+	go func() {
+		at, err := acquire()
+		got <- grant{at, err}
+	}()
 	return got
+}
+
+// wokenBeforeTheWaitEnded checks that the waiter whose outcome got
+// delivers, which started waiting after startMS (Redis clock) for wait, was
+// granted in the first half of its wait: woken by the release, not taking
+// the lock in its last attempt when the wait ended.
+func wokenBeforeTheWaitEnded(t *testing.T, got <-chan grant, startMS int64, wait time.Duration) {
+	t.Helper()
+	g := <-got
+	if g.err != nil {
+		t.Fatalf("the waiter did not get the lock after the release: %v", g.err)
+	}
+	if half := time.UnixMilli(startMS).Add(wait / 2); !g.at.Before(half) {
+		t.Fatalf("the waiter was granted at %s, not before %s: no wake-up reached it, its wait ran out", g.at, half)
+	}
 }
 
 // waitShardSubscribed waits until the primary of channel's slot counts a

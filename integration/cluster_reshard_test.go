@@ -10,31 +10,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // Slots holding locks, keep-alive leases and rate-limit counters move from
 // one primary of a cluster of its own to another (redis-cli --cluster
 // reshard: MIGRATE, MOVED and ASK) while two Latchkey instances serve load
-// on them over HTTP: no request fails with 500 or 503, every keep-alive
-// lease stays held with its fence, fences strictly increase, and every
-// rate-limit key allowed exactly min(requests, limit), which its counter in
-// Redis shows too.
+// on them over HTTP: no request fails with 500, none with 503 but a lock
+// call on a moving slot while it moves, every keep-alive lease stays held
+// with its fence, fences strictly increase, and every rate-limit key
+// allowed exactly min(requests, limit), which its counter in Redis shows
+// too.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	cl := newOwnCluster(t)
 	const limit = 150
-	flow := policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour)
-	exact := policy("exact", ratelimit.FixedWindow, limit, time.Hour)
-	flow.Fail, exact.Fail = ratelimit.FailClosed, ratelimit.FailClosed
-	slow := withServiceConfig(func(s *serviceConfig) { s.OpTimeout, s.RateLimit.Timeout = 2*time.Second, 2*time.Second })
-	a := newTestEnv(t, withCluster(cl.URL), withRenewer(instancePoll), withPolicies(flow, exact), slow)
-	b := newTestEnv(t, beside(a), withRenewer(instancePoll), withPolicies(flow, exact), slow)
-	nodes := nodeClients(t, cl)
-	prims := primaries(topology(t, nodes))
-	if len(prims) != 3 {
-		t.Fatalf("%d primaries, want 3", len(prims))
-	}
+	a, b, nodes, prims := newClusterPair(t, cl,
+		policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour), policy("exact", ratelimit.FixedWindow, limit, time.Hour))
 	// redis-cli moves the source's lowest slots first.
 	src, dst := prims[0], prims[1]
 	const slots = 400
@@ -43,19 +34,11 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		t.Fatalf("source %s serves %v, want %d slots in its first range", src.Addr, src.Slots, slots)
 	}
 	moving := func(slot int) bool { return lo <= slot && slot < lo+slots }
-	lockKey := func(name string) string { return locks.KeysOf(a.Prefix, name).Lock }
-	keyOf := func(policyName string) func(string) string {
-		pol, err := a.Svc.Policy(policyName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func(key string) string { return a.Svc.Keys(pol, []string{key})[0] }
-	}
 	elsewhere := func(slot int) bool { return !moving(slot) }
-	cycled := append(namesOnSlots(t, "cycle", 3, lockKey, moving), namesOnSlots(t, "cycle-other", 1, lockKey, elsewhere)...)
-	kept := append(namesOnSlots(t, "kept", 3, lockKey, moving), namesOnSlots(t, "kept-other", 1, lockKey, elsewhere)...)
-	checks := namesOnSlots(t, "user", 2, keyOf("flow"), moving)
-	exactKeys := namesOnSlots(t, "quota", 3, keyOf("exact"), moving)
+	cycled := append(namesOnSlots(t, "cycle", 3, a.lockKey, moving), namesOnSlots(t, "cycle-other", 1, a.lockKey, elsewhere)...)
+	kept := append(namesOnSlots(t, "kept", 3, a.lockKey, moving), namesOnSlots(t, "kept-other", 1, a.lockKey, elsewhere)...)
+	checks := namesOnSlots(t, "user", 2, a.limitKeyOf(t, "flow"), moving)
+	exactKeys := namesOnSlots(t, "quota", 3, a.limitKeyOf(t, "exact"), moving)
 
 	l := newClusterLoad(t, a, b, cycled, kept, checks, "flow")
 	l.run(t)
@@ -105,10 +88,18 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	wantAnswered(t, ops)
 	wantFencesIncrease(t, ops)
 	wantKeptHeld(t, l, ops, func(int) bool { return false })
-	during := 0
+	// A lock script names several keys of its slot: on a slot caught half
+	// moved Redis answers TRYAGAIN, which may outlast the client's
+	// redirects and be a 503, there and then only. A rate-limit decision
+	// names one key and follows MOVED and ASK: it never gets a 503.
+	during, unavailable := 0, 0
 	for _, op := range ops {
+		overlaps := op.Start < ended && op.End > started && moving(op.Slot)
 		if op.Status == http.StatusServiceUnavailable {
-			t.Errorf("%s %s (slot %d): 503 at %d: %s", op.Kind, op.Name, op.Slot, op.Start, op.Body)
+			unavailable++
+			if !overlaps || op.Kind == "check" {
+				t.Errorf("%s %s (slot %d): 503 at %d-%d, the move at %d-%d: %s", op.Kind, op.Name, op.Slot, op.Start, op.End, started, ended, op.Body)
+			}
 		}
 		if op.Start > started && op.End < ended && moving(op.Slot) {
 			during++
@@ -125,12 +116,12 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		if want := min(c.sent, limit); c.allowed != want {
 			t.Errorf("%s: %d of %d requests allowed, want %d", key, c.allowed, c.sent, want)
 		}
-		if n, err := a.RDB.Get(t.Context(), keyOf("exact")(key)).Int(); err != nil || n != c.allowed {
+		if n, err := a.RDB.Get(t.Context(), a.limitKeyOf(t, "exact")(key)).Int(); err != nil || n != c.allowed {
 			t.Errorf("%s: counter %d (%v), want %d, one per allowed request", key, n, err, c.allowed)
 		}
 	}
 	wantRenewedOn(t, l, func(int) bool { return false }, time.Minute)
-	t.Logf("%d requests, %d on the moving slots while they moved", len(ops), during)
+	t.Logf("%d requests, %d on the moving slots while they moved, %d answered 503", len(ops), during, unavailable)
 }
 
 // exactCount tallies the answers to the checks of one rate-limit key.

@@ -4,6 +4,8 @@ package integration
 // tests on one cluster of three primaries and three replicas, started once
 // for the package from .ci/redis-cluster.sh (or the one at
 // LATCHKEY_TEST_REDIS_CLUSTER_URL), and stopped when the package ends.
+// Tests named TestCluster... start clusters of their own
+// whatever the pass, and CI's cluster pass leaves them out.
 
 import (
 	"context"
@@ -13,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +105,13 @@ func (c *redisCluster) stop() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// forget removes the pid file of the node at addr (127.0.0.1:port), which
+// the test killed, so that stop signals only processes of the cluster.
+func (c *redisCluster) forget(addr string) {
+	_, port, _ := strings.Cut(addr, ":")
+	_ = os.Remove(filepath.Join(c.dir, port, "redis.pid"))
 }
 
 // freeClusterBase picks a base port such that base..base+5 and their bus

@@ -178,11 +178,11 @@ func TestReadyzRunsAScript(t *testing.T) {
 // how a broken scripts/lua file reaches Redis at start-up.
 type brokenScripts struct {
 	store.Client
-	target string // the source to break
+	target string // the source to break, or its cluster variant (lua.Sharded)
 }
 
 func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {
-	if src == b.target {
+	if src == b.target || src == lua.Sharded(b.target) {
 		src += "\nthis is not lua ("
 	}
 	return b.Client.ScriptLoad(ctx, src)

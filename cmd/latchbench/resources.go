@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -152,7 +153,7 @@ func (m *meter) keepaliveReport(ctx context.Context) []string {
 			_, le, _ := strings.Cut(name, `le="`)
 			le, _, _ = strings.Cut(le, `"`)
 			bound, err := strconv.ParseFloat(le, 64)
-			if err != nil { // +Inf
+			if err != nil || math.IsInf(bound, 1) {
 				bound = -1
 			}
 			buckets = append(buckets, bucket{bound, f})

@@ -128,9 +128,7 @@ var (
 )
 
 // RenewBatch renews a batch of keep-alive leases in one call.
-//
-//go:embed renew_batch.lua
-var RenewBatch string
+var RenewBatch = mustAssemble("renew_batch.lua")
 
 // RateLimitMulti decides one request under several limits at once: all
 // allow and count it, or nothing is counted.
@@ -188,9 +186,7 @@ var SemSetPermits string
 var SemLeave string
 
 // SemRenewBatch renews a batch of keep-alive semaphore leases in one call.
-//
-//go:embed sem_renew_batch.lua
-var SemRenewBatch string
+var SemRenewBatch = mustAssemble("sem_renew_batch.lua")
 
 // QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
 //

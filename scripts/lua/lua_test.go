@@ -119,3 +119,32 @@ func TestEveryFragmentIsIncluded(t *testing.T) {
 		t.Errorf("Assemble of a missing file: no error")
 	}
 }
+
+// TestShardedPublishesEveryWakeUpWithSPUBLISH: the Redis Cluster form of
+// every script sends each wake-up it publishes with SPUBLISH, and differs
+// in nothing else; the scripts that publish nothing are left as they are.
+func TestShardedPublishesEveryWakeUpWithSPUBLISH(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	publishing := 0
+	for name, src := range scripts {
+		sharded := lua.Sharded(src)
+		n := strings.Count(src, "'PUBLISH'")
+		if strings.Contains(sharded, "'PUBLISH'") || strings.Count(sharded, "'SPUBLISH'") != n+strings.Count(src, "'SPUBLISH'") {
+			t.Errorf("%s: the sharded form still publishes with PUBLISH, or lost one", name)
+		}
+		if strings.ReplaceAll(sharded, "'SPUBLISH'", "'PUBLISH'") != strings.ReplaceAll(src, "'SPUBLISH'", "'PUBLISH'") {
+			t.Errorf("%s: the sharded form differs in more than its PUBLISH calls", name)
+		}
+		if n > 0 {
+			publishing++
+			if err := rdb.ScriptLoad(t.Context(), sharded).Err(); err != nil {
+				t.Errorf("%s: SCRIPT LOAD of the sharded form: %v", name, err)
+			}
+		}
+	}
+	if publishing < 14 {
+		t.Errorf("%d scripts publish wake-ups, want the 14 of the three lock primitives", publishing)
+	}
+}

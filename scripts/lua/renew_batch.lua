@@ -11,7 +11,8 @@
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("<token>:<name>")
 --
--- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
+-- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...,
+--         next_due_ms}
 --   code 0 = skipped (no longer due or no longer registered)
 --        1 = renewed (reason "max_hold" when this renewal runs to the deadline)
 --        2 = not renewed: heartbeat missed, the lease runs out its TTL
@@ -19,71 +20,52 @@
 --            (expired, force_released, max_hold, heartbeat_missed)
 --        4 = dropped: the lease is no longer kept alive (nothing was lost),
 --            or its key is not a lock hash
---   lag is how late the entry was visited (now - due).
--- The keys of one batch span many hash slots: this needs a single Redis node
--- (or Sentinel), not Redis Cluster.
+--   lag is how late the entry was visited (now - due); next_due_ms is when
+--   the registry's first entry is due after this batch (-1: it is empty).
+-- On Redis Cluster the registry is the shard of one hash slot, and a batch
+-- names its entries only, whose locks share that slot.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local keep = ARGV[1]
-local out = {now_ms}
+--#include lib/keepalive.lua
 
-local function lose(lost, tok, reason)
-  redis.call('HSET', lost, tok, reason)
-  redis.call('PEXPIRE', lost, keep)
-end
-
-for i = 1, #ARGV - 1 do
-  local m = ARGV[1 + i]
+return renew_entries(function(i, m)
   local lock, lost = KEYS[2 * i], KEYS[2 * i + 1]
-  local due = tonumber(redis.call('ZSCORE', KEYS[1], m))
-  local code, lag, reason = 0, 0, ''
-  if due and due <= now_ms then
-    lag = now_ms - due
-    local tok = string.match(m, '^([^:]+):')
-    local v = redis.pcall('HMGET', lock, 't', 'l', 'ku', 'kh', 'kb')
-    local untl = type(v) == 'table' and not v.err and tonumber(v[3])
-    if type(v) ~= 'table' or v.err then
-      -- not a lock hash (written by something else): drop the entry rather
-      -- than fail the whole batch on it, every time
-      code = 4
-      redis.call('ZREM', KEYS[1], m)
-    elseif v[1] ~= tok then
-      code, reason = 3, redis.call('HGET', lost, tok) or 'expired'
-      lose(lost, tok, reason)
-      redis.call('ZREM', KEYS[1], m)
-    elseif not untl then
-      code = 4
-      redis.call('ZREM', KEYS[1], m)
-    elseif now_ms >= untl then
-      code, reason = 3, 'max_hold'
-      redis.call('DEL', lock)
-      lose(lost, tok, reason)
-      redis.call('ZREM', KEYS[1], m)
-    else
-      local ttl = tonumber(v[2])
-      local hb, hb_at = tonumber(v[4]) or 0, tonumber(v[5]) or 0
-      if hb > 0 and now_ms - hb_at > hb then
-        code, reason = 2, 'heartbeat_missed'
-        lose(lost, tok, reason)
-        redis.call('ZADD', KEYS[1], now_ms + math.max(redis.call('PTTL', lock), 1), m)
-      else
-        code = 1
-        local pttl, nxt = ttl, now_ms + math.max(math.floor(ttl / 3), 1)
-        if untl - now_ms <= ttl then
-          pttl, nxt, reason = untl - now_ms, untl, 'max_hold'
-          lose(lost, tok, reason)
-        end
-        -- the stored TTL's own string when it is the TTL: see acquire.lua
-        if pttl == ttl and string.find(v[2], '^%d+$') then
-          pttl = v[2]
-        end
-        redis.call('PEXPIRE', lock, pttl)
-        redis.call('ZADD', KEYS[1], nxt, m)
-      end
-    end
+  local tok = string.match(m, '^([^:]+):')
+  local v = redis.pcall('HMGET', lock, 't', 'l', 'ku', 'kh', 'kb')
+  if type(v) ~= 'table' or v.err then
+    -- not a lock hash (written by something else): drop the entry rather
+    -- than fail the whole batch on it, every time
+    redis.call('ZREM', KEYS[1], m)
+    return 4, ''
   end
-  out[#out + 1] = code
-  out[#out + 1] = lag
-  out[#out + 1] = reason
-end
-return out
+  local untl = tonumber(v[3])
+  if v[1] ~= tok then
+    local reason = redis.call('HGET', lost, tok) or 'expired'
+    lose(lost, tok, reason)
+    redis.call('ZREM', KEYS[1], m)
+    return 3, reason
+  elseif not untl then
+    redis.call('ZREM', KEYS[1], m)
+    return 4, ''
+  elseif now_ms >= untl then
+    redis.call('DEL', lock)
+    lose(lost, tok, 'max_hold')
+    redis.call('ZREM', KEYS[1], m)
+    return 3, 'max_hold'
+  end
+  local ttl = tonumber(v[2])
+  local hb, hb_at = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+  if hb > 0 and now_ms - hb_at > hb then
+    lose(lost, tok, 'heartbeat_missed')
+    redis.call('ZADD', KEYS[1], now_ms + math.max(redis.call('PTTL', lock), 1), m)
+    return 2, 'heartbeat_missed'
+  end
+  local pttl, nxt, reason = next_renewal(lost, tok, ttl, untl)
+  -- the stored TTL's own string when it is the TTL: see acquire.lua
+  if pttl == ttl and string.find(v[2], '^%d+$') then
+    pttl = v[2]
+  end
+  redis.call('PEXPIRE', lock, pttl)
+  redis.call('ZADD', KEYS[1], nxt, m)
+  return 1, reason
+end)

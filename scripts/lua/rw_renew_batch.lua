@@ -11,25 +11,19 @@
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("rw/<token>:<name>")
 --
--- Reply: {now_ms, code1, lag1_ms, reason1, ...} with renew_batch.lua's codes:
+-- Reply: {now_ms, code1, lag1_ms, reason1, ..., next_due_ms} as
+-- renew_batch.lua's, with its codes:
 --   0 skipped (not due or not registered), 1 renewed, 2 heartbeat missed,
 --   3 lost (reason says why), 4 dropped (no lease is kept alive).
+-- On Redis Cluster the registry is the shard of one hash slot, and a batch
+-- names its entries only, whose locks share that slot.
 --#include lib/rw.lua
-local keep = ARGV[1]
-local out = {now_ms}
-local function lose(lost, tok, reason)
-  redis.call('HSET', lost, tok, reason)
-  redis.call('PEXPIRE', lost, keep)
-end
-for i = 1, #ARGV - 1 do
-  local m = ARGV[1 + i]
-  local S, H, L = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
-  local due = tonumber(redis.call('ZSCORE', KEYS[1], m))
-  local code, lag, reason = 0, 0, ''
-  if due and due <= now_ms then
-    lag = now_ms - due
+--#include lib/keepalive.lua
+return renew_entries(function(i, m)
+    local S, H, L = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+    local code, reason = 0, ''
     local tok = string.match(m, '^%a+/([^:]+):')
-    local ok, err = pcall(function()
+    local ok = pcall(function()
       -- the token's kept-alive leases: {ttl, until, hb, hb_at, set(expiry)}
       local leases = {}
       local any = false
@@ -79,11 +73,8 @@ for i = 1, #ARGV - 1 do
           if not nxt or e < nxt then nxt = e end
         else
           renewed = true
-          local pttl, d = l.ttl, now_ms + math.max(math.floor(l.ttl / 3), 1)
-          if l.untl - now_ms <= l.ttl then
-            pttl, d, reason = l.untl - now_ms, l.untl, 'max_hold'
-            lose(L, tok, reason)
-          end
+          local pttl, d, why = next_renewal(L, tok, l.ttl, l.untl)
+          if why ~= '' then reason = why end
           if l.w then
             redis.call('HSET', S, 'wx', now_ms + pttl)
           else
@@ -119,9 +110,5 @@ for i = 1, #ARGV - 1 do
       code, reason = 4, ''
       redis.call('ZREM', KEYS[1], m)
     end
-  end
-  out[#out + 1] = code
-  out[#out + 1] = lag
-  out[#out + 1] = reason
-end
-return out
+    return code, reason
+end)

@@ -13,64 +13,46 @@
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("sem/<token>:<name>")
 --
--- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...}
---   codes, lags and reasons as renew_batch.lua's: 0 skipped, 1 renewed,
+-- Reply: {now_ms, code1, lag1_ms, reason1, code2, lag2_ms, reason2, ...,
+--         next_due_ms}
+--   codes, lags, reasons and next_due_ms as renew_batch.lua's: 0 skipped, 1 renewed,
 --   2 heartbeat missed, 3 lost (reason says why), 4 dropped.
--- The keys of one batch span many hash slots: this needs a single Redis node
--- (or Sentinel), not Redis Cluster.
+-- On Redis Cluster the registry is the shard of one hash slot, and a batch
+-- names its entries only, whose semaphores share that slot.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local keep = ARGV[1]
-local out = {now_ms}
+--#include lib/keepalive.lua
 
-for i = 1, #ARGV - 1 do
-  local m = ARGV[1 + i]
+return renew_entries(function(i, m)
   local holders, leases, lost = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
-  local due = tonumber(redis.call('ZSCORE', KEYS[1], m))
-  local code, lag, reason = 0, 0, ''
-  if due and due <= now_ms then
-    lag = now_ms - due
-    local tok = string.match(m, '^[a-z]+/([^:]+):')
-    local expiry = tonumber(redis.call('ZSCORE', holders, tok))
-    local v = redis.call('HGET', leases, tok)
-    local count, fence, own, untl, hb, kb, owner
-    if v then
-      count, fence, own, untl, hb, kb, owner = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
-    end
-    if not v or not expiry or expiry <= now_ms or not untl or now_ms >= tonumber(untl) then
-      code, reason = 3, redis.call('HGET', lost, tok) or 'expired'
-      if v and expiry and expiry > now_ms then
-        reason = 'max_hold'
-      end
-      -- the lease is over: its permits are free
-      redis.call('ZREM', holders, tok)
-      redis.call('HDEL', leases, tok)
-      redis.call('HSET', lost, tok, reason)
-      redis.call('PEXPIRE', lost, keep)
-      redis.call('ZREM', KEYS[1], m)
-    elseif tonumber(untl) == 0 then
-      code = 4
-      redis.call('ZREM', KEYS[1], m)
-    elseif tonumber(hb) > 0 and now_ms - tonumber(kb) > tonumber(hb) then
-      code, reason = 2, 'heartbeat_missed'
-      redis.call('HSET', lost, tok, reason)
-      redis.call('PEXPIRE', lost, keep)
-      redis.call('ZADD', KEYS[1], expiry, m)
-    else
-      code = 1
-      local ttl = tonumber(own)
-      local pttl, nxt = ttl, now_ms + math.max(math.floor(ttl / 3), 1)
-      if tonumber(untl) - now_ms <= ttl then
-        pttl, nxt, reason = tonumber(untl) - now_ms, tonumber(untl), 'max_hold'
-        redis.call('HSET', lost, tok, reason)
-        redis.call('PEXPIRE', lost, keep)
-      end
-      redis.call('ZADD', holders, now_ms + pttl, tok)
-      redis.call('ZADD', KEYS[1], nxt, m)
-    end
+  local tok = string.match(m, '^[a-z]+/([^:]+):')
+  local expiry = tonumber(redis.call('ZSCORE', holders, tok))
+  local v = redis.call('HGET', leases, tok)
+  local count, fence, own, untl, hb, kb, owner
+  if v then
+    count, fence, own, untl, hb, kb, owner = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
   end
-  out[#out + 1] = code
-  out[#out + 1] = lag
-  out[#out + 1] = reason
-end
-return out
+  if not v or not expiry or expiry <= now_ms or not untl or now_ms >= tonumber(untl) then
+    local reason = redis.call('HGET', lost, tok) or 'expired'
+    if v and expiry and expiry > now_ms then
+      reason = 'max_hold'
+    end
+    -- the lease is over: its permits are free
+    redis.call('ZREM', holders, tok)
+    redis.call('HDEL', leases, tok)
+    lose(lost, tok, reason)
+    redis.call('ZREM', KEYS[1], m)
+    return 3, reason
+  elseif tonumber(untl) == 0 then
+    redis.call('ZREM', KEYS[1], m)
+    return 4, ''
+  elseif tonumber(hb) > 0 and now_ms - tonumber(kb) > tonumber(hb) then
+    lose(lost, tok, 'heartbeat_missed')
+    redis.call('ZADD', KEYS[1], expiry, m)
+    return 2, 'heartbeat_missed'
+  end
+  local pttl, nxt, reason = next_renewal(lost, tok, tonumber(own), tonumber(untl))
+  redis.call('ZADD', holders, now_ms + pttl, tok)
+  redis.call('ZADD', KEYS[1], nxt, m)
+  return 1, reason
+end)

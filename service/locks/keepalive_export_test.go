@@ -10,3 +10,17 @@ import (
 // the renewer would sleep before looking again. Tests drive time with
 // miniredis.
 func RenewDueNow(ctx context.Context, s *Service) time.Duration { return s.renewDue(ctx) }
+
+// RenewShardsNow runs the cluster renewer once (see RenewDueNow): every due
+// shard of the directory is visited and settled before it returns, unless a
+// call fails.
+func RenewShardsNow(ctx context.Context, s *Service) time.Duration { return s.renewShards(ctx) }
+
+// DirKeys names the directory of the registry shards under prefix.
+func DirKeys(prefix string) (due, gens string) { return dirKeys(prefix) }
+
+// ShardPattern is the SCAN pattern of the registry shards under prefix.
+func ShardPattern(prefix string) string { return shardPattern(prefix) }
+
+// ShardSlot reports the slot of a registry shard key under prefix.
+func ShardSlot(prefix, key string) (int, bool) { return shardSlot(prefix, key) }

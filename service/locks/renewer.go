@@ -55,7 +55,7 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 			return s.retryAfterFailure(ctx)
 		}
 		s.ka.tracked.Set(float64(d.tracked))
-		if err := s.renewBatches(ctx, s.regKey, d.members); err != nil {
+		if _, err := s.renewBatches(ctx, s.regKey, d.members); err != nil {
 			return s.retryAfterFailure(ctx)
 		}
 		if len(d.members) < full {
@@ -76,23 +76,28 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 // primitive's batch script once per batch with every batch in flight at
 // once (a pipelining client sends them together) and waits for all of them.
 // Every batch that fails is counted (reason "store") unless ctx ended; the
-// outcomes of the others are recorded as usual. Returns nil when every batch
-// ran, else the errors of the failed ones joined: each wraps ErrUnavailable
-// (timeout, lost connection), is ctx's error (the renewer is stopping) or is
-// the script's own error.
-func (s *Service) renewBatches(ctx context.Context, reg string, members []string) error {
+// outcomes of the others are recorded as usual. Returns when the registry's
+// first entry is due after the batches (the earliest any batch saw; -1 when
+// it is empty or there was no batch) and nil when every batch ran, else the
+// errors of the failed ones joined: each wraps ErrUnavailable (timeout, lost
+// connection), is ctx's error (the renewer is stopping) or is the script's
+// own error.
+func (s *Service) renewBatches(ctx context.Context, reg string, members []string) (nextDueMS int64, err error) {
 	batches := s.batches(reg, members)
 	var errs []error
+	next := make([]int64, len(batches))
 	switch len(batches) {
 	case 0:
-		return nil
+		return -1, nil
 	case 1: // one batch: no goroutine needed
-		errs = []error{s.renewBatch(ctx, batches[0])}
+		var err error
+		next[0], err = s.renewBatch(ctx, batches[0])
+		errs = []error{err}
 	default:
 		errs = make([]error, len(batches))
 		var wg sync.WaitGroup
 		for i, b := range batches {
-			wg.Go(func() { errs[i] = s.renewBatch(ctx, b) })
+			wg.Go(func() { next[i], errs[i] = s.renewBatch(ctx, b) })
 		}
 		wg.Wait()
 	}
@@ -101,7 +106,13 @@ func (s *Service) renewBatches(ctx context.Context, reg string, members []string
 			s.storeFailed(ctx)
 		}
 	}
-	return errors.Join(errs...)
+	nextDueMS = -1
+	for _, n := range next {
+		if n >= 0 && (nextDueMS < 0 || n < nextDueMS) {
+			nextDueMS = n
+		}
+	}
+	return nextDueMS, errors.Join(errs...)
 }
 
 // batch is the due members of one primitive that one script call renews,
@@ -202,16 +213,22 @@ func (s *Service) dueLeases(ctx context.Context, reg string, limit int) (dueSet,
 	return d, nil
 }
 
-// renewBatch runs b's batch script once and records the outcome.
-func (s *Service) renewBatch(ctx context.Context, b batch) error {
+// renewBatch runs b's batch script once and records the outcome. It
+// returns when the registry's first entry is due after the batch (-1: the
+// registry is empty).
+func (s *Service) renewBatch(ctx context.Context, b batch) (nextDueMS int64, err error) {
 	s.ka.batches.Inc()
 	res, err := s.st.Run(ctx, b.p.batchScript(), b.keys, renewBatchArgs(s.cfg, b.members)...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 1+3*len(b.members) {
-		return fmt.Errorf("%s: unexpected reply %T of %d entries", b.p.batchScript().Name(), res, len(arr))
+	if !ok || len(arr) != 2+3*len(b.members) {
+		return 0, fmt.Errorf("%s: unexpected reply %T of %d entries", b.p.batchScript().Name(), res, len(arr))
+	}
+	nextDueMS, ok = arr[len(arr)-1].(int64)
+	if !ok {
+		return 0, fmt.Errorf("%s: next due time is %T", b.p.batchScript().Name(), arr[len(arr)-1])
 	}
 	for i := 1; i+2 < len(arr); i += 3 {
 		code, _ := arr[i].(int64)
@@ -227,5 +244,5 @@ func (s *Service) renewBatch(ctx context.Context, b batch) error {
 		}
 		s.ka.lag.Observe(float64(lag) / 1000)
 	}
-	return nil
+	return nextDueMS, nil
 }

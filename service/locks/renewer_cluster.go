@@ -53,6 +53,7 @@ type shardDir struct {
 	mu       sync.Mutex
 	pending  map[int]int64 // slot -> least ms from now until due, not yet sent
 	flushing bool          // a goroutine is sending pending marks
+	closed   bool          // the service is closed: marks are dropped
 
 	// The renewer's own (one goroutine).
 	tracked       map[int]int64 // slot -> entries, as last seen
@@ -84,6 +85,9 @@ func (s *Service) markShard(k lockKeys, ka *Keepalive, ttl time.Duration, expire
 func (d *shardDir) add(marks map[int]int64, start func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
 	for slot, in := range marks {
 		if cur, ok := d.pending[slot]; !ok || in < cur {
 			d.pending[slot] = in
@@ -95,17 +99,27 @@ func (d *shardDir) add(marks map[int]int64, start func()) {
 	}
 }
 
-// take hands over the pending marks, or ends the flush when there are none.
+// take hands over the pending marks, or ends the flush when there are none
+// or the service is closed.
 func (d *shardDir) take() map[int]int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.pending) == 0 {
+	if len(d.pending) == 0 || d.closed {
 		d.flushing = false
 		return nil
 	}
 	marks := d.pending
 	d.pending = map[int]int64{}
 	return marks
+}
+
+// close drops the marks not sent yet and every later one: a closed service
+// sends none (their leases are found by the next reconciliation).
+func (d *shardDir) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	clear(d.pending)
 }
 
 // flushMarks sends the pending marks until none is left, each round one
@@ -124,13 +138,7 @@ func (s *Service) flushMarks() {
 		}
 		if _, err := s.st.Run(context.Background(), keepaliveMarkScript, []string{s.dir.due, s.dir.gens}, args...); err != nil {
 			s.ka.failures.WithLabelValues("store").Inc()
-			s.dir.mu.Lock()
-			for slot, in := range marks {
-				if cur, ok := s.dir.pending[slot]; !ok || in < cur {
-					s.dir.pending[slot] = in
-				}
-			}
-			s.dir.mu.Unlock()
+			s.dir.add(marks, func() {}) // this goroutine is still the flush
 			time.Sleep(s.cfg.RenewPoll)
 		}
 	}
@@ -228,16 +236,36 @@ const visitFailed = -2
 
 // visitShards visits the shards of slots, up to Config.RenewParallel at
 // once, and returns each one's next due time (ms; -1 when empty,
-// visitFailed when a call failed).
+// visitFailed when a call failed). Once a visit failed, the other shards of
+// its primary are not visited this round (visitFailed: they stay claimed
+// and are visited again when the claim runs out), so a primary that does
+// not answer holds the renewals of the others up for one Redis timeout,
+// not one per shard.
 func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	next := make([]int64, len(slots))
 	sizes := make([]int64, len(slots))
 	work := make(chan int)
+	var down sync.Map // primary's address -> a visit there failed
+	primary := func(slot int) string {
+		if r, ok := s.st.Client().(clusterRouter); ok {
+			if c, err := r.MasterForKey(ctx, s.shards[slot]); err == nil {
+				return c.Options().Addr
+			}
+		}
+		return ""
+	}
 	var wg sync.WaitGroup
 	for range min(s.cfg.RenewParallel, len(slots)) {
 		wg.Go(func() {
 			for i := range work {
-				next[i], sizes[i] = s.visitShard(ctx, slots[i])
+				addr := primary(slots[i])
+				if _, failed := down.Load(addr); failed && addr != "" {
+					next[i] = visitFailed
+					continue
+				}
+				if next[i], sizes[i] = s.visitShard(ctx, slots[i]); next[i] == visitFailed {
+					down.Store(addr, true)
+				}
 			}
 		})
 	}
@@ -247,10 +275,13 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	close(work)
 	wg.Wait()
 	for i, slot := range slots {
-		switch {
-		case next[i] == -1:
+		switch next[i] {
+		case -1:
 			delete(s.dir.tracked, slot)
-		case next[i] != visitFailed:
+		case visitFailed:
+			// Its primary may be failing over: the directory's may too.
+			s.dir.reconcile = true
+		default:
 			s.dir.tracked[slot] = sizes[i]
 		}
 	}
@@ -260,7 +291,9 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 // visitShard renews the due entries of the registry shard of slot, as the
 // single-node renewer does with the one registry, and returns when the
 // shard is next due (-1 when it is empty, visitFailed when a call failed:
-// counted, reason "store") and its size.
+// counted, reason "store") and its size, as last seen. A shard with due
+// entries takes two calls (keepalive_due, then the batches, whose replies
+// say when it is next due), one without takes one.
 func (s *Service) visitShard(ctx context.Context, slot int) (next, size int64) {
 	reg := s.shards[slot]
 	full := s.cfg.RenewBatch * s.cfg.RenewParallel
@@ -276,8 +309,14 @@ func (s *Service) visitShard(ctx context.Context, slot int) (next, size int64) {
 		case len(d.members) == 0:
 			return d.nextDueMS, d.tracked
 		}
-		if err := s.renewBatches(ctx, reg, d.members); err != nil {
+		next, err := s.renewBatches(ctx, reg, d.members)
+		if err != nil {
 			return visitFailed, 0
+		}
+		if len(d.members) < full {
+			// Every due entry was in the batches: their reply says when
+			// the shard is next due.
+			return next, d.tracked
 		}
 		size = d.tracked
 	}

@@ -66,7 +66,7 @@ func (r *renewRecorder) EvalSha(ctx context.Context, sha string, keys []string, 
 	cmd := r.run(ctx, sha, keys, call.members, args)
 	call.err = cmd.Err()
 	arr, _ := cmd.Val().([]any)
-	for i := 1; i < len(arr); i += 3 {
+	for i := 1; i+2 < len(arr); i += 3 {
 		code, _ := arr[i].(int64)
 		call.codes = append(call.codes, code)
 	}

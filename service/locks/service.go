@@ -6,9 +6,11 @@
 // (its scripts' ARGV and reply statuses), the read/write lock in rwlock.go
 // and rwlock_scripts.go (its scripts are rw_*.lua, run with rw_lib.lua). What serves every primitive
 // beside it: the service and its config, keys and name rules (keys.go),
-// waiting woken by pub/sub (wait.go, subscriber.go), keep-alive leases and
-// their renewer (keepalive.go, renewer.go), connection-held leases
-// (hold.go), and every lock script (scripts.go).
+// waiting woken by pub/sub (wait.go, subscriber.go; sharded pub/sub on a
+// Redis Cluster in subscriber_cluster.go), keep-alive leases and their
+// renewer (keepalive.go, renewer.go; on a cluster the registry's shards,
+// shards.go, and their directory, renewer_cluster.go), connection-held
+// leases (hold.go), and every lock script (scripts.go).
 //
 // # Adding a primitive
 //
@@ -97,10 +99,16 @@ func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
 // semaphore is the semaphore as a primitive, on its scripts.
 func (s *Service) semaphore() semaphore { return semaphore{leaseBase{s, &semScripts}} }
 
-// Close closes the shared pub/sub connection. Waiters still waiting fall
-// back to timed re-checks; new waits fail with ErrUnavailable. It does not
+// Close closes the shared pub/sub connections. Waiters still waiting fall
+// back to timed re-checks; new waits fail with ErrUnavailable. On a cluster
+// the shard marks not sent yet are dropped (see markShard). It does not
 // close rdb.
-func (s *Service) Close() error { return s.sub.close() }
+func (s *Service) Close() error {
+	if s.dir != nil {
+		s.dir.close()
+	}
+	return s.sub.close()
+}
 
 // Subscriptions reports the lock channels this process is subscribed to and
 // the listeners (waiters and hold streams) on them.

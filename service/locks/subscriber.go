@@ -162,12 +162,12 @@ func (s *subscriber) changed(channel string) {
 // channel it was asked to subscribe (and subscribes it again when it
 // reconnects) and forgets one it was asked to unsubscribe. On a cluster it
 // also sends again, on its slot's primary as now known, a subscription not
-// confirmed for a whole tick (Config.SubscriberPing, at least a second).
+// confirmed for a whole tick (unconfirmedTick).
 func (s *subscriber) sync(kick <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	var tick <-chan time.Time
 	if s.sharded {
-		t := time.NewTicker(max(s.ping, time.Second))
+		t := time.NewTicker(unconfirmedTick)
 		defer t.Stop()
 		tick = t.C
 	}

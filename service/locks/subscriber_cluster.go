@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,6 +24,13 @@ import (
 // (a SSUBSCRIBE refused with MOVED, on a stale view of the slots) is sent
 // again after the client reloaded its view. Meanwhile every waiter keeps its
 // timed re-checks.
+
+// unconfirmedTick is how often the sync loop looks for sharded
+// subscriptions that Redis has not confirmed: one unconfirmed at two ticks
+// in a row is sent again. The cluster client's view of the slots is
+// reloaded in the background after a move, so the first SSUBSCRIBE after it
+// may go to the old primary and be refused.
+const unconfirmedTick = time.Second
 
 // clusterRouter is the part of the cluster client that names a slot's
 // primary.

@@ -1,0 +1,97 @@
+package locks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// twoPrimaries passes calls to one Redis, but routes keys as a cluster of
+// two primaries would (by the slot's parity), and fails every keepalive_due
+// call on the down primary's shards, as a connection to it would.
+type twoPrimaries struct {
+	store.Client
+	nodes [2]*redis.Client // never dialled: their addresses name them
+	down  int
+
+	mu    sync.Mutex
+	calls [2]int // keepalive_due calls per primary
+}
+
+func (c *twoPrimaries) MasterForKey(_ context.Context, key string) (*redis.Client, error) {
+	return c.nodes[store.Slot(key)%2], nil
+}
+
+func (c *twoPrimaries) ReloadState(context.Context) {}
+
+func (c *twoPrimaries) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha != shaOf(lua.KeepaliveDue) {
+		return c.Client.EvalSha(ctx, sha, keys, args...)
+	}
+	node := store.Slot(keys[0]) % 2
+	c.mu.Lock()
+	c.calls[node]++
+	c.mu.Unlock()
+	if node == c.down {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(errors.New("dial tcp: connect: connection refused"))
+		return cmd
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestClusterRenewerSkipsAPrimaryThatFailed: once a shard visit on a
+// primary fails, the renewer visits none of that primary's other shards in
+// the round (they stay claimed), and still renews the shards of the other.
+func TestClusterRenewerSkipsAPrimaryThatFailed(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	c := &twoPrimaries{Client: rdb, down: 1, nodes: [2]*redis.Client{
+		redis.NewClient(&redis.Options{Addr: "primary-0:6379"}), redis.NewClient(&redis.Options{Addr: "primary-1:6379"})}}
+	const prefix = "lk:"
+	svc := mustNew(t, c, locks.Config{RenewParallel: 1}, store.Config{KeyPrefix: prefix, Cluster: true})
+	due, _ := locks.DirKeys(prefix)
+	var names [2][]string
+	tokens := map[string]string{}
+	for i := 0; len(names[0]) < 3 || len(names[1]) < 3; i++ {
+		name := fmt.Sprintf("n%d", i)
+		node := store.Slot(name) % 2
+		if len(names[node]) == 3 {
+			continue
+		}
+		names[node] = append(names[node], name)
+		tokens[name] = mustAcquire(t, svc, name, locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true}).Token
+	}
+	waitFor(t, "every grant's mark reaches the directory", func() bool {
+		n, err := rdb.ZCard(ctx, due).Result()
+		return err == nil && n == 6
+	})
+	now := t0
+	advance(m, &now, 1100*time.Millisecond)
+	locks.RenewShardsNow(ctx, svc)
+
+	if c.calls[1] != 1 {
+		t.Errorf("keepalive_due calls on the primary that failed = %d, want 1 (its other shards skipped)", c.calls[1])
+	}
+	if c.calls[0] != 3 {
+		t.Errorf("keepalive_due calls on the other primary = %d, want 3 (each of its shards)", c.calls[0])
+	}
+	for node, ns := range names {
+		for _, name := range ns {
+			shard := locks.RegistryKeyOf(prefix, true, "", "", name)
+			s, err := m.ZScore(shard, locks.RegistryMember("", tokens[name], name))
+			renewed := err == nil && s == float64(now.Add(time.Second).UnixMilli())
+			if renewed != (node == 0) {
+				t.Errorf("%s on primary %d: renewed %v (due %v, %v)", name, node, renewed, s, err)
+			}
+		}
+	}
+}

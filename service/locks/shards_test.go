@@ -1,0 +1,224 @@
+package locks_test
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// TestSlotTagsCoverEverySlot: every hash slot has a tag of at most four
+// letters and digits whose slot it is, so a registry shard can be put in
+// the slot of any lock.
+func TestSlotTagsCoverEverySlot(t *testing.T) {
+	for slot := range store.ClusterSlots {
+		tag := locks.SlotTag(slot)
+		if got := store.Slot(tag); got != slot || len(tag) == 0 || len(tag) > 4 {
+			t.Fatalf("SlotTag(%d) = %q, whose slot is %d", slot, tag, got)
+		}
+		for _, c := range []byte(tag) {
+			if !store.IsAlnum(c) {
+				t.Fatalf("SlotTag(%d) = %q holds %q", slot, tag, c)
+			}
+		}
+	}
+}
+
+// TestRegistryKeyOf: on a single node every lease's registry is the one
+// key; on a cluster it is the shard in the slot of the lock's own keys,
+// whatever the primitive or tenant.
+func TestRegistryKeyOf(t *testing.T) {
+	const prefix = "lk:"
+	if got := locks.RegistryKeyOf(prefix, false, "billing", "rw", "orders"); got != locks.RegistryKey(prefix) {
+		t.Errorf("single node: %q, want %q", got, locks.RegistryKey(prefix))
+	}
+	for _, tc := range []struct{ tenant, tag, name string }{
+		{"", "", "orders"}, {"", "rw", "orders"}, {"billing", "sem", "pool"}, {"", "", "a.b:c-d_e"},
+	} {
+		key := locks.RegistryKeyOf(prefix, true, tc.tenant, tc.tag, tc.name)
+		lock := locks.KeysOfKind(store.TenantPrefix(prefix, tc.tenant), tc.tag, tc.name)[0]
+		if store.Slot(key) != store.Slot(lock) {
+			t.Errorf("%+v: shard %q is in slot %d, its lock %q in %d", tc, key, store.Slot(key), lock, store.Slot(lock))
+		}
+		if slot, ok := locks.ShardSlot(prefix, key); !ok || slot != store.Slot(lock) {
+			t.Errorf("ShardSlot(%q) = %d, %v", key, slot, ok)
+		}
+	}
+}
+
+// TestShardPatternFindsShardsOnly: SCAN with the shard pattern lists the
+// registry shards of the prefix, glob characters in the prefix and all, and
+// no other key; ShardSlot refuses a key with a tag Latchkey does not write.
+func TestShardPatternFindsShardsOnly(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	const prefix = "l*k[1]?:"
+	want := []string{locks.ShardKey(prefix, 0), locks.ShardKey(prefix, 777), locks.ShardKey(prefix, store.ClusterSlots-1)}
+	due, gens := locks.DirKeys(prefix)
+	others := []string{locks.RegistryKey(prefix), due, gens, "lxk11x:keepalive:{a}", locks.ShardKey("lk:", 5),
+		prefix + "lock:{orders}"}
+	for _, k := range slices.Concat(want, others) {
+		m.Set(k, "x")
+	}
+	keys, _, err := rdb.Scan(t.Context(), 0, locks.ShardPattern(prefix), 10000).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("SCAN %q = %q, want %q", locks.ShardPattern(prefix), keys, want)
+	}
+	if _, ok := locks.ShardSlot(prefix, locks.RegistryKey(prefix)+":{notatag}"); ok {
+		t.Errorf("ShardSlot accepts a tag that is not the slot's own")
+	}
+}
+
+// TestDirectoryScripts walks the directory scripts through a grant, a
+// claim, a visit that a grant overtakes, and an empty shard, on the Redis
+// clock of miniredis.
+func TestDirectoryScripts(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	due, gens := locks.DirKeys("lk:")
+	keys := []string{due, gens}
+	run := func(src string, args ...any) any {
+		t.Helper()
+		res, err := rdb.Eval(ctx, src, keys, args...).Result()
+		if err != nil {
+			t.Fatalf("%.20s: %v", src, err)
+		}
+		return res
+	}
+	score := func(slot int) (float64, bool) {
+		s, err := rdb.ZScore(ctx, due, strconv.Itoa(slot)).Result()
+		return s, err == nil
+	}
+	nowMS := t0.UnixMilli()
+
+	// A grant marks slot 5 due in 1000ms, then one in 400ms moves it
+	// earlier, one in 2000ms does not; each bumps the generation.
+	for _, in := range []int{1000, 400, 2000} {
+		run(lua.KeepaliveMark, "lt", 5, in)
+	}
+	if s, _ := score(5); s != float64(nowMS+400) {
+		t.Fatalf("slot 5 due at %v, want now+400", s)
+	}
+	// Reconciliation adds a missing slot due at once, and leaves a listed one.
+	if n := run(lua.KeepaliveMark, "nx", 5, 0, 9, 0); n != int64(1) {
+		t.Fatalf("nx mark changed %v slots, want 1 (slot 9)", n)
+	}
+	if s, _ := score(5); s != float64(nowMS+400) {
+		t.Fatalf("nx moved slot 5 to %v", s)
+	}
+
+	// Only slot 9 is due: the claim takes it, due again after the claim
+	// time, with its generation, and says when slot 5 falls due.
+	c := run(lua.KeepaliveClaim, 10, 1000).([]any)
+	if want := []any{nowMS, nowMS + 400, int64(9), "1"}; !slices.Equal(c, want) {
+		t.Fatalf("claim = %v, want %v", c, want)
+	}
+	if s, _ := score(9); s != float64(nowMS+1000) {
+		t.Fatalf("claimed slot 9 due at %v, want now+claim time", s)
+	}
+
+	// Slot 9's shard was empty and nothing marked it since: it leaves.
+	if n := run(lua.KeepaliveSettle, 9, "1", -1); n != int64(1) {
+		t.Fatalf("settle removed %v slots, want 1", n)
+	}
+	if _, ok := score(9); ok {
+		t.Fatalf("slot 9 still listed")
+	}
+
+	m.SetTime(t0.Add(500 * time.Millisecond))
+	nowMS += 500
+	c = run(lua.KeepaliveClaim, 10, 1000).([]any)
+	if want := []any{nowMS, nowMS + 1000, int64(5), "3"}; !slices.Equal(c, want) {
+		t.Fatalf("claim = %v, want %v", c, want)
+	}
+	// A grant marks slot 5 while the renewer visits it: the renewer saw
+	// the shard empty, but the slot stays, due when the grant said.
+	run(lua.KeepaliveMark, "lt", 5, 300)
+	run(lua.KeepaliveSettle, 5, "3", -1)
+	if s, ok := score(5); !ok || s != float64(nowMS+300) {
+		t.Fatalf("slot 5 after an overtaken settle: %v %v, want due at now+300", s, ok)
+	}
+	// A settle with the generation current sets the shard's next due time,
+	// later or earlier.
+	c = run(lua.KeepaliveClaim, 10, 1000).([]any)
+	if len(c) != 2 {
+		t.Fatalf("claim before anything is due = %v", c)
+	}
+	run(lua.KeepaliveSettle, 5, "4", nowMS+5000)
+	if s, _ := score(5); s != float64(nowMS+5000) {
+		t.Fatalf("slot 5 due at %v, want now+5000", s)
+	}
+	// An overtaken settle never moves a slot later.
+	run(lua.KeepaliveSettle, 5, "3", nowMS+9000)
+	if s, _ := score(5); s != float64(nowMS+5000) {
+		t.Fatalf("an overtaken settle moved slot 5 to %v", s)
+	}
+}
+
+// TestClusterRenewerVisitsDueShards: on a store in cluster mode (miniredis
+// does not check slots), a keep-alive grant marks its shard's slot, the
+// renewer visits that shard only once it is due, renews the lease in its
+// shard and settles the slot at the shard's next due time; once the lease
+// is released the renewer drops the slot.
+func TestClusterRenewerVisitsDueShards(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	const prefix = "lk:"
+	svc := mustNew(t, rdb, locks.Config{}, store.Config{KeyPrefix: prefix, Cluster: true})
+	due, _ := locks.DirKeys(prefix)
+	now := t0
+	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true})
+	shard := locks.RegistryKeyOf(prefix, true, "", "", "orders")
+	slot := strconv.Itoa(store.Slot("orders"))
+	member := locks.RegistryMember("", l.Token, "orders")
+	if n, _ := m.ZMembers(locks.RegistryKey(prefix)); len(n) != 0 {
+		t.Fatalf("the single-node registry holds %v on a cluster", n)
+	}
+	if s, err := m.ZScore(shard, member); err != nil || s != float64(t0.Add(time.Second).UnixMilli()) {
+		t.Fatalf("shard entry: %v %v, want due at t0+1s", s, err)
+	}
+	waitFor(t, "the grant's mark reaches the directory", func() bool {
+		s, err := rdb.ZScore(ctx, due, slot).Result()
+		return err == nil && s <= float64(t0.Add(time.Second).UnixMilli())
+	})
+
+	// Not due yet: the renewer visits nothing.
+	locks.RenewShardsNow(ctx, svc)
+	if s, _ := m.ZScore(shard, member); s != float64(t0.Add(time.Second).UnixMilli()) {
+		t.Fatalf("the renewer renewed a lease before it was due")
+	}
+
+	advance(m, &now, 1100*time.Millisecond)
+	locks.RenewShardsNow(ctx, svc)
+	next := now.Add(time.Second).UnixMilli()
+	if s, _ := m.ZScore(shard, member); s != float64(next) {
+		t.Fatalf("after the visit the entry is due at %v, want %v (renewed)", s, next)
+	}
+	if ttl := m.TTL(locks.KeysOf(prefix, "orders").Lock); ttl != 3*time.Second {
+		t.Fatalf("lock TTL after renewal = %s, want 3s", ttl)
+	}
+	if s, err := rdb.ZScore(ctx, due, slot).Result(); err != nil || s != float64(next) {
+		t.Fatalf("directory: slot due at %v (%v), want the shard's next due %v", s, err, next)
+	}
+
+	// Released (as release.lua does; miniredis has no SPUBLISH, which the
+	// cluster form of release publishes with): the shard empties, and the
+	// next visit drops the slot.
+	m.Del(locks.KeysOf(prefix, "orders").Lock)
+	if _, err := m.ZRem(shard, member); err != nil {
+		t.Fatal(err)
+	}
+	advance(m, &now, 1100*time.Millisecond)
+	locks.RenewShardsNow(ctx, svc)
+	if n, err := rdb.ZCard(ctx, due).Result(); err != nil || n != 0 {
+		t.Fatalf("directory after the last lease left: %d slots (%v), want none", n, err)
+	}
+}
