@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
@@ -27,14 +26,7 @@ import (
 // across the failover get their locks when released after it.
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	cl := newOwnCluster(t)
-	limit := policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour)
-	limit.Fail = ratelimit.FailClosed // a decision Redis could not make is a 503, never an uncounted 200
-	// Decisions have as long as any Redis call: a loaded machine must not
-	// turn a slow answer into a 503 on a primary that is up.
-	slow := withServiceConfig(func(s *serviceConfig) { s.OpTimeout, s.RateLimit.Timeout = 2*time.Second, 2*time.Second })
-	a := newTestEnv(t, withCluster(cl.URL), withRenewer(instancePoll), withPolicies(limit), slow)
-	b := newTestEnv(t, beside(a), withRenewer(instancePoll), withPolicies(limit), slow)
-	nodes := nodeClients(t, cl)
+	a, b, nodes, prims := newClusterPair(t, cl, policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour))
 	// The other primaries keep serving their slots while some are not
 	// covered: without this every node answers CLUSTERDOWN until the
 	// promotion (the README says so to operators).
@@ -42,10 +34,6 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		if err := rdb.ConfigSet(t.Context(), "cluster-require-full-coverage", "no").Err(); err != nil {
 			t.Fatalf("%s: CONFIG SET: %v", addr, err)
 		}
-	}
-	prims := primaries(topology(t, nodes))
-	if len(prims) != 3 {
-		t.Fatalf("%d primaries, want 3", len(prims))
 	}
 	victim := prims[1]
 	var replica clusterNode
@@ -58,15 +46,10 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		t.Fatalf("no replica of %s (%s)", victim.ID, victim.Addr)
 	}
 	failed := victim.owns
-	lockKey := func(name string) string { return locks.KeysOf(a.Prefix, name).Lock }
+	lockKey, limitKey := a.lockKey, a.limitKeyOf(t, "flow")
 	on := func(p clusterNode, stem string, n int, key func(string) string) []string {
 		return namesOnSlots(t, stem+"-"+p.ID[:6], n, key, p.owns)
 	}
-	pol, err := a.Svc.Policy("flow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	limitKey := func(key string) string { return a.Svc.Keys(pol, []string{key})[0] }
 	var cycled, kept, checks []string
 	for _, p := range prims {
 		cycled = append(cycled, on(p, "cycle", 2, lockKey)...)

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // loadOp is one request of the load, as it went.
@@ -47,10 +49,11 @@ type clusterLoad struct {
 	envs  [2]*testEnv
 	clock atomic.Int64
 
-	cycled []string    // names taken and released in turn, one worker each
-	kept   []keptLease // inspected in turn by one worker
-	checks []string    // rate-limit keys checked in turn, one worker each
-	policy string      // the policy of the checks
+	cycled   []string                // names taken and released in turn, one worker each
+	kept     []keptLease             // inspected in turn by one worker
+	checks   []string                // rate-limit keys checked in turn, one worker each
+	policy   string                  // the policy of the checks
+	limitKey func(key string) string // the Redis key of a check's decision
 
 	mu     sync.Mutex
 	ops    []loadOp
@@ -66,12 +69,45 @@ type clusterLoad struct {
 // rate-limit keys checked under policy.
 func newClusterLoad(t *testing.T, a, b *testEnv, cycled, kept, checks []string, policy string) *clusterLoad {
 	t.Helper()
-	l := &clusterLoad{envs: [2]*testEnv{a, b}, cycled: cycled, checks: checks, policy: policy, rounds: map[string]int{}}
+	l := &clusterLoad{envs: [2]*testEnv{a, b}, cycled: cycled, checks: checks, policy: policy, rounds: map[string]int{},
+		limitKey: a.limitKeyOf(t, policy)}
 	for i, name := range kept {
 		lease := l.envs[i%2].acquire(t, name, `{"ttl":"2s","keepalive":true}`)
 		l.kept = append(l.kept, keptLease{Name: name, Token: lease.Token, Fence: lease.Fence, Slot: l.lockSlot(name)})
 	}
 	return l
+}
+
+// newClusterPair starts two instances of one deployment on cl, their
+// renewers running, with the policies made to fail closed (a decision Redis
+// could not make is a 503, never an uncounted 200) and decisions given as
+// long as any Redis call (a loaded machine must not turn a slow answer into
+// a 503 on a primary that is up). It returns them with a client on every
+// node of cl and its three primaries.
+func newClusterPair(t *testing.T, cl *redisCluster, policies ...ratelimit.Policy) (a, b *testEnv, nodes map[string]*redis.Client, prims []clusterNode) {
+	t.Helper()
+	for i := range policies {
+		policies[i].Fail = ratelimit.FailClosed
+	}
+	slow := withServiceConfig(func(s *serviceConfig) { s.OpTimeout, s.RateLimit.Timeout = 2*time.Second, 2*time.Second })
+	a = newTestEnv(t, withCluster(cl.URL), withRenewer(instancePoll), withPolicies(policies...), slow)
+	b = newTestEnv(t, beside(a), withRenewer(instancePoll), withPolicies(policies...), slow)
+	nodes = nodeClients(t, cl)
+	if prims = primaries(topology(t, nodes)); len(prims) != 3 {
+		t.Fatalf("%d primaries, want 3", len(prims))
+	}
+	return a, b, nodes, prims
+}
+
+// limitKeyOf returns the Redis key of a decision under the named policy
+// for a key.
+func (e *testEnv) limitKeyOf(t *testing.T, policyName string) func(key string) string {
+	t.Helper()
+	pol, err := e.Svc.Policy(policyName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(key string) string { return e.Svc.Keys(pol, []string{key})[0] }
 }
 
 // tick advances the event clock and returns its new value: the stamp of a
@@ -80,14 +116,6 @@ func (l *clusterLoad) tick() int64 { return l.clock.Add(1) }
 
 func (l *clusterLoad) lockSlot(name string) int {
 	return store.Slot(locks.KeysOf(l.envs[0].Prefix, name).Lock)
-}
-
-func (l *clusterLoad) limitSlot(key string) int {
-	pol, err := l.envs[0].Svc.Policy(l.policy)
-	if err != nil {
-		panic(err) // the test names a policy it configured
-	}
-	return store.Slot(l.envs[0].Svc.Keys(pol, []string{key})[0])
 }
 
 // send makes one request through instance i; record keeps it.
@@ -173,7 +201,7 @@ func (l *clusterLoad) inspectKept(ctx context.Context, i int, k keptLease) {
 
 // check asks for one rate-limit decision on key.
 func (l *clusterLoad) check(ctx context.Context, i int, key string) {
-	l.record(l.send(ctx, i, "check", key, l.limitSlot(key), "POST", "/v1/ratelimit/check", `{"policy":"`+l.policy+`","key":"`+key+`"}`))
+	l.record(l.send(ctx, i, "check", key, store.Slot(l.limitKey(key)), "POST", "/v1/ratelimit/check", `{"policy":"`+l.policy+`","key":"`+key+`"}`))
 }
 
 // waitRounds waits until every worker has completed n more rounds, or

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,8 +104,13 @@ func moveSlot(t *testing.T, rdb *redis.ClusterClient, slot int) *redis.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var masters []*redis.Client
+	var (
+		mu      sync.Mutex // ForEachMaster calls fn on every primary at once
+		masters []*redis.Client
+	)
 	err = rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		masters = append(masters, c)
 		return nil
 	})

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -25,17 +24,8 @@ import (
 func TestClusterReshardUnderLoad(t *testing.T) {
 	cl := newOwnCluster(t)
 	const limit = 150
-	flow := policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour)
-	exact := policy("exact", ratelimit.FixedWindow, limit, time.Hour)
-	flow.Fail, exact.Fail = ratelimit.FailClosed, ratelimit.FailClosed
-	slow := withServiceConfig(func(s *serviceConfig) { s.OpTimeout, s.RateLimit.Timeout = 2*time.Second, 2*time.Second })
-	a := newTestEnv(t, withCluster(cl.URL), withRenewer(instancePoll), withPolicies(flow, exact), slow)
-	b := newTestEnv(t, beside(a), withRenewer(instancePoll), withPolicies(flow, exact), slow)
-	nodes := nodeClients(t, cl)
-	prims := primaries(topology(t, nodes))
-	if len(prims) != 3 {
-		t.Fatalf("%d primaries, want 3", len(prims))
-	}
+	a, b, nodes, prims := newClusterPair(t, cl,
+		policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour), policy("exact", ratelimit.FixedWindow, limit, time.Hour))
 	// redis-cli moves the source's lowest slots first.
 	src, dst := prims[0], prims[1]
 	const slots = 400
@@ -44,19 +34,11 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		t.Fatalf("source %s serves %v, want %d slots in its first range", src.Addr, src.Slots, slots)
 	}
 	moving := func(slot int) bool { return lo <= slot && slot < lo+slots }
-	lockKey := func(name string) string { return locks.KeysOf(a.Prefix, name).Lock }
-	keyOf := func(policyName string) func(string) string {
-		pol, err := a.Svc.Policy(policyName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func(key string) string { return a.Svc.Keys(pol, []string{key})[0] }
-	}
 	elsewhere := func(slot int) bool { return !moving(slot) }
-	cycled := append(namesOnSlots(t, "cycle", 3, lockKey, moving), namesOnSlots(t, "cycle-other", 1, lockKey, elsewhere)...)
-	kept := append(namesOnSlots(t, "kept", 3, lockKey, moving), namesOnSlots(t, "kept-other", 1, lockKey, elsewhere)...)
-	checks := namesOnSlots(t, "user", 2, keyOf("flow"), moving)
-	exactKeys := namesOnSlots(t, "quota", 3, keyOf("exact"), moving)
+	cycled := append(namesOnSlots(t, "cycle", 3, a.lockKey, moving), namesOnSlots(t, "cycle-other", 1, a.lockKey, elsewhere)...)
+	kept := append(namesOnSlots(t, "kept", 3, a.lockKey, moving), namesOnSlots(t, "kept-other", 1, a.lockKey, elsewhere)...)
+	checks := namesOnSlots(t, "user", 2, a.limitKeyOf(t, "flow"), moving)
+	exactKeys := namesOnSlots(t, "quota", 3, a.limitKeyOf(t, "exact"), moving)
 
 	l := newClusterLoad(t, a, b, cycled, kept, checks, "flow")
 	l.run(t)
@@ -134,7 +116,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		if want := min(c.sent, limit); c.allowed != want {
 			t.Errorf("%s: %d of %d requests allowed, want %d", key, c.allowed, c.sent, want)
 		}
-		if n, err := a.RDB.Get(t.Context(), keyOf("exact")(key)).Int(); err != nil || n != c.allowed {
+		if n, err := a.RDB.Get(t.Context(), a.limitKeyOf(t, "exact")(key)).Int(); err != nil || n != c.allowed {
 			t.Errorf("%s: counter %d (%v), want %d, one per allowed request", key, n, err, c.allowed)
 		}
 	}

@@ -4,6 +4,8 @@ package integration
 // tests on one cluster of three primaries and three replicas, started once
 // for the package from .ci/redis-cluster.sh (or the one at
 // LATCHKEY_TEST_REDIS_CLUSTER_URL), and stopped when the package ends.
+// Tests named TestCluster... start clusters of their own
+// whatever the pass, and CI's cluster pass leaves them out.
 
 import (
 	"context"

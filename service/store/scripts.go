@@ -134,10 +134,17 @@ func (s *Store) Err(ctx context.Context, op string, err error) error {
 }
 
 // CountErr counts one failed operation of a kind TranslateErr named ("" is
-// not counted: the caller went away).
+// not counted: the caller went away). On a Redis Cluster an unavailable
+// node also makes the client read the slot table again, in the background:
+// a failover may have promoted a replica, which go-redis would otherwise
+// learn of only from a redirect or when its table is a minute old.
 func (s *Store) CountErr(op, kind string) {
-	if kind != "" {
-		s.metrics.redisErrors.WithLabelValues(op, kind).Inc()
+	if kind == "" {
+		return
+	}
+	s.metrics.redisErrors.WithLabelValues(op, kind).Inc()
+	if cc, ok := s.rdb.(clusterClient); ok && kind == "unavailable" {
+		cc.ReloadState(context.Background())
 	}
 }
 
