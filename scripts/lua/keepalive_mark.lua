@@ -13,8 +13,10 @@
 -- again later must not get back a generation a renewer may still hold from
 -- an older claim. The clock only goes forward, so it never does.
 -- The entry is written to its shard before the mark is sent: a renewer that
--- claims the slot after the mark sees it. An instance that stops between
--- the two leaves the entry unmarked; it is found by the next
+-- claims the slot after the mark sees it. The grant is returned to its
+-- client only after its mark ran, so a lease a client holds is always one
+-- the directory lists. An instance that stops between the two leaves the
+-- entry unmarked (of a grant nobody learnt of); it is found by the next
 -- reconciliation, and until then the lease may run out unrenewed (it ends,
 -- as a lease whose holder stopped does: never a double grant).
 --

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -93,5 +95,79 @@ func TestClusterRenewerSkipsAPrimaryThatFailed(t *testing.T) {
 				t.Errorf("%s on primary %d: renewed %v (due %v, %v)", name, node, renewed, s, err)
 			}
 		}
+	}
+}
+
+// slowMarks passes calls to one Redis, but holds every keepalive_mark call
+// back until the test says a grant was handed out (or half a second
+// passed), and records which came first.
+type slowMarks struct {
+	store.Client
+	handedOut chan struct{}
+
+	mu     sync.Mutex
+	events []string
+}
+
+func (c *slowMarks) record(ev string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, ev)
+}
+
+func (c *slowMarks) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha != shaOf(lua.KeepaliveMark) {
+		return c.Client.EvalSha(ctx, sha, keys, args...)
+	}
+	select {
+	case <-c.handedOut:
+	case <-time.After(500 * time.Millisecond):
+	}
+	cmd := c.Client.EvalSha(ctx, sha, keys, args...)
+	if cmd.Err() == nil {
+		c.record("marked")
+	}
+	return cmd
+}
+
+// TestClusterGrantIsMarkedBeforeItIsHandedOut: on a cluster, a keep-alive
+// grant (and a renewal that sets a new TTL) is returned only once its slot
+// is in the shard directory, so an instance that stops right after
+// handing a lease out leaves it where every other renewer finds it: a mark
+// sent later would die with the instance, and the lease would run out
+// before a reconciliation found its shard.
+func TestClusterGrantIsMarkedBeforeItIsHandedOut(t *testing.T) {
+	_, rdb := newTestRedis(t)
+	ctx := t.Context()
+	c := &slowMarks{Client: rdb, handedOut: make(chan struct{})}
+	const prefix = "lk:"
+	svc := mustNew(t, c, locks.Config{}, store.Config{KeyPrefix: prefix, Cluster: true, OpTimeout: 5 * time.Second})
+	due, _ := locks.DirKeys(prefix)
+
+	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true})
+	c.record("granted")
+	close(c.handedOut)
+	if _, err := rdb.ZScore(ctx, due, strconv.Itoa(store.Slot("orders"))).Result(); err != nil {
+		t.Errorf("the directory lacks the slot of a keep-alive lease just handed out: %v", err)
+	}
+	c.mu.Lock()
+	events := slices.Clone(c.events)
+	c.mu.Unlock()
+	if !slices.Equal(events, []string{"marked", "granted"}) {
+		t.Errorf("events %q, want the mark before the grant is handed out", events)
+	}
+
+	// A renewal that sets a TTL, too.
+	c.handedOut = make(chan struct{})
+	c.events = nil
+	if _, err := svc.Renew(ctx, "orders", l.Token, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.record("renewed")
+	close(c.handedOut)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Equal(c.events, []string{"marked", "renewed"}) {
+		t.Errorf("events %q, want the mark before the renewal is handed out", c.events)
 	}
 }
