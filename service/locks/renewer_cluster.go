@@ -191,9 +191,10 @@ type claimed struct {
 	gens             []string
 }
 
-// claimShards runs keepalive_claim for up to limit due slots.
+// claimShards runs keepalive_claim for up to limit due slots, claimed for
+// claimTime.
 func (s *Service) claimShards(ctx context.Context, limit int) (claimed, error) {
-	claim := max(10*s.cfg.RenewPoll, time.Second).Milliseconds()
+	claim := s.claimTime().Milliseconds()
 	res, err := s.st.Run(ctx, keepaliveClaimScript, []string{s.dir.due, s.dir.gens}, limit, claim)
 	if err != nil {
 		return claimed{}, err
@@ -216,6 +217,20 @@ func (s *Service) claimShards(ctx context.Context, limit int) (claimed, error) {
 		c.slots, c.gens = append(c.slots, int(slot)), append(c.gens, gen)
 	}
 	return c, nil
+}
+
+// claimTime is how long a claimed slot is left to its renewer: a quarter
+// of Config.MinKeepaliveTTL (at least a millisecond). When the renewer
+// stops before it settles the slot (its instance is killed), another takes
+// the slot over once the claim runs out, so the claim must end well within
+// what a lease of the shortest TTL has left once due: 2/3 of the TTL, less
+// a poll until it is claimed and one until another renewer looks again.
+// A quarter leaves it 2/3 - 1/4 of the TTL, above two polls whenever the
+// TTL is at least 5 polls (10 by default). A renewer slower than its claim
+// is harmless: another may visit the shard too, and each entry is renewed
+// once for one due time.
+func (s *Service) claimTime() time.Duration {
+	return max(s.cfg.MinKeepaliveTTL/4, time.Millisecond)
 }
 
 // renewShards renews the due entries of the due shards until none is due,

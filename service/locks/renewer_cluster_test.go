@@ -171,3 +171,36 @@ func TestClusterGrantIsMarkedBeforeItIsHandedOut(t *testing.T) {
 		t.Errorf("events %q, want the mark before the renewal is handed out", c.events)
 	}
 }
+
+// TestClusterClaimOfAStoppedRenewerRunsOutInTime: a renewer that claimed a
+// due slot and stopped before it settled it (its instance was killed)
+// leaves the slot to the others once the claim runs out, early enough that
+// a lease of the shortest keep-alive TTL, claimed as late as one poll after
+// it fell due, is renewed by another instance one poll before it expires.
+func TestClusterClaimOfAStoppedRenewerRunsOutInTime(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	const prefix, poll = "lk:", 100 * time.Millisecond
+	cfg := locks.Config{RenewPoll: poll}
+	scfg := store.Config{KeyPrefix: prefix, Cluster: true}
+	stopped, other := mustNew(t, rdb, cfg, scfg), mustNew(t, rdb, cfg, scfg)
+	ttl := 10 * poll // the default MinKeepaliveTTL
+	l := mustAcquire(t, stopped, "orders", locks.AcquireRequest{TTL: ttl, Keepalive: true})
+	shard := locks.RegistryKeyOf(prefix, true, "", "", "orders")
+	member := locks.RegistryMember("", l.Token, "orders")
+
+	now := t0
+	advance(m, &now, ttl/3+poll)
+	slots, err := locks.ClaimShards(ctx, stopped, 10)
+	if err != nil || !slices.Equal(slots, []int{store.Slot("orders")}) {
+		t.Fatalf("claim = %v %v, want the slot of orders", slots, err)
+	}
+	// The stopped instance never settles. One poll before the lease
+	// expires, the other instance's renewer finds the slot due again.
+	advance(m, &now, ttl-ttl/3-2*poll)
+	locks.RenewShardsNow(ctx, other)
+	s, err := m.ZScore(shard, member)
+	if want := float64(now.Add(ttl / 3).UnixMilli()); err != nil || s != want {
+		t.Fatalf("entry due at %v (%v), want renewed by the other instance: due at %v", s, err, want)
+	}
+}
