@@ -32,6 +32,9 @@ func (s *Service) RunRenewer(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			if s.dir != nil {
+				s.dir.reconciled.Wait()
+			}
 			return
 		case <-timer.C:
 		}

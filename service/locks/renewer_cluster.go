@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
@@ -24,7 +25,9 @@ import (
 // directory. Every half minute, and after a
 // directory call failed (the directory's node may have failed over and lost
 // recent writes), the renewer reconciles: it lists the shards on every
-// primary and adds those the directory lacks, due at once.
+// primary and adds those the directory lacks, due at once. It does so on a
+// goroutine of its own, so a primary that does not answer the listing holds
+// up no renewal.
 
 // The directory's scripts, loaded on a cluster only.
 var (
@@ -60,12 +63,19 @@ type shardDir struct {
 	// The renewer's own (one goroutine).
 	tracked       map[int]int64 // slot -> entries, as last seen
 	lastReconcile time.Time
-	reconcile     bool // a directory call failed since the last reconciliation
+	// reconcile says a call failed since the last reconciliation began
+	// (set by the renewer and by a failed reconciliation); reconciling
+	// that one runs, on a goroutine of its own (reconciled ends it).
+	reconcile   atomic.Bool
+	reconciling atomic.Bool
+	reconciled  sync.WaitGroup
 }
 
 func newShardDir(prefix string) *shardDir {
 	due, gens := dirKeys(prefix)
-	return &shardDir{due: due, gens: gens, pending: map[int]int64{}, tracked: map[int]int64{}, reconcile: true}
+	d := &shardDir{due: due, gens: gens, pending: map[int]int64{}, tracked: map[int]int64{}}
+	d.reconcile.Store(true)
+	return d
 }
 
 // markShard marks the slot of k's registry shard due when the keep-alive
@@ -239,18 +249,24 @@ func (s *Service) claimTime() time.Duration {
 // looking again.
 func (s *Service) renewShards(ctx context.Context) time.Duration {
 	d := s.dir
-	if d.reconcile || time.Since(d.lastReconcile) >= reconcileEvery {
-		if err := s.reconcileShards(ctx); err != nil {
-			s.storeFailed(ctx)
-		} else {
-			d.reconcile, d.lastReconcile = false, time.Now()
-		}
+	if (d.reconcile.Load() || time.Since(d.lastReconcile) >= reconcileEvery) && d.reconciling.CompareAndSwap(false, true) {
+		// On a goroutine of its own: a primary that does not answer must
+		// not hold up the renewals of the others.
+		d.reconcile.Store(false)
+		d.lastReconcile = time.Now()
+		d.reconciled.Go(func() {
+			defer d.reconciling.Store(false)
+			if err := s.reconcileShards(ctx); err != nil {
+				s.storeFailed(ctx)
+				d.reconcile.Store(true)
+			}
+		})
 	}
 	limit := claimSlots * s.cfg.RenewParallel
 	for ctx.Err() == nil {
 		c, err := s.claimShards(ctx, limit)
 		if err != nil {
-			d.reconcile = true
+			d.reconcile.Store(true)
 			s.storeFailed(ctx)
 			return s.retryAfterFailure(ctx)
 		}
@@ -265,7 +281,7 @@ func (s *Service) renewShards(ctx context.Context) time.Duration {
 			if _, err := s.st.Run(ctx, keepaliveSettleScript, []string{d.due, d.gens}, args...); err != nil {
 				// The slots stay claimed and are visited again once the
 				// claim runs out.
-				d.reconcile = true
+				d.reconcile.Store(true)
 				s.storeFailed(ctx)
 			}
 		}
@@ -335,7 +351,7 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 			delete(s.dir.tracked, slot)
 		case visitFailed:
 			// Its primary may be failing over: the directory's may too.
-			s.dir.reconcile = true
+			s.dir.reconcile.Store(true)
 		default:
 			s.dir.tracked[slot] = sizes[i]
 		}

@@ -218,7 +218,7 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 		b.callGroup(ctx, live) // no group slice: the single-node hot path
 		return
 	}
-	groups := slotGroups(live, true)
+	groups := slotGroups(live)
 	if len(groups) == 1 {
 		b.callGroup(ctx, live)
 		return
@@ -232,12 +232,8 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 
 // slotGroups splits live decisions into groups whose keys share one Redis
 // Cluster hash slot (store.Slot), in the order each slot first appears, so
-// each group can be one script call on the slot's primary. Off a cluster
-// every decision is in the one group.
-func slotGroups(live []*decisionCall, cluster bool) [][]*decisionCall {
-	if !cluster {
-		return [][]*decisionCall{live}
-	}
+// each group can be one script call on the slot's primary.
+func slotGroups(live []*decisionCall) [][]*decisionCall {
 	var groups [][]*decisionCall
 	index := make(map[int]int, len(live))
 	for _, c := range live {

@@ -368,8 +368,7 @@ func TestDecisionsWhileRedisIsSlow(t *testing.T) {
 }
 
 // On a cluster a call's decisions are split by hash slot, in the order
-// each slot first appears; keys sharing a hash tag share a group; off a
-// cluster all are one group.
+// each slot first appears; keys sharing a hash tag share a group.
 func TestSlotGroups(t *testing.T) {
 	calls := make([]*decisionCall, 0, 6)
 	for _, k := range []string{"a", "{a}:1", "b", "x{a}", "b", "c"} {
@@ -386,13 +385,10 @@ func TestSlotGroups(t *testing.T) {
 		}
 		return out
 	}
-	got := keysOf(slotGroups(calls, true))
+	got := keysOf(slotGroups(calls))
 	want := [][]string{{"a", "{a}:1", "x{a}"}, {"b", "b"}, {"c"}}
 	if !slices.EqualFunc(got, want, slices.Equal) {
-		t.Errorf("slotGroups on a cluster = %v, want %v", got, want)
-	}
-	if got := keysOf(slotGroups(calls, false)); !slices.EqualFunc(got, [][]string{{"a", "{a}:1", "b", "x{a}", "b", "c"}}, slices.Equal) {
-		t.Errorf("slotGroups off a cluster = %v, want one group of all", got)
+		t.Errorf("slotGroups = %v, want %v", got, want)
 	}
 }
 

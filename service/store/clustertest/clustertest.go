@@ -89,6 +89,7 @@ func start(basePort int) (*Cluster, error) {
 			msg = string(ee.Stderr)
 		}
 		_ = exec.Command("bash", c.script(), "stop", dir).Run()
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%v: %s", err, msg)
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
@@ -98,6 +99,7 @@ func start(basePort int) (*Cluster, error) {
 	c.URL = lines[len(lines)-1]
 	if err := c.waitReplicas(ctx); err != nil {
 		_ = exec.Command("bash", c.script(), "stop", dir).Run()
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	return c, nil
