@@ -10,7 +10,8 @@
 -- renewed twice for one due time.
 --
 -- KEYS[1]  directory (zset: slot -> when its shard is next due, ms)
--- KEYS[2]  generations (hash: slot -> marks so far, see keepalive_mark.lua)
+-- KEYS[2]  generations (hash: slot -> its last mark's generation, see
+--          keepalive_mark.lua)
 -- ARGV[1]  most slots to claim
 -- ARGV[2]  claim time, ms
 --

@@ -1,6 +1,9 @@
 package locks
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // checkNameToken checks the name and token of a renew or release. Returns a
 // *ValidationError.
@@ -42,8 +45,8 @@ func (s *Service) checkRenewTTL(ttl time.Duration) error {
 // that asked for a new TTL (asked != 0), which may bring the next renewal
 // of a keep-alive lease forward; ka, ttl and expiresAt are the renewed
 // lease's.
-func (s *Service) markRenewed(k lockKeys, asked time.Duration, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
+func (s *Service) markRenewed(ctx context.Context, k lockKeys, asked time.Duration, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
 	if asked != 0 {
-		s.markShard(k, ka, ttl, expiresAt)
+		s.markShard(ctx, k, ka, ttl, expiresAt)
 	}
 }

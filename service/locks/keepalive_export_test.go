@@ -24,3 +24,11 @@ func ShardPattern(prefix string) string { return shardPattern(prefix) }
 
 // ShardSlot reports the slot of a registry shard key under prefix.
 func ShardSlot(prefix, key string) (int, bool) { return shardSlot(prefix, key) }
+
+// ClaimShards runs the cluster renewer's claim of up to limit due slots and
+// returns the slots claimed, as an instance that stops before it settles
+// them leaves them.
+func ClaimShards(ctx context.Context, s *Service, limit int) ([]int, error) {
+	c, err := s.claimShards(ctx, limit)
+	return c.slots, err
+}

@@ -243,7 +243,7 @@ func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
 // client is told it holds.
 func (s *Service) handOut(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, r attemptResult) (Lease, error) {
 	lease, err := s.outcome(k.name, token, r)
-	s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	s.markShard(ctx, k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	if cerr := ctx.Err(); cerr != nil {
 		if !ownToken {
 			return Lease{}, cerr
@@ -300,7 +300,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 	}
 	k := s.keys(ctx, name)
 	lease, err := s.mutex.renew(ctx, k, token, ttl)
-	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 

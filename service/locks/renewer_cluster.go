@@ -20,8 +20,9 @@ import (
 // each claimed shard as on a single node (keepalive_due, the primitives'
 // batch scripts), and settles the slots with their shards' next due times
 // (keepalive_settle.lua). A keep-alive grant, and a renewal that sets a new
-// TTL, mark their slot in the directory (keepalive_mark.lua), sent in the
-// background and coalesced per slot. Every half minute, and after a
+// TTL, mark their slot in the directory (keepalive_mark.lua), coalesced
+// per slot, and the grant or renewal is returned once its mark is in the
+// directory. Every half minute, and after a
 // directory call failed (the directory's node may have failed over and lost
 // recent writes), the renewer reconciles: it lists the shards on every
 // primary and adds those the directory lacks, due at once. It does so on a
@@ -54,9 +55,10 @@ type shardDir struct {
 	due, gens string
 
 	mu       sync.Mutex
-	pending  map[int]int64 // slot -> least ms from now until due, not yet sent
-	flushing bool          // a goroutine is sending pending marks
-	closed   bool          // the service is closed: marks are dropped
+	pending  map[int]int64   // slot -> least ms from now until due, not yet sent
+	sent     []chan struct{} // closed once the pending marks are in the directory
+	flushing bool            // a goroutine is sending pending marks
+	closed   bool            // the service is closed: marks are dropped
 
 	// The renewer's own (one goroutine).
 	tracked       map[int]int64 // slot -> entries, as last seen
@@ -79,65 +81,99 @@ func newShardDir(prefix string) *shardDir {
 // markShard marks the slot of k's registry shard due when the keep-alive
 // lease ka (nil: not kept alive, nothing to mark) of ttl, which expires at
 // expiresAt, is next renewed: ttl/3 after the grant or renewal, or its
-// max-hold deadline when sooner. The mark is sent in the background; a
-// failed one is sent again after Config.RenewPoll. A no-op on a single node.
-func (s *Service) markShard(k lockKeys, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
+// max-hold deadline when sooner. A no-op on a single node.
+//
+// It returns once the mark is in the directory, so that a lease handed to
+// a client is one every renewer finds even if this instance stops right
+// after (a mark sent later would be lost with the instance, and the lease
+// found only by a reconciliation, after it ran out). The marks of
+// concurrent grants go in one script call. It waits at most the Redis
+// timeout, and not once ctx ended: a failed mark is sent again in the
+// background after Config.RenewPoll.
+func (s *Service) markShard(ctx context.Context, k lockKeys, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
 	if s.dir == nil || ka == nil {
 		return
 	}
 	granted := expiresAt.Add(-ttl)
 	in := min(max(ttl/3, time.Millisecond), max(ka.Until.Sub(granted), 0)).Milliseconds()
-	s.dir.add(map[int]int64{store.Slot(k.lock): in}, func() { go s.flushMarks() })
+	sent := s.dir.add(map[int]int64{store.Slot(k.lock): in}, nil, func() { go s.flushMarks() })
+	if sent == nil {
+		return
+	}
+	wait := time.NewTimer(s.opTimeout)
+	defer wait.Stop()
+	select {
+	case <-sent:
+	case <-ctx.Done():
+	case <-wait.C:
+	}
 }
 
-// add merges marks into the pending ones (keeping each slot's soonest) and
-// calls start when no flush is running.
-func (d *shardDir) add(marks map[int]int64, start func()) {
+// add merges marks into the pending ones (keeping each slot's soonest),
+// with the channels to close once they are sent (those of a failed round),
+// and calls start when no flush is running. It returns a channel closed
+// once the pending marks are in the directory, nil when the service is
+// closed (the marks are dropped, and sent closed).
+func (d *shardDir) add(marks map[int]int64, sent []chan struct{}, start func()) chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return
+		for _, c := range sent {
+			close(c)
+		}
+		return nil
 	}
 	for slot, in := range marks {
 		if cur, ok := d.pending[slot]; !ok || in < cur {
 			d.pending[slot] = in
 		}
 	}
+	d.sent = append(d.sent, sent...)
+	if len(d.sent) == 0 {
+		d.sent = append(d.sent, make(chan struct{}))
+	}
 	if !d.flushing && len(d.pending) > 0 {
 		d.flushing = true
 		start()
 	}
+	return d.sent[len(d.sent)-1]
 }
 
-// take hands over the pending marks, or ends the flush when there are none
-// or the service is closed.
-func (d *shardDir) take() map[int]int64 {
+// take hands over the pending marks and the channels to close once they
+// are sent, or ends the flush when there are none or the service is closed.
+func (d *shardDir) take() (map[int]int64, []chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.pending) == 0 || d.closed {
 		d.flushing = false
-		return nil
+		return nil, nil
 	}
-	marks := d.pending
-	d.pending = map[int]int64{}
-	return marks
+	marks, sent := d.pending, d.sent
+	d.pending, d.sent = map[int]int64{}, nil
+	return marks, sent
 }
 
 // close drops the marks not sent yet and every later one: a closed service
-// sends none (their leases are found by the next reconciliation).
+// sends none (their leases are found by the next reconciliation). Grants
+// waiting for them go on.
 func (d *shardDir) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
 	clear(d.pending)
+	for _, c := range d.sent {
+		close(c)
+	}
+	d.sent = nil
 }
 
 // flushMarks sends the pending marks until none is left, each round one
-// script call with every slot marked meanwhile. A failed round is counted
-// (reason "store") and its marks are sent again after Config.RenewPoll.
+// script call with every slot marked meanwhile, and tells the grants
+// waiting for them. A failed round is counted (reason "store") and its
+// marks are sent again after Config.RenewPoll.
 func (s *Service) flushMarks() {
 	for {
-		marks := s.dir.take()
+		marks, sent := s.dir.take()
 		if marks == nil {
 			return
 		}
@@ -148,8 +184,12 @@ func (s *Service) flushMarks() {
 		}
 		if _, err := s.st.Run(context.Background(), keepaliveMarkScript, []string{s.dir.due, s.dir.gens}, args...); err != nil {
 			s.ka.failures.WithLabelValues("store").Inc()
-			s.dir.add(marks, func() {}) // this goroutine is still the flush
+			s.dir.add(marks, sent, func() {}) // this goroutine is still the flush
 			time.Sleep(s.cfg.RenewPoll)
+			continue
+		}
+		for _, c := range sent {
+			close(c)
 		}
 	}
 }
@@ -161,9 +201,10 @@ type claimed struct {
 	gens             []string
 }
 
-// claimShards runs keepalive_claim for up to limit due slots.
+// claimShards runs keepalive_claim for up to limit due slots, claimed for
+// claimTime.
 func (s *Service) claimShards(ctx context.Context, limit int) (claimed, error) {
-	claim := max(10*s.cfg.RenewPoll, time.Second).Milliseconds()
+	claim := s.claimTime().Milliseconds()
 	res, err := s.st.Run(ctx, keepaliveClaimScript, []string{s.dir.due, s.dir.gens}, limit, claim)
 	if err != nil {
 		return claimed{}, err
@@ -186,6 +227,20 @@ func (s *Service) claimShards(ctx context.Context, limit int) (claimed, error) {
 		c.slots, c.gens = append(c.slots, int(slot)), append(c.gens, gen)
 	}
 	return c, nil
+}
+
+// claimTime is how long a claimed slot is left to its renewer: a quarter
+// of Config.MinKeepaliveTTL (at least a millisecond). When the renewer
+// stops before it settles the slot (its instance is killed), another takes
+// the slot over once the claim runs out, so the claim must end well within
+// what a lease of the shortest TTL has left once due: 2/3 of the TTL, less
+// a poll until it is claimed and one until another renewer looks again.
+// A quarter leaves it 2/3 - 1/4 of the TTL, above two polls whenever the
+// TTL is at least 5 polls (10 by default). A renewer slower than its claim
+// is harmless: another may visit the shard too, and each entry is renewed
+// once for one due time.
+func (s *Service) claimTime() time.Duration {
+	return max(s.cfg.MinKeepaliveTTL/4, time.Millisecond)
 }
 
 // renewShards renews the due entries of the due shards until none is due,

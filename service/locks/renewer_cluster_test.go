@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -93,5 +95,112 @@ func TestClusterRenewerSkipsAPrimaryThatFailed(t *testing.T) {
 				t.Errorf("%s on primary %d: renewed %v (due %v, %v)", name, node, renewed, s, err)
 			}
 		}
+	}
+}
+
+// slowMarks passes calls to one Redis, but holds every keepalive_mark call
+// back until the test says a grant was handed out (or half a second
+// passed), and records which came first.
+type slowMarks struct {
+	store.Client
+	handedOut chan struct{}
+
+	mu     sync.Mutex
+	events []string
+}
+
+func (c *slowMarks) record(ev string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, ev)
+}
+
+func (c *slowMarks) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha != shaOf(lua.KeepaliveMark) {
+		return c.Client.EvalSha(ctx, sha, keys, args...)
+	}
+	select {
+	case <-c.handedOut:
+	case <-time.After(500 * time.Millisecond):
+	}
+	cmd := c.Client.EvalSha(ctx, sha, keys, args...)
+	if cmd.Err() == nil {
+		c.record("marked")
+	}
+	return cmd
+}
+
+// TestClusterGrantIsMarkedBeforeItIsHandedOut: on a cluster, a keep-alive
+// grant (and a renewal that sets a new TTL) is returned only once its slot
+// is in the shard directory, so an instance that stops right after
+// handing a lease out leaves it where every other renewer finds it: a mark
+// sent later would die with the instance, and the lease would run out
+// before a reconciliation found its shard.
+func TestClusterGrantIsMarkedBeforeItIsHandedOut(t *testing.T) {
+	_, rdb := newTestRedis(t)
+	ctx := t.Context()
+	c := &slowMarks{Client: rdb, handedOut: make(chan struct{})}
+	const prefix = "lk:"
+	svc := mustNew(t, c, locks.Config{}, store.Config{KeyPrefix: prefix, Cluster: true, OpTimeout: 5 * time.Second})
+	due, _ := locks.DirKeys(prefix)
+
+	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true})
+	c.record("granted")
+	close(c.handedOut)
+	if _, err := rdb.ZScore(ctx, due, strconv.Itoa(store.Slot("orders"))).Result(); err != nil {
+		t.Errorf("the directory lacks the slot of a keep-alive lease just handed out: %v", err)
+	}
+	c.mu.Lock()
+	events := slices.Clone(c.events)
+	c.mu.Unlock()
+	if !slices.Equal(events, []string{"marked", "granted"}) {
+		t.Errorf("events %q, want the mark before the grant is handed out", events)
+	}
+
+	// A renewal that sets a TTL, too.
+	c.handedOut = make(chan struct{})
+	c.events = nil
+	if _, err := svc.Renew(ctx, "orders", l.Token, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.record("renewed")
+	close(c.handedOut)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Equal(c.events, []string{"marked", "renewed"}) {
+		t.Errorf("events %q, want the mark before the renewal is handed out", c.events)
+	}
+}
+
+// TestClusterClaimOfAStoppedRenewerRunsOutInTime: a renewer that claimed a
+// due slot and stopped before it settled it (its instance was killed)
+// leaves the slot to the others once the claim runs out, early enough that
+// a lease of the shortest keep-alive TTL, claimed as late as one poll after
+// it fell due, is renewed by another instance one poll before it expires.
+func TestClusterClaimOfAStoppedRenewerRunsOutInTime(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	const prefix, poll = "lk:", 100 * time.Millisecond
+	cfg := locks.Config{RenewPoll: poll}
+	scfg := store.Config{KeyPrefix: prefix, Cluster: true}
+	stopped, other := mustNew(t, rdb, cfg, scfg), mustNew(t, rdb, cfg, scfg)
+	ttl := 10 * poll // the default MinKeepaliveTTL
+	l := mustAcquire(t, stopped, "orders", locks.AcquireRequest{TTL: ttl, Keepalive: true})
+	shard := locks.RegistryKeyOf(prefix, true, "", "", "orders")
+	member := locks.RegistryMember("", l.Token, "orders")
+
+	now := t0
+	advance(m, &now, ttl/3+poll)
+	slots, err := locks.ClaimShards(ctx, stopped, 10)
+	if err != nil || !slices.Equal(slots, []int{store.Slot("orders")}) {
+		t.Fatalf("claim = %v %v, want the slot of orders", slots, err)
+	}
+	// The stopped instance never settles. One poll before the lease
+	// expires, the other instance's renewer finds the slot due again.
+	advance(m, &now, ttl-ttl/3-2*poll)
+	locks.RenewShardsNow(ctx, other)
+	s, err := m.ZScore(shard, member)
+	if want := float64(now.Add(ttl / 3).UnixMilli()); err != nil || s != want {
+		t.Fatalf("entry due at %v (%v), want renewed by the other instance: due at %v", s, err, want)
 	}
 }

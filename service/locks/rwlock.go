@@ -227,7 +227,7 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	}
 	k := s.keysIn(ctx, kindRW, name)
 	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
-	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 

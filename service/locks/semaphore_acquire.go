@@ -100,7 +100,7 @@ func (s *Service) semOutcome(name string, req SemaphoreRequest, r semResult) (Se
 // handOut).
 func (s *Service) semHandOut(ctx context.Context, k lockKeys, req SemaphoreRequest, ownToken bool, r semResult) (SemaphoreLease, error) {
 	lease, err := s.semOutcome(k.name, req, r)
-	s.markShard(k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	s.markShard(ctx, k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		if !ownToken {
 			return SemaphoreLease{}, cerr

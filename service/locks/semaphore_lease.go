@@ -20,7 +20,7 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	}
 	k := s.semKeys(ctx, name)
 	lease, err := s.renewSemaphore(ctx, k, token, ttl)
-	s.markRenewed(k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	return lease, err
 }
 

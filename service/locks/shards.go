@@ -73,8 +73,9 @@ func RegistryKeyOf(prefix string, cluster bool, tenant, tag, name string) string
 
 // Directory keys of the registry shards (cluster only): a sorted set of
 // slot -> when that slot's shard is next due (ms, Redis clock of the
-// directory's node), and a hash slot -> generation, bumped by every mark.
-// Both carry the hash tag {keepalive} and live on one node.
+// directory's node), and a hash slot -> generation, new at every mark.
+// Both carry the hash tag {keepalive} and live on one node; a slot leaves
+// both when its shard is empty, so they are gone when every shard is.
 func dirKeys(prefix string) (due, gens string) {
 	return prefix + "keepalive:slots:{keepalive}", prefix + "keepalive:gens:{keepalive}"
 }
