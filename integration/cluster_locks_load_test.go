@@ -13,11 +13,13 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// TestClusterLocksRenewerKeepsUp: two instances keep 1000 keep-alive leases
-// with a 2s TTL (a renewal due every 667ms), on names in about 1000
+// TestClusterLocksRenewerKeepsUp: two instances keep 400 keep-alive leases
+// with a 3s TTL (a renewal due every second), on names in about 400
 // different slots, renewed for three TTLs: none is lost. The renewers visit
-// only due shards, up to RenewParallel at once, so they keep up on a busy
-// two-core machine. Skipped with -short.
+// only due shards, up to RenewParallel at once. The load is a few times
+// below what a busy two-core machine under the race detector keeps up with,
+// so the test shows every shard is visited in time, not how fast: latchbench's
+// keepidle scenario measures that (docs/scaling.md). Skipped with -short.
 func TestClusterLocksRenewerKeepsUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load test: runs without -short")
@@ -34,7 +36,7 @@ func TestClusterLocksRenewerKeepsUp(t *testing.T) {
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	const n, ttl = 1000, 2 * time.Second
+	const n, ttl = 400, 3 * time.Second
 	tokens := make([]string, n)
 	expires := make([]int64, n)
 	var acquirers sync.WaitGroup
