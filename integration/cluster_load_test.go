@@ -64,16 +64,22 @@ type clusterLoad struct {
 	wg     sync.WaitGroup
 }
 
+// keptTTL is the ttl of newClusterLoad's keep-alive leases.
+const keptTTL = 3 * time.Second
+
 // newClusterLoad prepares load on a and b (instances of one deployment):
 // cycled names, keep-alive leases on kept names (taken now, alternately
 // through a and b, with a ttl the renewers must keep up with), and
-// rate-limit keys checked under policy.
+// rate-limit keys checked under policy. The kept leases' ttl, keptTTL, is
+// about as long as a failover takes here (kill to promotion: 2-5s), so a
+// renewer that stalled through one would lose them, yet it leaves a busy
+// machine two seconds past each due time.
 func newClusterLoad(t *testing.T, a, b *testEnv, cycled, kept, checks []string, policy string) *clusterLoad {
 	t.Helper()
 	l := &clusterLoad{envs: [2]*testEnv{a, b}, cycled: cycled, checks: checks, policy: policy, rounds: map[string]int{},
 		limitKey: a.limitKeyOf(t, policy)}
 	for i, name := range kept {
-		lease := l.envs[i%2].acquire(t, name, `{"ttl":"2s","keepalive":true}`)
+		lease := l.envs[i%2].acquire(t, name, `{"ttl":"`+keptTTL.String()+`","keepalive":true}`)
 		l.kept = append(l.kept, keptLease{Name: name, Token: lease.Token, Fence: lease.Fence, Slot: l.lockSlot(name)})
 	}
 	return l
@@ -324,7 +330,7 @@ func wantKeptHeld(t *testing.T, l *clusterLoad, ops []loadOp, excused func(slot 
 // lease is lost instead, or after d (a bound, not a measure).
 func wantRenewedOn(t *testing.T, l *clusterLoad, excused func(slot int) bool, d time.Duration) {
 	t.Helper()
-	const ttl = 2 * time.Second // newClusterLoad's
+	const ttl = keptTTL
 	state := func(i int, k keptLease) stateJSON {
 		st := l.envs[i%2].inspectAs(t, k.Name, k.Token)
 		if !st.Held || !st.ownedIs(true) || st.Fence != k.Fence || st.ExpiresAt == nil {
