@@ -204,6 +204,9 @@ func TestSubscriberConnectionKilled(t *testing.T) {
 		go func() { got <- e.send(t.Context(), "POST", "/v1/locks/killed", `{"wait":"60s"}`) }()
 		e.waitForWaiters(t, "killed", 1)
 		if kill {
+			// The waiter is queued before its subscription is confirmed:
+			// kill the connection only once it carries the channel.
+			eventually(t, 10*time.Second, "the waiter's channel is subscribed", func() bool { return e.channelSubscribers(t, "killed") == 1 })
 			n, err := rdb.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Result()
 			if err != nil || n != 1 {
 				t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want 1 connection killed", n, err)
