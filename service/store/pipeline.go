@@ -16,7 +16,8 @@ import (
 // It wraps one node's client only. On a Redis Cluster the cluster client is
 // used as it is: each script goes to its slot's primary on its own, because
 // go-redis's cluster pipelines send the commands of a broken connection
-// again, and the lock scripts are not idempotent.
+// again, and the lock scripts are not idempotent. Scripts that are safe to
+// send twice go in cluster pipelines through RunPipelined.
 //
 // Each caller's context is honoured: a caller whose context ends stops
 // waiting at once and gets the context's error (its command may still run in
@@ -69,3 +70,67 @@ func (p *PipelinedClient) EvalSha(ctx context.Context, sha string, keys []string
 // themselves (rate-limit decisions): a call they make is written at once on
 // a connection of its own instead of waiting for the shared pipeline.
 func (p *PipelinedClient) Unpipelined() redis.Scripter { return p.Client }
+
+// Call is one script call of RunPipelined.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+}
+
+// pipeliner is a client that sends several commands in one round trip per
+// node: *redis.Client, and *redis.ClusterClient, whose pipelines group the
+// commands by the primary of their slot and send each primary's together.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// CanPipeline reports whether RunPipelined sends its calls together.
+func (s *Store) CanPipeline() bool {
+	_, ok := s.rdb.(pipeliner)
+	return ok
+}
+
+// RunPipelined runs calls in one pipeline: on a cluster client, one round
+// trip per primary, all sent at once. It returns each call's reply or
+// error, translated by Err as Run's; one call's error (a script error, a
+// node that failed) leaves the others' replies alone. A call answered
+// NOSCRIPT is run again on its own with Run, which loads the script. The
+// pipeline is bounded by the Redis timeout, as one Run. A client that
+// cannot pipeline (CanPipeline) runs the calls one at a time with Run.
+//
+// Give it only scripts that are safe to run twice: a cluster pipeline
+// sends the commands of a connection that broke, or of a redirect, again.
+func (s *Store) RunPipelined(ctx context.Context, calls []Call) ([]any, []error) {
+	res, errs := make([]any, len(calls)), make([]error, len(calls))
+	p, ok := s.rdb.(pipeliner)
+	if !ok {
+		for i, c := range calls {
+			res[i], errs[i] = s.Run(ctx, c.Script, c.Keys, c.Args...)
+		}
+		return res, errs
+	}
+	if len(calls) == 0 {
+		return res, errs
+	}
+	opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	pipe := p.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.EvalSha(opCtx, s.variant(c.Script).sha, c.Keys, c.Args...)
+	}
+	_, _ = pipe.Exec(opCtx) // each command carries its own error
+	for i, cmd := range cmds {
+		c := calls[i]
+		switch r, err := cmd.Result(); {
+		case err == nil:
+			res[i] = r
+		case isNoScript(err): // Run loads it, and counts the reload
+			res[i], errs[i] = s.Run(ctx, c.Script, c.Keys, c.Args...)
+		default:
+			errs[i] = s.Err(ctx, c.Script.name, err)
+		}
+	}
+	return res, errs
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,5 +113,40 @@ func TestPipelinedClientOnASilentStore(t *testing.T) {
 	_, err := st.Run(ctx, incr, []string{"n"})
 	if !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Run cancelled by its caller = %v, want context.Canceled and not ErrUnavailable", err)
+	}
+}
+
+// RunPipelined sends its calls in one pipeline and answers each call on its
+// own: a call answered NOSCRIPT (the script cache was flushed) is run again
+// once the script is loaded, and a call whose script fails gets its error
+// while the others get their replies.
+func TestRunPipelinedHealsNoScriptPerCall(t *testing.T) {
+	_, rdb := newRedis(t)
+	reg := prometheus.NewRegistry()
+	st := newStore(t, rdb, store.Config{Registerer: reg})
+	bad := store.NewScript("bad", "return redis.call('INCR', KEYS[1])")
+	st.Register(bad)
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(t.Context(), "text", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !st.CanPipeline() {
+		t.Fatal("a single node's client cannot pipeline")
+	}
+	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	calls := []store.Call{{Script: incr, Keys: []string{"a"}}, {Script: bad, Keys: []string{"text"}}, {Script: incr, Keys: []string{"a"}}}
+	res, errs := st.RunPipelined(t.Context(), calls)
+	if errs[0] != nil || errs[2] != nil || res[0] != int64(1) || res[2] != int64(2) {
+		t.Errorf("incr calls = %v %v, %v %v; want 1 and 2, each run once after a reload", res[0], errs[0], res[2], errs[2])
+	}
+	if errs[1] == nil || errors.Is(errs[1], store.ErrUnavailable) {
+		t.Errorf("INCR of a string = %v, %v; want the script's error", res[1], errs[1])
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
+		t.Errorf("latchkey_script_reloads_total = %v, want the flushed scripts reloaded", got)
 	}
 }
