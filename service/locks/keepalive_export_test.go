@@ -32,3 +32,7 @@ func ClaimShards(ctx context.Context, s *Service, limit int) ([]int, error) {
 	c, err := s.claimShards(ctx, limit)
 	return c.slots, err
 }
+
+// WaitReconciled waits until the cluster renewer's reconciliation in
+// flight, if any, has ended.
+func WaitReconciled(s *Service) { s.dir.reconciled.Wait() }

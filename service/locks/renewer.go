@@ -197,6 +197,11 @@ func (s *Service) dueLeases(ctx context.Context, reg string, limit int) (dueSet,
 	if err != nil {
 		return dueSet{}, err
 	}
+	return parseDue(res)
+}
+
+// parseDue decodes a keepalive_due reply.
+func parseDue(res any) (dueSet, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) < 3 || len(arr)%2 == 0 {
 		return dueSet{}, fmt.Errorf("keepalive_due: unexpected reply %T %v", res, res)
@@ -225,6 +230,13 @@ func (s *Service) renewBatch(ctx context.Context, b batch) (nextDueMS int64, err
 	if err != nil {
 		return 0, err
 	}
+	return s.recordBatch(b, res)
+}
+
+// recordBatch records the outcome of b's batch script, whose reply is res,
+// and returns when the registry's first entry is due after it (-1: the
+// registry is empty).
+func (s *Service) recordBatch(b batch, res any) (nextDueMS int64, err error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 2+3*len(b.members) {
 		return 0, fmt.Errorf("%s: unexpected reply %T of %d entries", b.p.batchScript().Name(), res, len(arr))

@@ -305,46 +305,36 @@ func (s *Service) renewShards(ctx context.Context) time.Duration {
 // claimed.
 const visitFailed = -2
 
-// visitShards visits the shards of slots, up to Config.RenewParallel at
-// once, and returns each one's next due time (ms; -1 when empty,
-// visitFailed when a call failed). Once a visit failed, the other shards of
-// its primary are not visited this round (visitFailed: they stay claimed
-// and are visited again when the claim runs out), so a primary that does
-// not answer holds the renewals of the others up for one Redis timeout,
-// not one per shard.
+// visitShards visits the shards of slots and returns each one's next due
+// time (ms; -1 when empty, visitFailed when a call failed). A client that
+// pipelines visits them in pipelined rounds (visitPipelined), any other one
+// shard at a time, up to Config.RenewParallel at once (visitEach). Once a
+// call on a primary failed, the other shards of that primary are not
+// visited further this round (visitFailed: they stay claimed and are
+// visited again when the claim runs out), so a primary that does not
+// answer holds the renewals of the others up for one Redis timeout, not
+// one per shard.
 func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	next := make([]int64, len(slots))
 	sizes := make([]int64, len(slots))
-	work := make(chan int)
-	var down sync.Map // primary's address -> a visit there failed
-	primary := func(slot int) string {
-		if r, ok := s.st.Client().(clusterRouter); ok {
+	addrs := make([]string, len(slots)) // each slot's primary, "" when unknown
+	if r, ok := s.st.Client().(clusterRouter); ok {
+		for i, slot := range slots {
 			if c, err := r.MasterForKey(ctx, s.shards[slot]); err == nil {
-				return c.Options().Addr
+				addrs[i] = c.Options().Addr
 			}
 		}
-		return ""
 	}
-	var wg sync.WaitGroup
-	for range min(s.cfg.RenewParallel, len(slots)) {
-		wg.Go(func() {
-			for i := range work {
-				addr := primary(slots[i])
-				if _, failed := down.Load(addr); failed && addr != "" {
-					next[i] = visitFailed
-					continue
-				}
-				if next[i], sizes[i] = s.visitShard(ctx, slots[i]); next[i] == visitFailed {
-					down.Store(addr, true)
-				}
-			}
-		})
+	var down sync.Map // primary's address -> a call there failed
+	if s.st.CanPipeline() {
+		s.visitPipelined(ctx, slots, addrs, next, sizes, &down)
+	} else {
+		all := make([]int, len(slots))
+		for i := range all {
+			all[i] = i
+		}
+		s.visitEach(ctx, all, slots, addrs, next, sizes, &down, visitRounds)
 	}
-	for i := range slots {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
 	for i, slot := range slots {
 		switch next[i] {
 		case -1:
@@ -359,16 +349,155 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	return next
 }
 
+// visitEach visits the shards of slots[i] for each i of which, up to
+// Config.RenewParallel at once, each for up to rounds look-renew rounds
+// (visitShard), and sets next[i] and sizes[i]. A shard whose primary
+// (addrs[i]) is in down is not visited (visitFailed); a visit that fails
+// puts its primary there.
+func (s *Service) visitEach(ctx context.Context, which, slots []int, addrs []string, next, sizes []int64, down *sync.Map, rounds int) {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(s.cfg.RenewParallel, len(which)) {
+		wg.Go(func() {
+			for i := range work {
+				addr := addrs[i]
+				if _, failed := down.Load(addr); failed && addr != "" {
+					next[i] = visitFailed
+					continue
+				}
+				if next[i], sizes[i] = s.visitShard(ctx, slots[i], rounds); next[i] == visitFailed {
+					down.Store(addr, true)
+				}
+			}
+		})
+	}
+	for _, i := range which {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// visitPipelined visits the shards of slots with a few pipelined round
+// trips per primary instead of two calls per shard, so that many shards of
+// a few due entries each (leases spread over the slots) cost little more
+// than one shard of as many: one pipeline of every shard's keepalive_due,
+// then pipelines of every renewal batch (s.batches of all shards, each
+// pipeline up to RenewBatch × RenewParallel entries). It sets next[i] and
+// sizes[i] as visitShard does. A shard whose due list came back full is
+// dense: it is visited further by visitEach, so a dense shard takes as many
+// rounds as before.
+//
+// Both scripts are safe to send again, as a cluster pipeline does after a
+// broken connection or a redirect: keepalive_due only reads (and drops
+// malformed entries), and a batch script renews an entry only while it is
+// still due for the time it was listed at, atomically, so a batch sent
+// again skips what it renewed.
+//
+// A call that fails makes its shard visitFailed and puts its primary
+// (addrs[i]) in down: none of that primary's batches not yet sent is sent,
+// and its shards not renewed are visitFailed too.
+func (s *Service) visitPipelined(ctx context.Context, slots []int, addrs []string, next, sizes []int64, down *sync.Map) {
+	full := s.cfg.RenewBatch * s.cfg.RenewParallel
+	isDown := func(i int) bool {
+		_, failed := down.Load(addrs[i])
+		return failed && addrs[i] != ""
+	}
+	fail := func(i int) {
+		s.storeFailed(ctx)
+		next[i] = visitFailed
+		down.Store(addrs[i], true)
+	}
+	calls := make([]store.Call, len(slots))
+	dueArgs := keepaliveDueArgs(full)
+	for i, slot := range slots {
+		calls[i] = store.Call{Script: keepaliveDueScript, Keys: []string{s.shards[slot]}, Args: dueArgs}
+	}
+	res, errs := s.st.RunPipelined(ctx, calls)
+	dues := make([]dueSet, len(slots))
+	for i := range slots {
+		if errs[i] == nil {
+			dues[i], errs[i] = parseDue(res[i])
+		}
+		if errs[i] != nil {
+			fail(i)
+		}
+	}
+
+	// The renewal batches of every shard with due entries, each with the
+	// index of its shard.
+	var batches []batch
+	var owner []int
+	for i, slot := range slots {
+		d := dues[i]
+		switch {
+		case next[i] == visitFailed:
+		case isDown(i):
+			next[i] = visitFailed
+		case d.tracked == 0:
+			next[i] = -1
+		case len(d.members) == 0:
+			next[i], sizes[i] = d.nextDueMS, d.tracked
+		default:
+			next[i], sizes[i] = -1, d.tracked // the earliest its batches see
+			for _, b := range s.batches(s.shards[slot], d.members) {
+				batches, owner = append(batches, b), append(owner, i)
+			}
+		}
+	}
+	var sent []int // the batches of one pipeline
+	for first := 0; first < len(batches); {
+		calls, sent = calls[:0], sent[:0]
+		for n := 0; first < len(batches) && (len(sent) == 0 || n+len(batches[first].members) <= full); first++ {
+			b, i := batches[first], owner[first]
+			if next[i] == visitFailed || isDown(i) {
+				next[i] = visitFailed
+				continue
+			}
+			calls = append(calls, store.Call{Script: b.p.batchScript(), Keys: b.keys, Args: renewBatchArgs(s.cfg, b.members)})
+			sent = append(sent, first)
+			n += len(b.members)
+		}
+		res, errs := s.st.RunPipelined(ctx, calls)
+		for j, bi := range sent {
+			i := owner[bi]
+			s.ka.batches.Inc()
+			var n int64
+			err := errs[j]
+			if err == nil {
+				n, err = s.recordBatch(batches[bi], res[j])
+			}
+			switch {
+			case err != nil:
+				fail(i)
+			case next[i] != visitFailed && n >= 0 && (next[i] < 0 || n < next[i]):
+				next[i] = n
+			}
+		}
+	}
+
+	var dense []int
+	for i := range slots {
+		if next[i] != visitFailed && len(dues[i].members) >= full {
+			dense = append(dense, i)
+		}
+	}
+	if len(dense) > 0 {
+		s.visitEach(ctx, dense, slots, addrs, next, sizes, down, visitRounds-1)
+	}
+}
+
 // visitShard renews the due entries of the registry shard of slot, as the
-// single-node renewer does with the one registry, and returns when the
-// shard is next due (-1 when it is empty, visitFailed when a call failed:
-// counted, reason "store") and its size, as last seen. A shard with due
-// entries takes two calls (keepalive_due, then the batches, whose replies
-// say when it is next due), one without takes one.
-func (s *Service) visitShard(ctx context.Context, slot int) (next, size int64) {
+// single-node renewer does with the one registry, in up to rounds
+// look-renew rounds, and returns when the shard is next due (-1 when it is
+// empty, 0 when still busy after the rounds, visitFailed when a call
+// failed: counted, reason "store") and its size, as last seen. A shard
+// with due entries takes two calls a round (keepalive_due, then the
+// batches, whose replies say when it is next due), one without takes one.
+func (s *Service) visitShard(ctx context.Context, slot, rounds int) (next, size int64) {
 	reg := s.shards[slot]
 	full := s.cfg.RenewBatch * s.cfg.RenewParallel
-	for range visitRounds {
+	for range rounds {
 		d, err := s.dueLeases(ctx, reg, full)
 		if err != nil {
 			s.storeFailed(ctx)

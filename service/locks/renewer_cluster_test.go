@@ -204,3 +204,113 @@ func TestClusterClaimOfAStoppedRenewerRunsOutInTime(t *testing.T) {
 		t.Fatalf("entry due at %v (%v), want renewed by the other instance: due at %v", s, err, want)
 	}
 }
+
+// pipelinedTwoPrimaries is twoPrimaries with pipelines, as a cluster
+// client has: in a pipeline, the keepalive_due calls on the down primary's
+// shards fail as a connection to it would, and the other calls run.
+type pipelinedTwoPrimaries struct {
+	*twoPrimaries
+	pipe *redis.Client // on the same Redis, with the hook below
+
+	batches [2]int // renewal batch calls per primary
+}
+
+func (c *pipelinedTwoPrimaries) Pipeline() redis.Pipeliner { return c.pipe.Pipeline() }
+
+func (c *pipelinedTwoPrimaries) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *pipelinedTwoPrimaries) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (c *pipelinedTwoPrimaries) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var pass []redis.Cmder
+		c.mu.Lock()
+		for _, cmd := range cmds {
+			args := cmd.Args()
+			if len(args) < 4 || args[0] != "evalsha" {
+				pass = append(pass, cmd)
+				continue
+			}
+			node := store.Slot(args[3].(string)) % 2
+			if args[1] != shaOf(lua.KeepaliveDue) {
+				c.batches[node]++
+				pass = append(pass, cmd)
+				continue
+			}
+			c.calls[node]++
+			if node == c.down {
+				cmd.SetErr(errors.New("dial tcp: connect: connection refused"))
+				continue
+			}
+			pass = append(pass, cmd)
+		}
+		c.mu.Unlock()
+		if len(pass) > 0 {
+			_ = next(ctx, pass) // each command carries its own error
+		}
+		return nil
+	}
+}
+
+// TestClusterPipelinedRenewerSkipsAPrimaryThatFailed: with a client that
+// pipelines, as a cluster client does, every due shard's keepalive_due goes
+// out in one pipeline; the shards of a primary whose calls failed get no
+// renewal batch and stay claimed (their directory entries keep the claim's
+// time, so they are visited again once it runs out), while the shards of
+// the other primary are renewed and settled at their next due time.
+func TestClusterPipelinedRenewerSkipsAPrimaryThatFailed(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	pipe := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = pipe.Close() })
+	c := &pipelinedTwoPrimaries{pipe: pipe, twoPrimaries: &twoPrimaries{Client: rdb, down: 1, nodes: [2]*redis.Client{
+		redis.NewClient(&redis.Options{Addr: "primary-0:6379"}), redis.NewClient(&redis.Options{Addr: "primary-1:6379"})}}}
+	pipe.AddHook(c)
+	const prefix = "lk:"
+	svc := mustNew(t, c, locks.Config{}, store.Config{KeyPrefix: prefix, Cluster: true})
+	due, _ := locks.DirKeys(prefix)
+	var names [2][]string
+	tokens := map[string]string{}
+	for i := 0; len(names[0]) < 3 || len(names[1]) < 3; i++ {
+		name := fmt.Sprintf("n%d", i)
+		node := store.Slot(name) % 2
+		if len(names[node]) == 3 {
+			continue
+		}
+		names[node] = append(names[node], name)
+		tokens[name] = mustAcquire(t, svc, name, locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true}).Token
+	}
+	waitFor(t, "every grant's mark reaches the directory", func() bool {
+		n, err := rdb.ZCard(ctx, due).Result()
+		return err == nil && n == 6
+	})
+	now := t0
+	advance(m, &now, 1100*time.Millisecond)
+	locks.RenewShardsNow(ctx, svc)
+
+	if c.calls != [2]int{3, 3} {
+		t.Errorf("keepalive_due calls per primary = %v, want every shard's in the pipeline: [3 3]", c.calls)
+	}
+	if c.batches[1] != 0 || c.batches[0] == 0 {
+		t.Errorf("renewal batches per primary = %v, want some on primary 0 and none on the primary that failed", c.batches)
+	}
+	claimedUntil := float64(now.Add(time.Second / 4).UnixMilli()) // a quarter of the default MinKeepaliveTTL
+	for node, ns := range names {
+		for _, name := range ns {
+			shard := locks.RegistryKeyOf(prefix, true, "", "", name)
+			s, err := m.ZScore(shard, locks.RegistryMember("", tokens[name], name))
+			nextDue := float64(now.Add(time.Second).UnixMilli())
+			renewed := err == nil && s == nextDue
+			if renewed != (node == 0) {
+				t.Errorf("%s on primary %d: renewed %v (due %v, %v)", name, node, renewed, s, err)
+			}
+			want := nextDue // settled at its next due time
+			if node == 1 {
+				want = claimedUntil // still claimed
+			}
+			if got, err := m.ZScore(due, strconv.Itoa(store.Slot(name))); err != nil || got != want {
+				t.Errorf("%s on primary %d: directory says due at %v (%v), want %v", name, node, got, err, want)
+			}
+		}
+	}
+}
