@@ -104,4 +104,3 @@ func (g guardedLocks) Ready(ctx context.Context) error {
 	}
 	return g.Locks.Ready(ctx)
 }
-
