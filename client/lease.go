@@ -60,14 +60,15 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 // Unwrap returns the error the client saw, if any.
 func (e *LostError) Unwrap() error { return e.Err }
 
-// Lease is a granted lock. Name, Fence and Token never change. A Lease is
-// safe for concurrent use.
+// Lease is a granted lock: of a lock, a read or the write lease of a
+// read/write lock, or permits of a semaphore. Name, Fence and Token never
+// change. A Lease is safe for concurrent use.
 //
 // Use the lease only while time.Now() is before ValidUntil, and pass Fence
 // to whatever the lock protects so that it can refuse a write from a holder
 // whose lease has ended (see the package example).
 type Lease struct {
-	// Name is the lock's name.
+	// Name is the lock's (read/write lock's, semaphore's) name.
 	Name string
 	// Fence is strictly greater than every fence issued before for Name.
 	Fence int64
@@ -207,7 +208,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Unlock releases the lease and ends it (Err becomes ErrReleased). A release
+// Unlock releases the lease and ends it (Err becomes ErrReleased): one hold
+// of a lock's lease, the read or write lease of a read/write lock that this
+// lease is, a semaphore lease's permits. A release
 // whose outcome is unknown (a 503 or a broken connection) is settled by
 // inspecting the lock with the token before it is sent again, so a lease is
 // never released twice. Returns ErrLeaseNotFound or ErrNotOwner when the
