@@ -325,7 +325,12 @@ func (c *Client) inspect(ctx context.Context, name, token string) (LockState, er
 // was sent: a second force-release could free the next holder's lease.
 // Returns a *Problem with status 403 without the admin credential.
 func (c *Client) ForceRelease(ctx context.Context, name string) error {
-	req := request{method: http.MethodDelete, path: lockPath(name), query: url.Values{"force": {"true"}}}
+	return c.forceRelease(ctx, lockTarget(name))
+}
+
+// forceRelease frees t whoever holds it; see ForceRelease.
+func (c *Client) forceRelease(ctx context.Context, t target) error {
+	req := request{method: http.MethodDelete, path: t.path(), query: url.Values{"force": {"true"}}}
 	_, err := c.do(ctx, req, false)
 	return err
 }

@@ -103,6 +103,15 @@ func (rw *RWLock) Downgrade(ctx context.Context, w *Lease, opts LockOptions) (*L
 	return rw.c.lock(ctx, rw.target(modeRead), w.Token, opts)
 }
 
+// ForceRelease frees the lock whoever holds it: the writer's and every
+// reader's lease end (they see force_released), and waiters are woken. It
+// needs the admin credential as the client's API key, and is not retried
+// after a request was sent, as Client.ForceRelease. Returns a *Problem with
+// status 403 without the admin credential.
+func (rw *RWLock) ForceRelease(ctx context.Context) error {
+	return rw.c.forceRelease(ctx, rw.target(modeWrite))
+}
+
 // RWLockState is what the server tells about a read/write lock. It never
 // holds a token.
 type RWLockState struct {

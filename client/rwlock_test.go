@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -50,13 +51,16 @@ func wantGranted(t *testing.T, ch <-chan result) *client.Lease {
 }
 
 // mustLease returns a function that returns the lease it is given, failing
-// t on an error: mustLease(t)(rw.TryLock(ctx, opts)).
+// t on an error: mustLease(t)(rw.TryLock(ctx, opts)). The lease is
+// released when t ends (before the server stops: a hold's open stream would
+// keep it from closing).
 func mustLease(t *testing.T) func(*client.Lease, error) *client.Lease {
 	return func(l *client.Lease, err error) *client.Lease {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = l.Unlock(context.Background()) })
 		return l
 	}
 }

@@ -75,6 +75,15 @@ func (s *Semaphore) withCapacity(ctx context.Context, err error) error {
 	return err
 }
 
+// ForceRelease ends every lease of the semaphore (their holders see
+// force_released) and wakes its waiters. It needs the admin credential as
+// the client's API key, and is not retried after a request was sent, as
+// Client.ForceRelease. Returns a *Problem with status 403 without the admin
+// credential.
+func (s *Semaphore) ForceRelease(ctx context.Context) error {
+	return s.c.forceRelease(ctx, s.target(1))
+}
+
 // SemaphoreState is what the server tells about a semaphore. It never holds
 // a token.
 type SemaphoreState struct {

@@ -199,3 +199,48 @@ func TestSemaphoreLeaseExpires(t *testing.T) {
 	})
 	mustLease(t)(sem.TryAcquire(ctx, 2, client.LockOptions{TTL: time.Minute}))
 }
+
+// A force-release ends every lease of a semaphore or read/write lock: held
+// leases learn it from their stream, with the server's reason.
+func TestForceReleaseEndsHolds(t *testing.T) {
+	ctx := t.Context()
+	c := testClient(t, client.WithAPIKey(exampleAdminKey))
+	sem := c.Semaphore("uploads", 3)
+	rw := c.RWLock("catalog")
+	tests := []struct {
+		name    string
+		holds   []func() (*client.Lease, error)
+		release func() error
+	}{
+		{"semaphore", []func() (*client.Lease, error){
+			func() (*client.Lease, error) { return sem.Hold(ctx, 2, client.HoldOptions{TTL: time.Minute}) },
+			func() (*client.Lease, error) { return sem.Hold(ctx, 1, client.HoldOptions{TTL: time.Minute}) },
+		}, func() error { return sem.ForceRelease(ctx) }},
+		{"read/write lock", []func() (*client.Lease, error){
+			func() (*client.Lease, error) { return rw.RHold(ctx, client.HoldOptions{TTL: time.Minute}) },
+			func() (*client.Lease, error) { return rw.RHold(ctx, client.HoldOptions{TTL: time.Minute}) },
+		}, func() error { return rw.ForceRelease(ctx) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var leases []*client.Lease
+			for _, hold := range tt.holds {
+				leases = append(leases, mustLease(t)(hold()))
+			}
+			if err := tt.release(); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range leases {
+				select {
+				case <-l.Done():
+				case <-time.After(30 * time.Second):
+					t.Fatal("a held lease never learnt it was force-released")
+				}
+				var lost *client.LostError
+				if !errors.As(l.Err(), &lost) || lost.Reason != client.ReasonForceReleased {
+					t.Fatalf("Err = %v, want lost with %s", l.Err(), client.ReasonForceReleased)
+				}
+			}
+		})
+	}
+}

@@ -15,10 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// exampleAdminKey is the admin credential of exampleServer.
+const exampleAdminKey = "admin-secret"
+
 // exampleServer starts a Latchkey server on an in-memory store (the
 // server's embedded mode, whose TTLs run in real time), with a rate-limit
-// policy "per-user" of 10 calls a minute, and returns its URL and a
-// function that stops it.
+// policy "per-user" of 10 calls a minute and the admin key exampleAdminKey,
+// and returns its URL and a function that stops it.
 func exampleServer() (url string, stop func()) {
 	m, err := miniredis.Run()
 	if err != nil {
@@ -56,7 +59,7 @@ func exampleServer() (url string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := httptest.NewServer(handlers.NewRouter(lk, rl, handlers.Config{}))
+	srv := httptest.NewServer(handlers.NewRouter(lk, rl, handlers.Config{AdminKey: exampleAdminKey}))
 	return srv.URL, func() {
 		srv.Close()
 		_ = lk.Close()
@@ -68,12 +71,12 @@ func exampleServer() (url string, stop func()) {
 }
 
 // testClient returns a client of a fresh exampleServer, stopped when the
-// test ends.
-func testClient(t *testing.T) *client.Client {
+// test ends, with opts.
+func testClient(t *testing.T, opts ...client.Option) *client.Client {
 	t.Helper()
 	url, stop := exampleServer()
 	t.Cleanup(stop)
-	c, err := client.New(url)
+	c, err := client.New(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
