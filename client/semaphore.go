@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"net/http"
+	"sync/atomic"
 )
 
 // Semaphore is a semaphore of the server: at most Permits permits are held
@@ -15,18 +17,20 @@ import (
 type Semaphore struct {
 	c       *Client
 	name    string
-	permits int64
+	permits atomic.Int64
 }
 
 // Semaphore returns the semaphore name of capacity permits. The first
 // acquire sets the capacity on the server; every later one must name the
 // same (an administrator can change it). It sends no request.
 func (c *Client) Semaphore(name string, permits int64) *Semaphore {
-	return &Semaphore{c: c, name: name, permits: permits}
+	s := &Semaphore{c: c, name: name}
+	s.permits.Store(permits)
+	return s
 }
 
 func (s *Semaphore) target(count int64) target {
-	return target{kind: kindSemaphore, name: s.name, permits: s.permits, count: max(count, 1)}
+	return target{kind: kindSemaphore, name: s.name, permits: s.permits.Load(), count: max(count, 1)}
 }
 
 // Acquire takes count permits (at least 1) as one lease, waiting up to
@@ -82,6 +86,28 @@ func (s *Semaphore) withCapacity(ctx context.Context, err error) error {
 // credential.
 func (s *Semaphore) ForceRelease(ctx context.Context) error {
 	return s.c.forceRelease(ctx, s.target(1))
+}
+
+// SetPermits changes the semaphore's capacity to permits and returns its
+// state; this Semaphore asks with the new capacity from then on (other
+// handles of the name get a *PermitsMismatchError until they do too).
+// Leases already granted keep their permits: below the permits in use, new
+// grants wait until enough leases end. It needs the admin credential as the
+// client's API key. Returns a *Problem with status 403 without it, an
+// *InvalidRequestError for a bad name or capacity, and ErrUnavailable
+// (wrapped) when the server could not answer.
+func (s *Semaphore) SetPermits(ctx context.Context, permits int64) (SemaphoreState, error) {
+	req := request{method: http.MethodPut, path: s.target(1).path(), body: map[string]int64{"permits": permits}}
+	resp, err := s.c.do(ctx, req, true) // idempotent: the same capacity again changes nothing
+	if err != nil {
+		return SemaphoreState{}, err
+	}
+	var st SemaphoreState
+	if err := decode(req, resp, &st); err != nil {
+		return SemaphoreState{}, err
+	}
+	s.permits.Store(permits)
+	return st, nil
 }
 
 // SemaphoreState is what the server tells about a semaphore. It never holds

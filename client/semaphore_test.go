@@ -244,3 +244,32 @@ func TestForceReleaseEndsHolds(t *testing.T) {
 		})
 	}
 }
+
+// SetPermits changes the capacity: the handle that changed it asks with the
+// new one, leases granted keep their permits, and a handle with the old
+// capacity is refused naming the new one.
+func TestSemaphoreSetPermits(t *testing.T) {
+	ctx := t.Context()
+	c := testClient(t, client.WithAPIKey(exampleAdminKey))
+	s := c.Semaphore("jobs", 3)
+	mustLease(t)(s.TryAcquire(ctx, 2, client.LockOptions{TTL: time.Minute}))
+	st, err := s.SetPermits(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Permits != 5 || st.InUse != 2 || st.Available != 3 {
+		t.Fatalf("state = %+v, want 2 of 5 permits in use", st)
+	}
+	mustLease(t)(s.TryAcquire(ctx, 3, client.LockOptions{TTL: time.Minute}))
+	_, err = c.Semaphore("jobs", 3).TryAcquire(ctx, 1, client.LockOptions{})
+	var pm *client.PermitsMismatchError
+	if !errors.As(err, &pm) || pm.Permits != 5 {
+		t.Fatalf("err = %v, want a *PermitsMismatchError naming 5 permits", err)
+	}
+	// A server checks the admin credential first, whatever the semaphore.
+	_, err = testClient(t).Semaphore("jobs", 3).SetPermits(ctx, 4)
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != 403 {
+		t.Fatalf("without the admin key: err = %v, want a 403 *Problem", err)
+	}
+}
