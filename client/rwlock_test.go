@@ -196,6 +196,24 @@ func TestRWLockDowngrade(t *testing.T) {
 	mustLease(t)(rw.TryLock(ctx, client.LockOptions{TTL: time.Minute}))
 }
 
+// The token of a read lease asking for the write lease is refused with
+// ErrUpgradeNotSupported, at once, and keeps its read lease.
+func TestRWLockUpgradeRefused(t *testing.T) {
+	ctx := t.Context()
+	rw := testClient(t).RWLock("catalog")
+	r := mustLease(t)(rw.TryRLock(ctx, client.LockOptions{TTL: time.Minute}))
+	_, err := rw.LockWithToken(ctx, r.Token, client.LockOptions{TTL: time.Minute, Wait: time.Minute})
+	if !errors.Is(err, client.ErrUpgradeNotSupported) || errors.Is(err, client.ErrHeld) {
+		t.Fatalf("err = %v, want ErrUpgradeNotSupported", err)
+	}
+	if st, err := r.Inspect(ctx); err != nil || !st.Owned {
+		t.Fatalf("Inspect = %+v (err %v), want the read lease still owned", st, err)
+	}
+	if st, err := rw.Status(ctx); err != nil || st.Readers != 1 || st.WriteHeld {
+		t.Fatalf("status = %+v (err %v), want 1 reader and no writer", st, err)
+	}
+}
+
 // Read/write locks are a namespace apart from locks.
 func TestRWLockNamespace(t *testing.T) {
 	ctx := t.Context()
