@@ -209,11 +209,10 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock releases the lease and ends it (Err becomes ErrReleased): one hold
-// of a lock's lease, the read or write lease of a read/write lock that this
-// lease is, a semaphore lease's permits. A release
-// whose outcome is unknown (a 503 or a broken connection) is settled by
-// inspecting the lock with the token before it is sent again, so a lease is
-// never released twice. Returns ErrLeaseNotFound or ErrNotOwner when the
+// of a lock's lease, this read or write lease of a read/write lock, or a
+// semaphore lease's permits. A release whose outcome is unknown (a 503 or a
+// broken connection) is settled by inspecting the lock with the token
+// before it is sent again, so a lease is never released twice. Returns ErrLeaseNotFound or ErrNotOwner when the
 // lease had already ended on the server (it expired or was taken over: the
 // work done under it may not have been protected), ErrUnavailable when the
 // server could not be reached (the lease then ends with its TTL, or at
