@@ -89,8 +89,10 @@ func TestSemaphorePermitsMismatch(t *testing.T) {
 // TTL it was granted with has passed several times over; and a released
 // hold frees the resource.
 func TestHoldPastTTL(t *testing.T) {
-	const holdTTL = 300 * time.Millisecond
-	const keepAliveTTL = time.Second // the least the server takes for a keep-alive lease
+	// Renewed every TTL/3, a lease survives a renewal late by 2/3 of its
+	// TTL: with these, over 600ms on a busy machine.
+	const holdTTL = time.Second
+	const keepAliveTTL = 2 * time.Second
 	c := testClient(t)
 	sem := c.Semaphore("uploads", 2)
 	rw := c.RWLock("catalog")
