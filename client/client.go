@@ -1,6 +1,8 @@
 // Package client is the Go client of Latchkey: lock leases that notice when
 // they are lost, with the fence to check where the work is written, and
-// rate-limit decisions.
+// rate-limit decisions. Leases are taken on locks ([Client.Lock]), on
+// read/write locks ([Client.RWLock]: many readers or one writer) and on
+// semaphores ([Client.Semaphore]: N permits); each is a [Lease].
 //
 // A lease is valid until [Lease.ValidUntil], measured on the caller's own
 // monotonic clock from when the acquire request was sent; [Lease.Done] is

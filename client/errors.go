@@ -14,9 +14,20 @@ import (
 // them when the server answered with the matching problem type (or, for
 // ErrUnavailable, did not answer at all).
 var (
-	// ErrHeld: the lock is held by another owner (problem type lock-held).
-	// The error is a *HeldError.
+	// ErrHeld: the lock is held by another owner (problem type lock-held),
+	// or a semaphore has fewer free permits than asked for
+	// (permits-unavailable). The error is a *HeldError.
 	ErrHeld = errors.New("client: lock is held by another owner")
+	// ErrUpgradeNotSupported: a token holding the read lease of a
+	// read/write lock asked for its write lease (upgrade-not-supported).
+	ErrUpgradeNotSupported = errors.New("client: a read lease cannot be upgraded to write")
+	// ErrPermitsMismatch: a semaphore was asked for with another capacity
+	// than the one it has (permits-mismatch). The error is a
+	// *PermitsMismatchError.
+	ErrPermitsMismatch = errors.New("client: the semaphore has another number of permits")
+	// ErrModeMismatch: the lock, read/write lock or semaphore is held or
+	// waited for in the other fairness mode (lock-mode-mismatch).
+	ErrModeMismatch = errors.New("client: the lock is in the other fairness mode")
 	// ErrNotOwner: the lease's token does not own the lock (not-owner).
 	ErrNotOwner = errors.New("client: the token does not own this lease")
 	// ErrLeaseNotFound: no lease with this token (lease-not-found): it
@@ -32,6 +43,11 @@ var (
 	// requests (rate-limited, quota-exceeded). The error is a
 	// *RateLimitedError. A denied rate-limit check is a Decision, not this.
 	ErrRateLimited = errors.New("client: rate limited")
+
+	// errTokenInUse: the token already holds a lease of the semaphore
+	// (token-in-use). The client sends a fresh token with every acquire,
+	// so only an earlier attempt of the same acquire can hold it.
+	errTokenInUse = errors.New("client: the token already holds a lease of this semaphore")
 )
 
 // Problem is an error answer of the server (RFC 9457 problem details). Every
@@ -74,7 +90,15 @@ func (p *Problem) Error() string {
 func (p *Problem) Is(target error) bool {
 	switch target {
 	case ErrHeld:
-		return p.Type == "lock-held"
+		return p.Type == "lock-held" || p.Type == "permits-unavailable"
+	case ErrUpgradeNotSupported:
+		return p.Type == "upgrade-not-supported"
+	case ErrPermitsMismatch:
+		return p.Type == "permits-mismatch"
+	case ErrModeMismatch:
+		return p.Type == "lock-mode-mismatch"
+	case errTokenInUse:
+		return p.Type == "token-in-use"
 	case ErrNotOwner:
 		return p.Type == "not-owner"
 	case ErrLeaseNotFound:
@@ -89,11 +113,13 @@ func (p *Problem) Is(target error) bool {
 	return false
 }
 
-// HeldError is returned when the lock is held by another owner.
+// HeldError is returned when the lock is held by another owner, or when a
+// semaphore has fewer free permits than asked for.
 type HeldError struct {
 	// RetryAfter is the holder's remaining TTL as the server rounds it (up,
 	// to whole seconds): the earliest time worth trying again, unless the
-	// holder releases sooner.
+	// holder releases sooner. For a semaphore, it is until the first of its
+	// leases expires.
 	RetryAfter time.Duration
 	Problem    *Problem
 }
@@ -102,6 +128,20 @@ func (e *HeldError) Error() string { return e.Problem.Error() }
 
 // Unwrap returns the server's problem, so errors.Is(err, ErrHeld) holds.
 func (e *HeldError) Unwrap() error { return e.Problem }
+
+// PermitsMismatchError is returned when a semaphore is asked for with
+// another capacity than the one it has.
+type PermitsMismatchError struct {
+	// Permits is the semaphore's capacity, or 0 when it is not known (the
+	// capacity changed again, or could not be read).
+	Permits int64
+	Problem *Problem
+}
+
+func (e *PermitsMismatchError) Error() string { return e.Problem.Error() }
+
+// Unwrap returns the server's problem, so errors.Is(err, ErrPermitsMismatch) holds.
+func (e *PermitsMismatchError) Unwrap() error { return e.Problem }
 
 // InvalidRequestError is returned when the server refuses a request as
 // invalid. Field names the first field at fault ("ttl", "Lock-Token", ...).
@@ -129,7 +169,8 @@ func (e *RateLimitedError) Error() string { return e.Problem.Error() }
 func (e *RateLimitedError) Unwrap() error { return e.Problem }
 
 // errorOf turns a non-2xx answer into an error: a *HeldError,
-// *InvalidRequestError or *RateLimitedError when the type says so, else the
+// *PermitsMismatchError, *InvalidRequestError or *RateLimitedError when the
+// type says so, else the
 // *Problem itself. An answer that is not problem+json still becomes a
 // *Problem with its status.
 func errorOf(req request, resp response) error {
@@ -143,8 +184,10 @@ func errorOf(req request, resp response) error {
 	}
 	p.RetryAfter = retryAfter(resp.header)
 	switch {
-	case p.Type == "lock-held":
+	case p.Is(ErrHeld):
 		return &HeldError{RetryAfter: p.RetryAfter, Problem: p}
+	case p.Is(ErrPermitsMismatch):
+		return &PermitsMismatchError{Problem: p}
 	case p.Type == "invalid-request":
 		e := &InvalidRequestError{Problem: p}
 		if len(p.Errors) > 0 {

@@ -49,6 +49,22 @@ func TestProblemTypes(t *testing.T) {
 					t.Errorf("%v: want a *HeldError with RetryAfter 7s", err)
 				}
 			}},
+		{"permits unavailable", 409, `{"type":"permits-unavailable","status":409}`, []string{"Retry-After", "3"}, client.ErrHeld,
+			func(t *testing.T, err error) {
+				var h *client.HeldError
+				if !errors.As(err, &h) || h.RetryAfter != 3*time.Second {
+					t.Errorf("%v: want a *HeldError with RetryAfter 3s", err)
+				}
+			}},
+		{"permits mismatch", 409, `{"type":"permits-mismatch","status":409}`, nil, client.ErrPermitsMismatch,
+			func(t *testing.T, err error) {
+				var pm *client.PermitsMismatchError
+				if !errors.As(err, &pm) {
+					t.Errorf("%v: want a *PermitsMismatchError", err)
+				}
+			}},
+		{"upgrade not supported", 409, `{"type":"upgrade-not-supported","status":409}`, nil, client.ErrUpgradeNotSupported, nil},
+		{"mode mismatch", 409, `{"type":"lock-mode-mismatch","status":409}`, nil, client.ErrModeMismatch, nil},
 		{"not owner", 409, `{"type":"not-owner","status":409}`, nil, client.ErrNotOwner, nil},
 		{"lease not found", 404, `{"type":"lease-not-found","status":404}`, nil, client.ErrLeaseNotFound, nil},
 		{"unavailable", 503, `{"type":"store-unavailable","status":503}`, nil, client.ErrUnavailable, nil},

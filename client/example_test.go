@@ -131,3 +131,102 @@ func ExampleLimiter_Wait() {
 	fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining)
 	// Output: allowed: true remaining: 9
 }
+
+// Readers share a read/write lock; a writer gets it once they are gone.
+func ExampleRWLock() {
+	url, stop := exampleServer()
+	defer stop()
+
+	ctx := context.Background()
+	c, _ := client.New(url)
+	catalog := c.RWLock("catalog")
+	r1, err := catalog.RLock(ctx, client.LockOptions{TTL: 30 * time.Second, Wait: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := catalog.RLock(ctx, client.LockOptions{TTL: 30 * time.Second, Wait: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("two readers, each with a fence of its own:", r2.Fence > r1.Fence)
+
+	_, err = catalog.TryLock(ctx, client.LockOptions{})
+	fmt.Println("writer refused while they read:", errors.Is(err, client.ErrHeld))
+
+	_ = r1.Unlock(ctx)
+	_ = r2.Unlock(ctx)
+	w, err := catalog.Lock(ctx, client.LockOptions{TTL: 30 * time.Second, Wait: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("writing with a fence above the readers':", w.Fence > r2.Fence)
+	_ = w.Unlock(ctx)
+	// Output:
+	// two readers, each with a fence of its own: true
+	// writer refused while they read: true
+	// writing with a fence above the readers': true
+}
+
+// A writer lets readers in without letting another writer in first.
+func ExampleRWLock_Downgrade() {
+	url, stop := exampleServer()
+	defer stop()
+
+	ctx := context.Background()
+	c, _ := client.New(url)
+	catalog := c.RWLock("catalog")
+	w, err := catalog.Lock(ctx, client.LockOptions{TTL: 30 * time.Second, Wait: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... write the catalog with w.Fence ...
+	r, err := catalog.Downgrade(ctx, w, client.LockOptions{TTL: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Unlock(ctx) // readers may come in now; r still reads what w wrote
+	other, err := catalog.TryRLock(ctx, client.LockOptions{TTL: 30 * time.Second})
+	fmt.Println("another reader joins:", err == nil)
+	_ = other.Unlock(ctx)
+	_ = r.Unlock(ctx)
+	// Output: another reader joins: true
+}
+
+// At most 3 uploads at once: a big one takes 2 permits.
+func ExampleSemaphore() {
+	url, stop := exampleServer()
+	defer stop()
+
+	ctx := context.Background()
+	c, _ := client.New(url)
+	uploads := c.Semaphore("uploads", 3)
+	big, err := uploads.Acquire(ctx, 2, client.LockOptions{TTL: 30 * time.Second, Wait: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	small, err := uploads.TryAcquire(ctx, 1, client.LockOptions{TTL: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = uploads.TryAcquire(ctx, 1, client.LockOptions{})
+	var held *client.HeldError
+	fmt.Println("no permit left:", errors.As(err, &held))
+
+	st, err := uploads.Status(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("in use:", st.InUse, "of", st.Permits, "by", st.Holders, "leases")
+
+	_, err = c.Semaphore("uploads", 5).TryAcquire(ctx, 1, client.LockOptions{})
+	var mismatch *client.PermitsMismatchError
+	if errors.As(err, &mismatch) {
+		fmt.Println("the semaphore has", mismatch.Permits, "permits")
+	}
+	_ = big.Unlock(ctx) // gives both permits back
+	_ = small.Unlock(ctx)
+	// Output:
+	// no permit left: true
+	// in use: 3 of 3 by 2 leases
+	// the semaphore has 3 permits
+}

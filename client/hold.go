@@ -51,6 +51,12 @@ type HoldOptions struct {
 // ctx bounds the acquisition only; the hold lasts until Unlock or until it
 // is lost. Returns the errors of Lock.
 func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Lease, error) {
+	return c.hold(ctx, lockTarget(name), opts)
+}
+
+// hold takes a lease of t as a connection-scoped lease; see Hold.
+func (c *Client) hold(ctx context.Context, t target, opts HoldOptions) (*Lease, error) {
+	name := t.name
 	token := NewToken()
 	streamCtx, stopStream := context.WithCancel(context.WithoutCancel(ctx))
 	// Until the lease is granted, the caller's ctx bounds the request too.
@@ -59,8 +65,8 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 		return c.sendMaybeStream(streamCtx, req, true)
 	}
 	lo := LockOptions{TTL: opts.TTL, Wait: opts.Wait, Fair: opts.Fair, Owner: opts.Owner}
-	req := request{method: http.MethodPost, path: lockPath(name) + "/hold", token: token}
-	resp, err := c.acquire(ctx, name, req, lo, send)
+	req := request{method: http.MethodPost, path: t.path() + "/hold", token: token}
+	resp, err := c.acquire(ctx, t, req, lo, send)
 	if err != nil {
 		stopStream()
 		return nil, err
@@ -68,7 +74,7 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	fail := func(err error) (*Lease, error) {
 		stopStream()
 		_ = resp.stream.Close()
-		_ = c.settle(ctx, name, token)
+		_ = c.settle(ctx, t, token)
 		return nil, fmt.Errorf("hold %s: %w", name, err)
 	}
 	br := bufio.NewReader(resp.stream)
@@ -89,14 +95,14 @@ func (c *Client) Hold(ctx context.Context, name string, opts HoldOptions) (*Leas
 	if lj.Reentrant {
 		// An earlier attempt was granted too (its answer was lost): its
 		// hold would outlive this stream, whose end releases only one.
-		if err := c.giveBackExtra(ctx, name, token, lj.HoldCount); err != nil {
+		if err := c.giveBackExtra(ctx, t, token, lj.HoldCount); err != nil {
 			return fail(err)
 		}
 	}
 	if !unbind() { // ctx ended meanwhile: the caller no longer wants it
 		return fail(context.Cause(ctx))
 	}
-	l := c.newLease(name, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
+	l := c.newLease(t, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
 	l.mu.Lock()
 	l.stop = stopStream
 	l.mu.Unlock()

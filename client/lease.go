@@ -60,14 +60,15 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 // Unwrap returns the error the client saw, if any.
 func (e *LostError) Unwrap() error { return e.Err }
 
-// Lease is a granted lock. Name, Fence and Token never change. A Lease is
-// safe for concurrent use.
+// Lease is a granted lock: of a lock, a read or the write lease of a
+// read/write lock, or permits of a semaphore. Name, Fence and Token never
+// change. A Lease is safe for concurrent use.
 //
 // Use the lease only while time.Now() is before ValidUntil, and pass Fence
 // to whatever the lock protects so that it can refuse a write from a holder
 // whose lease has ended (see the package example).
 type Lease struct {
-	// Name is the lock's name.
+	// Name is the lock's (read/write lock's, semaphore's) name.
 	Name string
 	// Fence is strictly greater than every fence issued before for Name.
 	Fence int64
@@ -75,6 +76,7 @@ type Lease struct {
 	Token string
 
 	c *Client
+	t target // what the lease is held on
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -96,9 +98,9 @@ type leaseJSON struct {
 	Reentrant bool   `json:"reentrant"`
 }
 
-// newLease starts the life of a granted lease: valid for ttl from sent.
-func (c *Client) newLease(name, token string, fence int64, sent time.Time, ttl time.Duration) *Lease {
-	l := &Lease{Name: name, Fence: fence, Token: token, c: c, done: make(chan struct{}),
+// newLease starts the life of a granted lease of t: valid for ttl from sent.
+func (c *Client) newLease(t target, token string, fence int64, sent time.Time, ttl time.Duration) *Lease {
+	l := &Lease{Name: t.name, Fence: fence, Token: token, c: c, t: t, done: make(chan struct{}),
 		validUntil: sent.Add(ttl), stop: func() {}}
 	l.mu.Lock() // the timer may fire before it is stored
 	l.timer = time.AfterFunc(time.Until(l.validUntil), l.elapsed)
@@ -190,11 +192,11 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if ttl > 0 {
 		body = map[string]string{"ttl": ttl.String()}
 	}
-	req := request{method: http.MethodPost, path: lockPath(l.Name) + "/renew", body: body, token: l.Token}
+	req := request{method: http.MethodPost, path: l.t.path() + "/renew", query: l.t.query(), body: body, token: l.Token}
 	resp, err := l.c.do(ctx, req, true)
 	if err != nil {
 		if errors.Is(err, ErrLeaseNotFound) || errors.Is(err, ErrNotOwner) {
-			l.lost(l.c.lostReason(ctx, l.Name, l.Token), err)
+			l.lost(l.c.lostReason(ctx, l.t, l.Token), err)
 		}
 		return err
 	}
@@ -206,10 +208,11 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Unlock releases the lease and ends it (Err becomes ErrReleased). A release
-// whose outcome is unknown (a 503 or a broken connection) is settled by
-// inspecting the lock with the token before it is sent again, so a lease is
-// never released twice. Returns ErrLeaseNotFound or ErrNotOwner when the
+// Unlock releases the lease and ends it (Err becomes ErrReleased): one hold
+// of a lock's lease, this read or write lease of a read/write lock, or a
+// semaphore lease's permits. A release whose outcome is unknown (a 503 or a
+// broken connection) is settled by inspecting the lock with the token
+// before it is sent again, so a lease is never released twice. Returns ErrLeaseNotFound or ErrNotOwner when the
 // lease had already ended on the server (it expired or was taken over: the
 // work done under it may not have been protected), ErrUnavailable when the
 // server could not be reached (the lease then ends with its TTL, or at
@@ -222,12 +225,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.unlocked = true
 	l.mu.Unlock()
-	err := l.c.release(ctx, l.Name, l.Token)
+	err := l.c.release(ctx, l.t, l.Token)
 	switch {
 	case err == nil:
 		l.finish(ErrReleased)
 	case errors.Is(err, ErrLeaseNotFound) || errors.Is(err, ErrNotOwner):
-		l.lost(l.c.lostReason(ctx, l.Name, l.Token), err)
+		l.lost(l.c.lostReason(ctx, l.t, l.Token), err)
 	default:
 		l.lost(ReasonConnectionLost, err)
 	}
@@ -235,11 +238,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return err
 }
 
-// release gives back one hold of token on name. An attempt whose outcome is
+// release gives back one hold of token on t. An attempt whose outcome is
 // unknown is settled with an inspection: if the token no longer owns the
-// lock, the release happened.
-func (c *Client) release(ctx context.Context, name, token string) error {
-	req := request{method: http.MethodDelete, path: lockPath(name), token: token}
+// lease, the release happened.
+func (c *Client) release(ctx context.Context, t target, token string) error {
+	req := request{method: http.MethodDelete, path: t.path(), query: t.query(), token: token}
 	for attempt := 1; ; attempt++ {
 		resp, err := c.send(ctx, req)
 		if err == nil && resp.status >= 300 {
@@ -254,19 +257,19 @@ func (c *Client) release(ctx context.Context, name, token string) error {
 		if werr := c.pause(ctx, attempt, resp); werr != nil {
 			return errors.Join(err, werr)
 		}
-		if st, ierr := c.inspect(ctx, name, token); ierr == nil && !st.Owned {
+		if o, ierr := c.owned(ctx, t, token); ierr == nil && !o.holds(t) {
 			return nil
 		}
 	}
 }
 
-// lostReason asks the server why token lost its lease of name; "expired"
-// when it does not say.
-func (c *Client) lostReason(ctx context.Context, name, token string) string {
+// lostReason asks the server why token lost its lease of t; "expired" when
+// it does not say.
+func (c *Client) lostReason(ctx context.Context, t target, token string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if st, err := c.inspect(ctx, name, token); err == nil && st.LostReason != "" {
-		return st.LostReason
+	if o, err := c.owned(ctx, t, token); err == nil && o.LostReason != "" {
+		return o.LostReason
 	}
 	return ReasonExpired
 }

@@ -51,6 +51,9 @@ type acquireBody struct {
 	MaxHold   string `json:"max_hold,omitempty"`
 	Heartbeat string `json:"heartbeat,omitempty"`
 	Owner     string `json:"owner,omitempty"`
+	Mode      string `json:"mode,omitempty"`    // a read/write lock's
+	Permits   int64  `json:"permits,omitempty"` // a semaphore's
+	Count     int64  `json:"count,omitempty"`   // a semaphore's
 }
 
 func durationString(d time.Duration) string {
@@ -107,23 +110,29 @@ func (c *Client) TryLock(ctx context.Context, name string, opts LockOptions) (*L
 // when the server could not answer, and the context's error when ctx ends
 // first.
 func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Lease, error) {
-	token := NewToken()
-	req := request{method: http.MethodPost, path: lockPath(name), token: token}
-	resp, err := c.acquire(ctx, name, req, opts, c.send)
+	return c.lock(ctx, lockTarget(name), NewToken(), opts)
+}
+
+// lock acquires a lease of t with token; see Lock. token holds no lease of
+// t before the call, so a grant that comes back reentrant (200) counts the
+// holds of earlier attempts whose answers were lost.
+func (c *Client) lock(ctx context.Context, t target, token string, opts LockOptions) (*Lease, error) {
+	req := request{method: http.MethodPost, path: t.path(), token: token}
+	resp, err := c.acquire(ctx, t, req, opts, c.send)
 	if err != nil {
 		return nil, err
 	}
 	var lj leaseJSON
 	if err := decode(req, resp, &lj); err != nil {
-		c.settle(ctx, name, token)
+		_ = c.settle(ctx, t, token)
 		return nil, err
 	}
 	if resp.status == http.StatusOK { // reentrant: an earlier attempt was granted too
-		if err := c.giveBackExtra(ctx, name, token, lj.HoldCount); err != nil {
-			return nil, fmt.Errorf("acquire %s: %w", name, err)
+		if err := c.giveBackExtra(ctx, t, token, lj.HoldCount); err != nil {
+			return nil, fmt.Errorf("acquire %s: %w", t.name, err)
 		}
 	}
-	l := c.newLease(name, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
+	l := c.newLease(t, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
 	if opts.KeepAlive {
 		period := renewInterval(time.Duration(lj.TTLMS) * time.Millisecond)
 		if opts.Heartbeat > 0 {
@@ -139,10 +148,10 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 	return l, nil
 }
 
-// acquire sends an acquire request (req, with opts as its body) for the lock
-// name with send until it is granted, refused, or the wait ends; see Lock.
-// It returns the granting answer.
-func (c *Client) acquire(ctx context.Context, name string, req request, opts LockOptions,
+// acquire sends an acquire request (req, with opts and t's fields as its
+// body) for t with send until it is granted, refused, or the wait ends; see
+// Lock. It returns the granting answer.
+func (c *Client) acquire(ctx context.Context, t target, req request, opts LockOptions,
 	send func(context.Context, request) (response, error)) (response, error) {
 	var deadline time.Time
 	if opts.Wait > 0 {
@@ -151,6 +160,7 @@ func (c *Client) acquire(ctx context.Context, name string, req request, opts Loc
 	unknown := 0 // attempts whose outcome is unknown so far
 	for {
 		body := opts.body()
+		t.fill(&body)
 		if opts.Wait >= 0 {
 			wait := maxRequestWait
 			if !deadline.IsZero() {
@@ -177,6 +187,13 @@ func (c *Client) acquire(ctx context.Context, name string, req request, opts Loc
 				return resp, err
 			}
 			continue // the server waited its share; ask again
+		case unknown > 0 && errors.Is(err, errTokenInUse):
+			// A semaphore lease is not reentrant: an earlier attempt whose
+			// answer was lost was granted. Give it back and ask again.
+			if serr := c.settle(ctx, t, req.token); serr != nil {
+				return resp, fmt.Errorf("%w (and giving back an earlier grant failed: %w; it ends with its TTL)", err, serr)
+			}
+			continue
 		case ctx.Err() != nil || errors.Is(err, ErrUnavailable):
 			unknown++
 			if ctx.Err() == nil && unknown < c.retry.Attempts {
@@ -184,7 +201,7 @@ func (c *Client) acquire(ctx context.Context, name string, req request, opts Loc
 					continue
 				}
 			}
-			if serr := c.settle(ctx, name, req.token); serr != nil {
+			if serr := c.settle(ctx, t, req.token); serr != nil {
 				err = fmt.Errorf("%w (and the outcome is unknown: %w; a lease granted then ends with its TTL)", err, serr)
 			}
 			if ctx.Err() != nil {
@@ -202,30 +219,31 @@ func (c *Client) acquire(ctx context.Context, name string, req request, opts Loc
 // every hold beyond one was granted to an attempt whose answer was lost.
 // When a release fails, every hold of the token is settled (released) and
 // the error returned.
-func (c *Client) giveBackExtra(ctx context.Context, name, token string, holdCount int64) error {
+func (c *Client) giveBackExtra(ctx context.Context, t target, token string, holdCount int64) error {
 	for n := holdCount; n > 1; n-- {
-		if err := c.release(context.WithoutCancel(ctx), name, token); err != nil {
-			_ = c.settle(ctx, name, token)
+		if err := c.release(context.WithoutCancel(ctx), t, token); err != nil {
+			_ = c.settle(ctx, t, token)
 			return fmt.Errorf("give back the extra hold of an attempt granted twice: %w", err)
 		}
 	}
 	return nil
 }
 
-// settle makes sure token holds nothing on name: every hold it has is
-// released. It runs past the end of ctx, for at most settleTimeout.
-func (c *Client) settle(ctx context.Context, name, token string) error {
+// settle makes sure token holds nothing on t (for a read/write lock, no
+// lease of t's mode): every hold it has is released. It runs past the end of
+// ctx, for at most settleTimeout.
+func (c *Client) settle(ctx context.Context, t target, token string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	for range 1000 { // a token's holds are bounded by the attempts made; this only bounds a bug
-		st, err := c.inspect(ctx, name, token)
+		o, err := c.owned(ctx, t, token)
 		if err != nil {
 			return err
 		}
-		if !st.Owned {
+		if !o.holds(t) {
 			return nil
 		}
-		if err := c.release(ctx, name, token); err != nil && !errors.Is(err, ErrLeaseNotFound) {
+		if err := c.release(ctx, t, token); err != nil && !errors.Is(err, ErrLeaseNotFound) {
 			return err
 		}
 	}
@@ -273,9 +291,18 @@ func (c *Client) Status(ctx context.Context, name string) (LockState, error) {
 }
 
 // Inspect returns the state of the lock name as seen by l's token: Owned
-// says whether l still holds it, LostReason why not.
+// says whether l still holds it, LostReason why not. For a lease of a
+// read/write lock or of a semaphore only Name, Owned, Fence (l's) and
+// LostReason are set (RWLock.Status and Semaphore.Status tell the rest).
 func (l *Lease) Inspect(ctx context.Context) (LockState, error) {
-	return l.c.inspect(ctx, l.Name, l.Token)
+	if l.t.kind == kindLock {
+		return l.c.inspect(ctx, l.Name, l.Token)
+	}
+	o, err := l.c.owned(ctx, l.t, l.Token)
+	if err != nil {
+		return LockState{}, err
+	}
+	return LockState{Name: l.Name, Owned: o.holds(l.t), Fence: l.Fence, LostReason: o.LostReason}, nil
 }
 
 func (c *Client) inspect(ctx context.Context, name, token string) (LockState, error) {
@@ -298,7 +325,12 @@ func (c *Client) inspect(ctx context.Context, name, token string) (LockState, er
 // was sent: a second force-release could free the next holder's lease.
 // Returns a *Problem with status 403 without the admin credential.
 func (c *Client) ForceRelease(ctx context.Context, name string) error {
-	req := request{method: http.MethodDelete, path: lockPath(name), query: url.Values{"force": {"true"}}}
+	return c.forceRelease(ctx, lockTarget(name))
+}
+
+// forceRelease frees t whoever holds it; see ForceRelease.
+func (c *Client) forceRelease(ctx context.Context, t target) error {
+	req := request{method: http.MethodDelete, path: t.path(), query: url.Values{"force": {"true"}}}
 	_, err := c.do(ctx, req, false)
 	return err
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/latchkey/latchkey/service/store/clustertest"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,13 +71,14 @@ func newClusterClient(t testing.TB, url string) *redis.ClusterClient {
 // clusterServerClient returns a cluster client on the nodes of seed (a
 // test's own client's options), configured as cmd/server configures its
 // own: every bound the Redis timeout, request deadlines reach the socket,
-// no automatic resend.
+// no automatic resend (store.NewClusterNodeClient).
 func clusterServerClient(t testing.TB, seed *redis.ClusterOptions, timeout time.Duration) *redis.ClusterClient {
 	t.Helper()
 	opts := &redis.ClusterOptions{Addrs: seed.Addrs, Username: seed.Username, Password: seed.Password, TLSConfig: seed.TLSConfig}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout, timeout
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
+	opts.NewClient = store.NewClusterNodeClient
 	rdb := redis.NewClusterClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb

@@ -28,6 +28,7 @@ type gatedClient struct {
 	store.Client
 	entered chan []any // the ARGV of a held renew_batch call
 	gate    chan struct{}
+	ran     chan error // when not nil, the outcome of a held call once it ran
 }
 
 func (g *gatedClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
@@ -37,6 +38,14 @@ func (g *gatedClient) EvalSha(ctx context.Context, sha string, keys []string, ar
 		default:
 		}
 		<-g.gate
+		cmd := g.Client.EvalSha(ctx, sha, keys, args...)
+		if g.ran != nil {
+			select {
+			case g.ran <- cmd.Err():
+			default:
+			}
+		}
+		return cmd
 	}
 	return g.Client.EvalSha(ctx, sha, keys, args...)
 }

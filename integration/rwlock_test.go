@@ -229,15 +229,16 @@ func TestRWLockScriptsOnRealRedis(t *testing.T) {
 func TestRWLockKeepaliveSurvivesInstanceCrash(t *testing.T) {
 	a := newTestEnv(t, withRenewer(instancePoll))
 	b := newTestEnv(t, beside(a), withRenewer(instancePoll))
-	r := a.do(t, "POST", "/v1/rwlocks/rw-ka", `{"mode":"read","ttl":"1s","keepalive":true}`)
+	r := a.do(t, "POST", "/v1/rwlocks/rw-ka", `{"mode":"read","ttl":"2s","keepalive":true}`)
 	if r.Status != http.StatusCreated {
 		t.Fatalf("acquire: %d %s", r.Status, r.Body)
 	}
 	tok := r.Token()
 	a.kill()
 	before := metricValue(t, b, "latchkey_keepalive_renewals_total")
-	eventually(t, eventGuard, "B renews the lease three times", func() bool {
-		return metricValue(t, b, "latchkey_keepalive_renewals_total")-before >= 3
+	// One renewal every ttl/3: four are more than a TTL of A's absence.
+	eventually(t, 3*eventGuard, "B renews the lease four times", func() bool {
+		return metricValue(t, b, "latchkey_keepalive_renewals_total")-before >= 4
 	})
 	st := b.do(t, "GET", "/v1/rwlocks/rw-ka", "", "Lock-Token", tok).JSON(t)
 	if st["owned"] != true || st["mode"] != "read" || st["readers"] != 1.0 {

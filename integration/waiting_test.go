@@ -356,10 +356,10 @@ func TestWaitingCostsNothing(t *testing.T) {
 func TestWaitForKeepaliveLease(t *testing.T) {
 	e := newTestEnv(t)
 	startRenewer(t, e.Svc)
-	// A 1s TTL is renewed every 333ms: a renewal can be late by 600ms on a
+	// A 2s TTL is renewed every 667ms: a renewal can be late by 1.3s on a
 	// busy machine before the lease runs out.
-	holder := e.acquire(t, "kept", `{"ttl":"1s","keepalive":true,"max_hold":"1m"}`).Token
-	r := e.send(t.Context(), "POST", "/v1/locks/kept", `{"wait":"3s"}`)
+	holder := e.acquire(t, "kept", `{"ttl":"2s","keepalive":true,"max_hold":"1m"}`).Token
+	r := e.send(t.Context(), "POST", "/v1/locks/kept", `{"wait":"5s"}`)
 	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), `"lock-held"`) {
 		t.Fatalf("waiting for a kept-alive lease: %d %s, want 409 lock-held after the wait", r.Status, r.Body)
 	}
@@ -369,11 +369,16 @@ func TestWaitForKeepaliveLease(t *testing.T) {
 	}()
 	e.waitForWaiters(t, "kept", 1)
 	e.release(t, "kept", holder)
-	if r := <-got; r.Status != http.StatusCreated || !strings.Contains(string(r.Body), `"keepalive"`) {
+	r = <-got
+	if r.Status != http.StatusCreated || !strings.Contains(string(r.Body), `"keepalive"`) {
 		t.Fatalf("waiter: %d %s, want 201 with a kept-alive lease", r.Status, r.Body)
 	}
-	time.Sleep(3 * time.Second) // three TTLs: only renewals keep it
-	if st := e.inspect(t, "kept"); !st.Held {
+	// One renewal every ttl/3: four are more than a TTL, only renewals keep it.
+	before := metricValue(t, e, "latchkey_keepalive_renewals_total")
+	eventually(t, 30*time.Second, "the waiter's lease is renewed four times", func() bool {
+		return metricValue(t, e, "latchkey_keepalive_renewals_total")-before >= 4
+	})
+	if st := e.inspectAs(t, "kept", r.Token()); !st.Held || !st.ownedIs(true) {
 		t.Errorf("the waiter's kept-alive lease expired: %+v", st)
 	}
 }

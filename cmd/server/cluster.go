@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -104,52 +103,4 @@ func (g guardedLocks) Ready(ctx context.Context) error {
 		return err
 	}
 	return g.Locks.Ready(ctx)
-}
-
-// noResend is a hook on every node client of a cluster client: a command
-// whose connection broke after it was written (it may have run) comes back
-// as an error the cluster client does not retry, where it would otherwise
-// send it again; the lock scripts are not idempotent. Errors before the
-// write (a dial, a pool wait) and Redis's own replies (MOVED, ASK,
-// CLUSTERDOWN: the command did not run) are left to the cluster client.
-type noResend struct{}
-
-func (noResend) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (noResend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (noResend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err == nil || !mayHaveRun(err) {
-			return err
-		}
-		sent := &sentError{msg: err.Error()}
-		cmd.SetErr(sent)
-		return sent
-	}
-}
-
-// mayHaveRun reports an error after which the command may have reached
-// Redis and run.
-func mayHaveRun(err error) bool {
-	var opErr *net.OpError
-	switch {
-	case store.IsServerError(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
-		return false
-	case errors.As(err, &opErr) && opErr.Op == "dial":
-		return false
-	}
-	return true
-}
-
-// sentError is a connection failure after a command was written. It wraps
-// nothing on purpose: go-redis retries what unwraps to a network error.
-type sentError struct{ msg string }
-
-func (e *sentError) Error() string {
-	return "the connection failed after the command was sent (it may have run): " + e.msg
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,11 +39,7 @@ func newRedisClient(rawURL string, timeout time.Duration, cluster bool) (redis.U
 		}
 		boundCalls(timeout, callBounds{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.PoolTimeout,
 			&opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.DialerRetryTimeout, &opts.Protocol})
-		opts.NewClient = func(o *redis.Options) *redis.Client {
-			c := redis.NewClient(o)
-			c.AddHook(noResend{})
-			return c
-		}
+		opts.NewClient = store.NewClusterNodeClient
 		return redis.NewClusterClient(opts), nil
 	case kindSentinel:
 		opts, err := redis.ParseFailoverURL(rawURL)
