@@ -388,15 +388,18 @@ func (s *Service) visitEach(ctx context.Context, which, slots []int, addrs []str
 // dense: it is visited further by visitEach, so a dense shard takes as many
 // rounds as before.
 //
-// Both scripts are safe to send again, as a cluster pipeline does after a
-// broken connection or a redirect: keepalive_due only reads (and drops
-// malformed entries), and a batch script renews an entry only while it is
-// still due for the time it was listed at, atomically, so a batch sent
-// again skips what it renewed.
+// Both scripts are safe to send again (RunPipelined asks for that: a
+// pipeline whose connection broke may have run, and its shards are visited
+// again): keepalive_due only reads (and drops malformed entries), and a
+// batch script renews an entry only while it is still due for the time it
+// was listed at, atomically, so a batch sent again skips what it renewed.
 //
-// A call that fails makes its shard visitFailed and puts its primary
-// (addrs[i]) in down: none of that primary's batches not yet sent is sent,
-// and its shards not renewed are visitFailed too.
+// Each primary's calls are a pipeline of their own, so a primary that
+// failed holds up the others' renewals by one Redis timeout at most. A call
+// that fails (a timeout, a lost connection, a redirect) makes its shard
+// visitFailed and puts its primary (addrs[i]) in down: none of that
+// primary's batches not yet sent is sent, and its shards not renewed are
+// visitFailed too.
 func (s *Service) visitPipelined(ctx context.Context, slots []int, addrs []string, next, sizes []int64, down *sync.Map) {
 	full := s.cfg.RenewBatch * s.cfg.RenewParallel
 	isDown := func(i int) bool {

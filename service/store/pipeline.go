@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -78,9 +79,8 @@ type Call struct {
 	Args   []any
 }
 
-// pipeliner is a client that sends several commands in one round trip per
-// node: *redis.Client, and *redis.ClusterClient, whose pipelines group the
-// commands by the primary of their slot and send each primary's together.
+// pipeliner is a client that sends several commands in one round trip:
+// *redis.Client, and a cluster client (RunPipelined uses its primaries').
 type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
@@ -91,18 +91,39 @@ func (s *Store) CanPipeline() bool {
 	return ok
 }
 
-// RunPipelined runs calls in one pipeline: on a cluster client, one round
-// trip per primary, all sent at once. It returns each call's reply or
-// error, translated by Err as Run's; one call's error (a script error, a
-// node that failed) leaves the others' replies alone. A call answered
-// NOSCRIPT is run again on its own with Run, which loads the script. The
-// pipeline is bounded by the Redis timeout, as one Run. A client that
-// cannot pipeline (CanPipeline) runs the calls one at a time with Run.
+// RunPipelined runs calls in one pipeline. On a cluster client it sends one
+// pipeline per primary (the primary of each call's first key) on that
+// primary's own client, all at once, so a primary that failed holds up only
+// its own calls, and a redirect (MOVED, ASK: the slot is served elsewhere)
+// comes back as its call's error rather than being followed. It returns
+// each call's reply or error, translated by Err as Run's; one call's error
+// (a script error, a node that failed) leaves the others' replies alone. A
+// call answered NOSCRIPT is run again on its own with Run, which loads the
+// script. Each pipeline is bounded by the Redis timeout, as one Run. A
+// client that cannot pipeline (CanPipeline) runs the calls one at a time
+// with Run.
 //
-// Give it only scripts that are safe to run twice: a cluster pipeline
-// sends the commands of a connection that broke, or of a redirect, again.
+// Give it only scripts that are safe to run twice: a pipeline whose
+// connection broke may have run, and its caller may send it again.
 func (s *Store) RunPipelined(ctx context.Context, calls []Call) ([]any, []error) {
 	res, errs := make([]any, len(calls)), make([]error, len(calls))
+	if cc, ok := s.rdb.(clusterClient); ok {
+		nodes := map[*redis.Client][]int{}
+		for i, c := range calls {
+			node, err := cc.MasterForKey(ctx, c.Keys[0])
+			if err != nil {
+				errs[i] = s.Err(ctx, c.Script.name, err)
+				continue
+			}
+			nodes[node] = append(nodes[node], i)
+		}
+		var wg sync.WaitGroup
+		for node, which := range nodes {
+			wg.Go(func() { s.pipeline(ctx, node, calls, which, res, errs) })
+		}
+		wg.Wait()
+		return res, errs
+	}
 	p, ok := s.rdb.(pipeliner)
 	if !ok {
 		for i, c := range calls {
@@ -110,18 +131,31 @@ func (s *Store) RunPipelined(ctx context.Context, calls []Call) ([]any, []error)
 		}
 		return res, errs
 	}
-	if len(calls) == 0 {
-		return res, errs
+	which := make([]int, len(calls))
+	for i := range which {
+		which[i] = i
+	}
+	s.pipeline(ctx, p, calls, which, res, errs)
+	return res, errs
+}
+
+// pipeline sends calls[i] for each i of which in one pipeline on p and sets
+// res[i] and errs[i] (see RunPipelined).
+func (s *Store) pipeline(ctx context.Context, p pipeliner, calls []Call, which []int, res []any, errs []error) {
+	if len(which) == 0 {
+		return
 	}
 	opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	pipe := p.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(opCtx, s.variant(c.Script).sha, c.Keys, c.Args...)
+	cmds := make([]*redis.Cmd, len(which))
+	for j, i := range which {
+		c := calls[i]
+		cmds[j] = pipe.EvalSha(opCtx, s.variant(c.Script).sha, c.Keys, c.Args...)
 	}
 	_, _ = pipe.Exec(opCtx) // each command carries its own error
-	for i, cmd := range cmds {
+	for j, cmd := range cmds {
+		i := which[j]
 		c := calls[i]
 		switch r, err := cmd.Result(); {
 		case err == nil:
@@ -132,5 +166,4 @@ func (s *Store) RunPipelined(ctx context.Context, calls []Call) ([]any, []error)
 			errs[i] = s.Err(ctx, c.Script.name, err)
 		}
 	}
-	return res, errs
 }
