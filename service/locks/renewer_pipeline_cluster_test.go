@@ -85,7 +85,9 @@ func TestClusterRenewerPipelinesSparseShards(t *testing.T) {
 	locks.RenewShardsNow(ctx, svc)
 	locks.WaitReconciled(svc)
 
-	const n, ttl = 96, 9 * time.Second
+	// Due a third of the TTL after each grant: long enough for the grants
+	// of every lease before the first falls due, on a busy machine.
+	const n, ttl = 96, 15 * time.Second
 	var names []string
 	slots := map[int]bool{}
 	for i := 0; len(names) < n; i++ {
@@ -98,8 +100,23 @@ func TestClusterRenewerPipelinesSparseShards(t *testing.T) {
 	leases := make([]locks.Lease, n)
 	var lastDue time.Time
 	perPrimary := map[string]int{}
+	var acquirers sync.WaitGroup
+	for w := range 8 {
+		acquirers.Go(func() {
+			for i := w; i < n; i += 8 {
+				l, err := svc.Acquire(ctx, names[i], locks.AcquireRequest{TTL: ttl, Keepalive: true})
+				if err != nil {
+					t.Errorf("acquire %s: %v", names[i], err)
+				}
+				leases[i] = l
+			}
+		})
+	}
+	acquirers.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 	for i, name := range names {
-		leases[i] = mustAcquire(t, svc, name, locks.AcquireRequest{TTL: ttl, Keepalive: true})
 		if due := leases[i].ExpiresAt.Add(-ttl + ttl/3); due.After(lastDue) {
 			lastDue = due
 		}
