@@ -244,9 +244,9 @@ func (s *Service) claimTime() time.Duration {
 }
 
 // renewShards renews the due entries of the due shards until none is due,
-// claiming up to claimSlots × RenewParallel slots at a time and visiting up
-// to RenewParallel shards at once. It returns how long to sleep before
-// looking again.
+// claiming up to claimSlots × RenewParallel slots at a time and visiting
+// them together (visitShards). It returns how long to sleep before looking
+// again.
 func (s *Service) renewShards(ctx context.Context) time.Duration {
 	d := s.dir
 	if (d.reconcile.Load() || time.Since(d.lastReconcile) >= reconcileEvery) && d.reconciling.CompareAndSwap(false, true) {
