@@ -251,3 +251,52 @@ func TestClusterNoScriptHealsOnTheAnsweringPrimaryOnly(t *testing.T) {
 		t.Errorf("after the reload the script is on primaries %v, want only %s, the key's", loaded, owner.Options().Addr)
 	}
 }
+
+// On a cluster RunPipelined sends each primary's calls to that primary and
+// answers every call: calls on keys of every primary run where their keys
+// live, a primary whose script cache was flushed loads the script and runs
+// its calls once each, and a script error stays with its own call.
+func TestClusterRunPipelinedAnswersEachCallOnItsPrimary(t *testing.T) {
+	c := clustertest.Shared(t)
+	c.Flush(t)
+	rdb := c.Client(t)
+	reg := prometheus.NewRegistry()
+	st := newStore(t, rdb, store.Config{Registerer: reg})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOnEveryPrimary(t, rdb, "pipelined")
+	var calls []store.Call
+	var flushed, text string
+	for _, key := range keys {
+		calls = append(calls, store.Call{Script: incr, Keys: []string{key}}, store.Call{Script: incr, Keys: []string{key}})
+		if flushed == "" {
+			flushed = key
+		} else if text == "" {
+			text = key + ":text"
+		}
+	}
+	if err := rdb.Set(t.Context(), text, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	calls = append(calls, store.Call{Script: incr, Keys: []string{text}})
+	node, err := rdb.MasterForKey(t.Context(), flushed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := st.RunPipelined(t.Context(), calls)
+	for i := 0; i+1 < len(calls)-1; i += 2 {
+		if errs[i] != nil || errs[i+1] != nil || res[i] != int64(1) || res[i+1] != int64(2) {
+			t.Errorf("%s: %v %v, %v %v; want 1 then 2", calls[i].Keys[0], res[i], errs[i], res[i+1], errs[i+1])
+		}
+	}
+	if last := len(calls) - 1; errs[last] == nil || errors.Is(errs[last], store.ErrUnavailable) {
+		t.Errorf("INCR of a string = %v, %v; want the script's error", res[last], errs[last])
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
+		t.Errorf("latchkey_script_reloads_total = %v, want the flushed primary's script reloaded", got)
+	}
+}
