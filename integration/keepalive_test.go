@@ -53,11 +53,12 @@ func TestKeepaliveValidation(t *testing.T) {
 	}
 }
 
-// A keep-alive lease with ttl 2s stays held while its holder heartbeats,
-// and is lost (heartbeat_missed) once the heartbeats stop.
+// A keep-alive lease with ttl 3s stays held while its holder heartbeats,
+// and is lost (heartbeat_missed) once the heartbeats stop. A heartbeat
+// comes every 300ms and two requests, well within the 2s it is due in.
 func TestKeepaliveHeartbeat(t *testing.T) {
 	a := newTestEnv(t, withRenewer(instancePoll))
-	tok := a.acquireKeepalive(t, "ka-hb", `{"ttl":"2s","keepalive":true,"heartbeat":"1s"}`)
+	tok := a.acquireKeepalive(t, "ka-hb", `{"ttl":"3s","keepalive":true,"heartbeat":"2s"}`)
 
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -71,22 +72,22 @@ func TestKeepaliveHeartbeat(t *testing.T) {
 			t.Fatalf("while heartbeating: state %v, want held and owned", st)
 		}
 		ka := st.Keepalive
-		if ka == nil || ka.HeartbeatMS != 1000 || ka.HeartbeatDue == nil || ka.MaxHoldUntil.IsZero() {
-			t.Fatalf("while heartbeating: keepalive %v, want heartbeat_ms 1000, heartbeat_due and max_hold_until", ka)
+		if ka == nil || ka.HeartbeatMS != 2000 || ka.HeartbeatDue == nil || ka.MaxHoldUntil.IsZero() {
+			t.Fatalf("while heartbeating: keepalive %v, want heartbeat_ms 2000, heartbeat_due and max_hold_until", ka)
 		}
 	}
 	if got := metricValue(t, a, "latchkey_keepalive_renewals_total"); got < 5 {
-		t.Errorf("renewals = %v after 10s of a 2s lease, want at least 5", got)
+		t.Errorf("renewals = %v after 10s of a 3s lease, want at least 5", got)
 	}
 
 	// Heartbeats stop: renewals stop within the heartbeat, then the TTL runs out.
-	took := a.waitFree(t, "ka-hb", 1*time.Second+2*time.Second+2*time.Second)
+	took := a.waitFree(t, "ka-hb", 2*time.Second+3*time.Second+10*time.Second)
 	t.Logf("lease gone %s after the last heartbeat", took)
 	st := a.inspectAs(t, "ka-hb", tok)
 	if !st.ownedIs(false) || st.LostReason != "heartbeat_missed" {
 		t.Errorf("after heartbeats stopped: state %v, want owned false, lost_reason heartbeat_missed", st)
 	}
-	eventually(t, 2*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
+	eventually(t, 10*time.Second, "registry to drop the lost lease", func() bool { return a.registrySize(t) == 0 })
 	if got := metricValue(t, a, `latchkey_keepalive_renewal_failures_total{reason="heartbeat_missed"}`); got < 1 {
 		t.Errorf(`renewal failures{reason="heartbeat_missed"} = %v, want at least 1`, got)
 	}
