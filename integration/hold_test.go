@@ -207,7 +207,7 @@ func TestHoldForceReleaseUnheard(t *testing.T) {
 	deaf := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = deaf.Close() })
 	e := newTestEnv(t, withShortStreams(), withClientOf(func(c redis.UniversalClient) store.Client { return deafSubscriber{Client: c, deaf: deaf} }))
-	h := e.openHold(t, "unheard", `{"ttl":"600ms"}`)
+	h := e.openHold(t, "unheard", `{"ttl":"1500ms"}`)
 	if ev := h.next(t, eventGuard, false); ev.Name != "acquired" {
 		t.Fatalf("first event %+v, want acquired", ev)
 	}
@@ -231,7 +231,7 @@ func TestHoldForceReleaseUnheard(t *testing.T) {
 // process is killed (SIGKILL), the lease is released, not left to expire.
 func TestHoldWithCurl(t *testing.T) {
 	e := newTestEnv(t, withShortStreams())
-	cmd, lines := curlHold(t, e.URL+"/v1/locks/curl/hold", `{"ttl":"600ms"}`)
+	cmd, lines := curlHold(t, e.URL+"/v1/locks/curl/hold", `{"ttl":"1500ms"}`)
 	var seen []string
 	for lines.Scan() && len(seen) < 3 {
 		if l := lines.Text(); strings.HasPrefix(l, "event: ") {
@@ -249,7 +249,7 @@ func TestHoldWithCurl(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	start := time.Now()
-	// The 600ms TTL would free the lock too: the release is what counts.
+	// The 1.5s TTL would free the lock too: the release is what counts.
 	eventually(t, eventGuard, "the lease is released once curl is killed", func() bool {
 		return metricValue(t, e, `latchkey_lock_releases_total{kind="final"}`) == 1
 	})

@@ -267,7 +267,7 @@ func TestRWLockKeepaliveSurvivesInstanceCrash(t *testing.T) {
 // writer gets the lock.
 func TestRWLockHold(t *testing.T) {
 	a := newTestEnv(t, withShortStreams())
-	h := a.openHoldAt(t, "/v1/rwlocks/rw-hold/hold", `{"mode":"read","ttl":"600ms"}`)
+	h := a.openHoldAt(t, "/v1/rwlocks/rw-hold/hold", `{"mode":"read","ttl":"1500ms"}`)
 	if h.Status != http.StatusOK {
 		t.Fatalf("hold: %d %s", h.Status, h.Body)
 	}
@@ -290,7 +290,7 @@ func TestRWLockHold(t *testing.T) {
 
 	b := newTestEnv(t, withShortStreams())
 	c := newTestEnv(t, beside(b))
-	h2 := b.openHoldAt(t, "/v1/rwlocks/rw-crash/hold", `{"mode":"read","ttl":"600ms"}`)
+	h2 := b.openHoldAt(t, "/v1/rwlocks/rw-crash/hold", `{"mode":"read","ttl":"1500ms"}`)
 	if h2.Status != http.StatusOK {
 		t.Fatalf("hold: %d %s", h2.Status, h2.Body)
 	}
