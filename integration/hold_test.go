@@ -17,11 +17,15 @@ import (
 
 // withShortStreams makes a server whose HTTP read and write timeouts are far
 // shorter than the streams it serves, and whose hold streams ping every 100ms.
+// Its idle connections stay open for two minutes, as the server's do: with
+// no IdleTimeout the read timeout would close them after 300ms, and a
+// request sent on one just as it closes gets EOF (a DELETE is not retried).
 func withShortStreams() envOption {
 	return func(c *envConfig) {
 		c.server = func(s *http.Server) {
 			s.ReadTimeout = 300 * time.Millisecond
 			s.WriteTimeout = 500 * time.Millisecond
+			s.IdleTimeout = 2 * time.Minute
 		}
 		c.router.HoldPing = 100 * time.Millisecond
 		c.router.StreamWriteTimeout = time.Second
