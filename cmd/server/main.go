@@ -154,9 +154,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
+	// The warning comes before "listening", so whoever waits for that line
+	// (an operator, a supervisor, a test) has seen it too.
+	cfg.Auth.warnOpen(cfg.Addr, log)
 	log.Info("listening", "addr", ln.Addr().String(), "store", storeName, "tls", tlsCfg != nil,
 		"mtls", tlsCfg != nil && tlsCfg.ClientCAs != nil, "api_keys", keys != nil)
-	cfg.Auth.warnOpen(cfg.Addr, log)
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {
