@@ -61,21 +61,7 @@ func TestClusterRenewerSkipsAPrimaryThatFailed(t *testing.T) {
 	const prefix = "lk:"
 	svc := mustNew(t, c, locks.Config{RenewParallel: 1}, store.Config{KeyPrefix: prefix, Cluster: true})
 	due, _ := locks.DirKeys(prefix)
-	var names [2][]string
-	tokens := map[string]string{}
-	for i := 0; len(names[0]) < 3 || len(names[1]) < 3; i++ {
-		name := fmt.Sprintf("n%d", i)
-		node := store.Slot(name) % 2
-		if len(names[node]) == 3 {
-			continue
-		}
-		names[node] = append(names[node], name)
-		tokens[name] = mustAcquire(t, svc, name, locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true}).Token
-	}
-	waitFor(t, "every grant's mark reaches the directory", func() bool {
-		n, err := rdb.ZCard(ctx, due).Result()
-		return err == nil && n == 6
-	})
+	names, tokens := grantThreePerPrimary(t, svc, rdb, due)
 	now := t0
 	advance(m, &now, 1100*time.Millisecond)
 	locks.RenewShardsNow(ctx, svc)
@@ -269,21 +255,7 @@ func TestClusterPipelinedRenewerSkipsAPrimaryThatFailed(t *testing.T) {
 	const prefix = "lk:"
 	svc := mustNew(t, c, locks.Config{}, store.Config{KeyPrefix: prefix, Cluster: true})
 	due, _ := locks.DirKeys(prefix)
-	var names [2][]string
-	tokens := map[string]string{}
-	for i := 0; len(names[0]) < 3 || len(names[1]) < 3; i++ {
-		name := fmt.Sprintf("n%d", i)
-		node := store.Slot(name) % 2
-		if len(names[node]) == 3 {
-			continue
-		}
-		names[node] = append(names[node], name)
-		tokens[name] = mustAcquire(t, svc, name, locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true}).Token
-	}
-	waitFor(t, "every grant's mark reaches the directory", func() bool {
-		n, err := rdb.ZCard(ctx, due).Result()
-		return err == nil && n == 6
-	})
+	names, tokens := grantThreePerPrimary(t, svc, rdb, due)
 	now := t0
 	advance(m, &now, 1100*time.Millisecond)
 	locks.RenewShardsNow(ctx, svc)
@@ -313,4 +285,28 @@ func TestClusterPipelinedRenewerSkipsAPrimaryThatFailed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// grantThreePerPrimary grants keep-alive leases on three names of each of
+// twoPrimaries' nodes (slot parity) and waits until the six grants' marks
+// are in the directory's due set. It returns the names per node and each
+// name's token.
+func grantThreePerPrimary(t *testing.T, svc *locks.Service, rdb *redis.Client, due string) ([2][]string, map[string]string) {
+	t.Helper()
+	var names [2][]string
+	tokens := map[string]string{}
+	for i := 0; len(names[0]) < 3 || len(names[1]) < 3; i++ {
+		name := fmt.Sprintf("n%d", i)
+		node := store.Slot(name) % 2
+		if len(names[node]) == 3 {
+			continue
+		}
+		names[node] = append(names[node], name)
+		tokens[name] = mustAcquire(t, svc, name, locks.AcquireRequest{TTL: 3 * time.Second, Keepalive: true}).Token
+	}
+	waitFor(t, "every grant's mark reaches the directory", func() bool {
+		n, err := rdb.ZCard(t.Context(), due).Result()
+		return err == nil && n == 6
+	})
+	return names, tokens
 }
