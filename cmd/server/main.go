@@ -25,11 +25,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// programName is what the server calls itself in its usage and errors: the
+// command line client is latchkey.
+const programName = "latchkey-server"
+
+// errUsage marks a command line the server cannot parse: an unknown flag, a
+// flag value that is not of its type, or an argument where none is taken.
+// The process then exits 2, as the latchkey command does.
+var errUsage = errors.New("usage")
+
 func main() {
 	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "latchkey:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, programName+":", err)
+		os.Exit(exitStatus(err))
 	}
+}
+
+// exitStatus is the process's exit status after run returned err: 2 for a
+// command line that cannot be parsed, 1 for any other error.
+func exitStatus(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
 }
 
 // run starts Latchkey and serves until ctx ends or SIGINT/SIGTERM arrives,
