@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -244,6 +246,25 @@ func TestKeysReloadOnChange(t *testing.T) {
 	}
 	if got := status(t, c, http.MethodGet, s.base+"/readyz", ""); got != http.StatusOK {
 		t.Errorf("/readyz after a bad file: %d, want 200", got)
+	}
+	// A file that names no key (empty, as one truncated to be rewritten in
+	// place is) is refused too: it would answer every request 401.
+	replaceFile(t, keys, "")
+	waitLines("keys file refused; the active keys stay", 2)
+	if got := status(t, c, http.MethodGet, url, "new-secret-0123456789"); got != http.StatusOK {
+		t.Errorf("after an empty file: %d, want 200 (the active keys stay)", got)
+	}
+}
+
+// TestRunRefusesAKeysFileNamingNoKey: a server is not started on a keys
+// file with no key, which would refuse every request.
+func TestRunRefusesAKeysFileNamingNoKey(t *testing.T) {
+	keys := writeFile(t, "keys.yaml", "tenants:\n  team:\n    keys: []\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"-addr", "127.0.0.1:0", "-api-keys", keys}, env(), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-api-keys: "+keys+": keys file: it names no key") {
+		t.Fatalf("run with a keys file naming no key = %v, want a refusal naming the flag and file", err)
 	}
 }
 
