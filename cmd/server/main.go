@@ -136,6 +136,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			msg = "redis is not reachable yet: it refused the connection (is it running, and on this port?); serving 503 until it is"
 		}
 		log.Warn(msg, "err", err)
+	} else {
+		warnReplicas(ctx, st, log)
 	}
 
 	// stopping closes when shutdown begins: hold streams and waiting
@@ -209,6 +211,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// warnReplicas logs a warning when -redis-min-replicas asks for more
+// replicas than a primary has connected: the server is not ready then, and
+// every lock change would be a 503 until enough are.
+func warnReplicas(ctx context.Context, st *store.Store, log *slog.Logger) {
+	var short *store.ReplicasError
+	if err := st.CheckReplicas(ctx); errors.As(err, &short) {
+		log.Warn("fewer redis replicas connected than -redis-min-replicas requires: not ready, and every lock change gets 503 until enough are",
+			"connected", short.Connected, "required", short.Required, "primary", short.Primary)
+	}
 }
 
 // decisionBatching applies -redis-pipeline and -redis-max-queued to the
