@@ -36,6 +36,12 @@ func unknownField(n *yaml.Node, t reflect.Type, where string) error {
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
+			if k.Tag == "!!merge" { // <<: *anchor brings its fields here
+				if err := unknownField(v, t, where); err != nil {
+					return err
+				}
+				continue
+			}
 			ft, ok := fields[k.Value]
 			if !ok {
 				in := "the top level"
@@ -51,6 +57,12 @@ func unknownField(n *yaml.Node, t reflect.Type, where string) error {
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if err := unknownField(n.Content[i+1], t.Elem(), joinField(where, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Struct && n.Kind == yaml.SequenceNode: // <<: [*a, *b]
+		for _, c := range n.Content {
+			if err := unknownField(c, t, where); err != nil {
 				return err
 			}
 		}

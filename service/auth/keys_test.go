@@ -91,6 +91,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field", "tenants:\n  a:\n    kyes: []\n", `line 3: unknown field "kyes" in tenants.a: the fields there are quotas, keys`},
 		{"unknown key field", "admin:\n  keys:\n    - {id: k, sha256: " + h + ", scope: [admin]}\n", `unknown field "scope" in admin.keys[0]: the fields there are id, sha256, scopes, names`},
 		{"unknown quota", "defaults:\n  quotas: {lease: 1}\n", `unknown field "lease" in defaults.quotas: the fields there are leases, waiters, requests_per_second`},
+		{"unknown field through an anchor", "defaults:\n  quotas: &q {leases: 1, lease: 2}\ntenants:\n  a:\n    quotas: {<<: *q}\n", `unknown field "lease" in defaults.quotas`},
 		{"unknown top-level field", "tenant: {}\n", `unknown field "tenant" in the top level: the fields there are defaults, tenants, admin, public_gate`},
 		{"bad tenant name", "tenants:\n  Billing:\n    keys: []\n", "tenants.Billing: tenant name"},
 		{"tenant name with colon", "tenants:\n  a:b:\n    keys: []\n", "tenant name"},
@@ -116,6 +117,23 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %v repeats a hash", err)
 			}
 		})
+	}
+}
+
+// TestParseMergeKeys: YAML's merge keys (<<: *anchor) bring an anchor's
+// fields in, and are no unknown field.
+func TestParseMergeKeys(t *testing.T) {
+	file := "defaults:\n  quotas: &q {leases: 7}\ntenants:\n  a:\n    quotas: {<<: *q, waiters: 3}\n    keys:\n" +
+		"      - &k {id: a1, sha256: " + sha("a1") + ", scopes: [locks:read]}\n      - {<<: *k, id: a2, sha256: " + sha("a2") + "}\n"
+	set, err := auth.Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := set.Tenant("a").Quotas, (auth.Quotas{Leases: 7, Waiters: 3}); got != want {
+		t.Errorf("quotas = %+v, want %+v", got, want)
+	}
+	if k := set.Lookup("a2"); k == nil || !k.Has(auth.ScopeLocksRead) {
+		t.Errorf("Lookup(a2) = %+v, want a key with the merged scopes", k)
 	}
 }
 
