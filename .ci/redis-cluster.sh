@@ -17,13 +17,17 @@ set -euo pipefail
 usage() { echo "usage: $0 start DIR BASEPORT | node DIR PORT | stop DIR" >&2; exit 2; }
 
 # start_node DIR PORT starts (or restarts, keeping its nodes.conf) the node
-# on PORT, daemonized, its files in DIR/PORT/.
+# on PORT, daemonized, its files in DIR/PORT/. With
+# cluster-require-full-coverage no, a node keeps serving its own slots while
+# another primary is down: only that primary's slots fail until its replica
+# is promoted.
 start_node() {
   mkdir -p "$1/$2"
   redis-server --port "$2" --bind 127.0.0.1 --daemonize yes \
     --dir "$1/$2" --pidfile "$1/$2/redis.pid" --logfile "$1/$2/redis.log" \
     --cluster-enabled yes --cluster-config-file nodes.conf \
     --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
+    --cluster-require-full-coverage no \
     --save '' --appendonly no
 }
 

@@ -37,6 +37,14 @@ func TestReadyz(t *testing.T) {
 		{"ready, embedded", "embedded", nil, http.StatusOK, map[string]any{"status": "ready", "store": "embedded"}},
 		{"store down", "redis", fmt.Errorf("ping: %w", store.ErrUnavailable), http.StatusServiceUnavailable,
 			map[string]any{"status": "unavailable", "store": "redis", "detail": "the store does not answer or cannot run scripts"}},
+		{"too few replicas", "redis", &store.ReplicasError{Connected: 0, Required: 1}, http.StatusServiceUnavailable,
+			map[string]any{"status": "unavailable", "store": "redis",
+				"detail":   "the primary has 0 replicas connected, 1 required (-redis-min-replicas): every lock change is refused until enough are",
+				"replicas": map[string]any{"connected": 0.0, "required": 1.0}}},
+		{"too few replicas on a cluster primary", "redis", fmt.Errorf("ready: %w", &store.ReplicasError{Primary: "10.0.0.7:6379", Connected: 1, Required: 2}),
+			http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "store": "redis",
+				"detail":   "primary 10.0.0.7:6379 has 1 replicas connected, 2 required (-redis-min-replicas): every lock change is refused until enough are",
+				"replicas": map[string]any{"connected": 1.0, "required": 2.0, "primary": "10.0.0.7:6379"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"log/slog"
 	"net"
@@ -53,6 +54,7 @@ type envConfig struct {
 	svc    serviceConfig
 	router handlers.Config
 	server func(*http.Server) // adjusts the HTTP server before it starts
+	tls    *tls.Config        // serve HTTPS with it (withTLS); nil: plain HTTP
 
 	rdb        redis.UniversalClient // reads Redis for the test; nil: a fresh Redis (newRedis)
 	url        string
@@ -134,7 +136,12 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	if c.server != nil {
 		c.server(srv.Config)
 	}
-	srv.Start()
+	if c.tls != nil {
+		srv.TLS = c.tls
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(srv.Close)
 	e := &testEnv{URL: srv.URL, Client: newSpecClient(t), RDB: c.rdb, RedisURL: c.url, Prefix: c.svc.KeyPrefix, Svc: svc, srv: srv, Keys: keys}
 	e.stopRenewer = func() {}
@@ -264,6 +271,13 @@ func withRouterConfig(f func(*handlers.Config)) envOption {
 // withHTTPServer adjusts the HTTP server (its timeouts) before it starts.
 func withHTTPServer(f func(*http.Server)) envOption {
 	return func(c *envConfig) { c.server = f }
+}
+
+// withTLS serves HTTPS with cfg (its certificate, and for mTLS its client
+// CAs and ClientAuth); the env's URL is then https://. The env's own
+// clients do not trust cfg's certificate: the test brings its own.
+func withTLS(cfg *tls.Config) envOption {
+	return func(c *envConfig) { c.tls = cfg }
 }
 
 // withOpTimeout sets the Redis timeout of the service.

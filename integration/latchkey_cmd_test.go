@@ -2,8 +2,10 @@ package integration
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/client"
+	"github.com/latchkey/latchkey/internal/testca"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -311,4 +314,96 @@ func TestLatchkeyCommand(t *testing.T) {
 			t.Errorf("busy after the failed force-release: %+v, want still held", st)
 		}
 	})
+}
+
+// TestLatchkeyCommandTLS: latchkey talks to an https server whose
+// certificate a private CA signed when given that CA (-cacert or
+// LATCHKEY_CACERT), and to one that requires a client certificate (mTLS)
+// when given one (-cert and -key, or LATCHKEY_CERT and LATCHKEY_KEY),
+// before or after the command, for a request and for a hold. Without them
+// the handshake fails (69); a file that cannot serve is a usage error (2).
+func TestLatchkeyCommandTLS(t *testing.T) {
+	bin := buildLatchkey(t)
+	rdb, _ := newRedis(t)
+	ca, other := testca.New(t), testca.New(t)
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	serverCert, serverKey := ca.Issue(t, "server", true)
+	pair, err := tls.X509KeyPair(serverCert, serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := write("ca.pem", ca.PEM)
+	clientCert, clientKey := ca.Issue(t, "client", false)
+	certFile, keyFile := write("client.pem", clientCert), write("client-key.pem", clientKey)
+	bothFile := write("client-both.pem", append(append([]byte{}, clientCert...), clientKey...))
+	otherCert, otherKey := other.Issue(t, "stranger", false)
+	otherCertFile, otherKeyFile := write("other.pem", otherCert), write("other-key.pem", otherKey)
+	notPEM := write("not.pem", []byte("not a certificate\n"))
+
+	private := newTestEnv(t, withRedisClient(rdb, ""), withTLS(&tls.Config{Certificates: []tls.Certificate{pair}}))
+	mtls := newTestEnv(t, withRedisClient(rdb, ""), withTLS(&tls.Config{Certificates: []tls.Certificate{pair},
+		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}))
+	if !strings.HasPrefix(private.URL, "https://") || !strings.HasPrefix(mtls.URL, "https://") {
+		t.Fatalf("servers at %s and %s, want https", private.URL, mtls.URL)
+	}
+	job := `echo "fence=$LATCHKEY_FENCE"`
+	tests := []struct {
+		desc   string
+		url    string
+		env    []string
+		args   []string
+		status int
+		stdout string // a substring of stdout
+		stderr string // a substring of stderr
+	}{
+		{"private CA, not trusted", private.URL, nil, []string{"status", "job"}, exitUnavailable, "", "certificate signed by unknown authority"},
+		{"private CA, -cacert", private.URL, nil, []string{"status", "-cacert", caFile, "job"}, 0, "job free", ""},
+		{"private CA, -cacert before the command", private.URL, nil, []string{"-cacert", caFile, "status", "job"}, 0, "job free", ""},
+		{"private CA, LATCHKEY_CACERT, a hold", private.URL, []string{"LATCHKEY_CACERT=" + caFile}, []string{"lock", "job", "--", "sh", "-c", job}, 0, "fence=", ""},
+		{"mTLS, no client certificate", mtls.URL, nil, []string{"status", "-cacert", caFile, "job"}, exitUnavailable, "", "unavailable"},
+		{"mTLS, another CA's certificate", mtls.URL, nil, []string{"status", "-cacert", caFile, "-cert", otherCertFile, "-key", otherKeyFile, "job"}, exitUnavailable, "", "unavailable"},
+		{"mTLS, -cert and -key", mtls.URL, nil, []string{"status", "-cacert", caFile, "-cert", certFile, "-key", keyFile, "job"}, 0, "job free", ""},
+		{"mTLS, one file with both", mtls.URL, nil, []string{"-cacert", caFile, "-cert", bothFile, "status", "job"}, 0, "job free", ""},
+		{"mTLS, the environment, a hold", mtls.URL, []string{"LATCHKEY_CACERT=" + caFile, "LATCHKEY_CERT=" + certFile, "LATCHKEY_KEY=" + keyFile},
+			[]string{"lock", "job", "--", "sh", "-c", job}, 0, "fence=", ""},
+		{"-cacert without a certificate", private.URL, nil, []string{"status", "-cacert", notPEM, "job"}, exitUsage, "", "-cacert " + notPEM + ": no PEM certificate"},
+		{"-cacert missing", private.URL, nil, []string{"status", "-cacert", filepath.Join(dir, "none.pem"), "job"}, exitUsage, "", "-cacert: open"},
+		{"-key without -cert", mtls.URL, nil, []string{"status", "-cacert", caFile, "-key", keyFile, "job"}, exitUsage, "", "needs -cert"},
+		{"-cert without its key", mtls.URL, nil, []string{"status", "-cacert", caFile, "-cert", certFile, "job"}, exitUsage, "", "-cert " + certFile},
+	}
+	for _, tt := range tests {
+		st, out, errOut := runLatchkey(t, bin, tt.url, tt.env, tt.args...)
+		if st != tt.status || !strings.Contains(out, tt.stdout) || !strings.Contains(errOut, tt.stderr) {
+			t.Errorf("%s: latchkey %v = %d, stdout %q, stderr %q; want %d, %q, %q",
+				tt.desc, tt.args, st, out, errOut, tt.status, tt.stdout, tt.stderr)
+		}
+		if n := strings.Count(errOut, "\n"); n > 1 {
+			t.Errorf("%s: stderr has %d lines, want at most one: %q", tt.desc, n, errOut)
+		}
+	}
+	// The holds took and gave back the lock: each server granted it (a
+	// fence), and it is free again.
+	c := mustClient(t, mtls.URL, client.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: ca.Pool(), Certificates: []tls.Certificate{mustKeyPair(t, clientCert, clientKey)}}}}))
+	st, err := c.Status(t.Context(), "job")
+	if err != nil || st.Held || st.Fence == 0 {
+		t.Errorf("status of job after the holds = %+v, %v; want free, with the fence of a grant", st, err)
+	}
+}
+
+func mustKeyPair(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
+	t.Helper()
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
 }

@@ -26,7 +26,7 @@ const (
 	ExitNotFound    = 127 // lock: COMMAND was not found
 )
 
-const usage = `usage: latchkey [-url URL] COMMAND ...
+const usage = `usage: latchkey [-url URL] [-cacert FILE] [-cert FILE [-key FILE]] COMMAND ...
 
   latchkey lock [-ttl 30s] [-wait 0s] [-fair] [-owner TEXT] [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
   latchkey status NAME
@@ -36,6 +36,11 @@ const usage = `usage: latchkey [-url URL] COMMAND ...
 
 The server is -url, else $LATCHKEY_URL, else http://127.0.0.1:8080; the API
 key is $LATCHKEY_API_KEY ($LATCHKEY_ADMIN_KEY, when set, for release -force).
+An https server is verified with the CA certificates of -cacert FILE (PEM;
+else $LATCHKEY_CACERT), instead of the system's; one that requires a client
+certificate (mTLS) gets -cert FILE and its key -key FILE (else $LATCHKEY_CERT,
+$LATCHKEY_KEY; without a key, -cert's file holds it too). These flags, and
+-url, go before the command or after it.
 
 Exit status: lock exits with COMMAND's status, or 75 when the lock was not
 acquired within -wait, 76 when the lease was lost while COMMAND ran, 126/127
@@ -50,6 +55,7 @@ type env struct {
 	getenv         func(string) string
 	stdout, stderr io.Writer
 	url            string
+	tls            tlsFlags
 }
 
 // fail prints one line on stderr and returns status.
@@ -77,6 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("latchkey", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&e.url, "url", "", "server URL")
+	e.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -113,6 +120,7 @@ func (e *env) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&e.url, "url", e.url, "server URL")
+	e.tls.register(fs)
 	return fs
 }
 
@@ -130,7 +138,8 @@ func (e *env) parse(fs *flag.FlagSet, args []string) (status int, ok bool) {
 }
 
 // client returns a client of the server, authenticated with the key in the
-// environment variable keyVar (then LATCHKEY_API_KEY).
+// environment variable keyVar (then LATCHKEY_API_KEY), over TLS as
+// -cacert, -cert and -key say.
 func (e *env) client(keyVars ...string) (*client.Client, error) {
 	url := e.url
 	if url == "" {
@@ -142,7 +151,15 @@ func (e *env) client(keyVars ...string) (*client.Client, error) {
 			break
 		}
 	}
-	return client.New(url, client.WithAPIKey(key))
+	opts := []client.Option{client.WithAPIKey(key)}
+	hc, err := e.tls.httpClient(e.getenv)
+	if err != nil {
+		return nil, err
+	}
+	if hc != nil {
+		opts = append(opts, client.WithHTTPClient(hc))
+	}
+	return client.New(url, opts...)
 }
 
 func (e *env) status(ctx context.Context, args []string) int {

@@ -1,73 +1,18 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
-	"math/big"
-	"net"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/testca"
 )
-
-// testCA is a certificate authority made by the test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "latchkey test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a certificate and key signed by the CA, as PEM: for the
-// server (127.0.0.1) or a client.
-func (ca *testCA) issue(t *testing.T, name string, server bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		// Client authentication too: -healthcheck presents it under mTLS.
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
-}
 
 func hashOf(secret string) string {
 	s := sha256.Sum256([]byte(secret))
@@ -104,13 +49,12 @@ func status(t *testing.T, client *http.Client, method, url, secret string) int {
 // TestServeTLSWithKeys: with -tls-cert and -tls-key the server speaks
 // HTTPS only, and with -api-keys every /v1 request needs a key.
 func TestServeTLSWithKeys(t *testing.T) {
-	ca := newTestCA(t)
-	certPEM, keyPEM := ca.issue(t, "server", true)
+	ca := testca.New(t)
+	certPEM, keyPEM := ca.Issue(t, "server", true)
 	keys := writeFile(t, "keys.yaml", string(keysFile("first-secret-0123456789")))
 	certFile, keyFile := writeFile(t, "cert.pem", string(certPEM)), writeFile(t, "key.pem", string(keyPEM))
 	s := startServer(t, "-api-keys", keys, "-tls-cert", certFile, "-tls-key", keyFile)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
+	pool := ca.Pool()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	base := "https://" + s.addr
 	if got := status(t, client, http.MethodGet, base+"/healthz", ""); got != http.StatusOK {
@@ -156,17 +100,16 @@ func wantHealthy(t *testing.T, addr string, tlsFlags ...string) {
 // TestServeMTLS: with -tls-client-ca a client without a certificate the
 // CA signed cannot complete the handshake; one with it is served.
 func TestServeMTLS(t *testing.T) {
-	ca, other := newTestCA(t), newTestCA(t)
-	certPEM, keyPEM := ca.issue(t, "server", true)
-	certFile, keyFile, caFile := writeFile(t, "cert.pem", string(certPEM)), writeFile(t, "key.pem", string(keyPEM)), writeFile(t, "ca.pem", string(ca.pem))
+	ca, other := testca.New(t), testca.New(t)
+	certPEM, keyPEM := ca.Issue(t, "server", true)
+	certFile, keyFile, caFile := writeFile(t, "cert.pem", string(certPEM)), writeFile(t, "key.pem", string(keyPEM)), writeFile(t, "ca.pem", string(ca.PEM))
 	s := startServer(t, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile)
 	wantHealthy(t, s.addr, "-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
-	clientWith := func(c *testCA) *http.Client {
+	pool := ca.Pool()
+	clientWith := func(c *testca.CA) *http.Client {
 		cfg := &tls.Config{RootCAs: pool}
 		if c != nil {
-			cp, kp := c.issue(t, "client", false)
+			cp, kp := c.Issue(t, "client", false)
 			pair, err := tls.X509KeyPair(cp, kp)
 			if err != nil {
 				t.Fatal(err)
@@ -244,6 +187,25 @@ func TestKeysReloadOnChange(t *testing.T) {
 	}
 	if got := status(t, c, http.MethodGet, s.base+"/readyz", ""); got != http.StatusOK {
 		t.Errorf("/readyz after a bad file: %d, want 200", got)
+	}
+	// A file that names no key (empty, as one truncated to be rewritten in
+	// place is) is refused too: it would answer every request 401.
+	replaceFile(t, keys, "")
+	waitLines("keys file refused; the active keys stay", 2)
+	if got := status(t, c, http.MethodGet, url, "new-secret-0123456789"); got != http.StatusOK {
+		t.Errorf("after an empty file: %d, want 200 (the active keys stay)", got)
+	}
+}
+
+// TestRunRefusesAKeysFileNamingNoKey: a server is not started on a keys
+// file with no key, which would refuse every request.
+func TestRunRefusesAKeysFileNamingNoKey(t *testing.T) {
+	keys := writeFile(t, "keys.yaml", "tenants:\n  team:\n    keys: []\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"-addr", "127.0.0.1:0", "-api-keys", keys}, env(), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-api-keys: "+keys+": keys file: it names no key") {
+		t.Fatalf("run with a keys file naming no key = %v, want a refusal naming the flag and file", err)
 	}
 }
 

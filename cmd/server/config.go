@@ -114,7 +114,7 @@ func fromEnv[T any](e *envFlags, env string, def T, parse func(string) (T, error
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	var c Config
 	var logLevel string
-	fs := flag.NewFlagSet("latchkey", flag.ContinueOnError)
+	fs := flag.NewFlagSet(programName, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	e := &envFlags{fs: fs, getenv: getenv}
 	sd, ld := store.DefaultConfig(), locks.DefaultConfig()
@@ -151,12 +151,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(out, "Usage: latchkey [flags]\n\nEach flag's default comes from the LATCHKEY_* environment variable named after it.\n\n")
+			fmt.Fprintf(out, "Usage: %s [flags]\n\nThe Latchkey server. Each flag's default comes from the LATCHKEY_* environment variable named after it.\n\n", programName)
 			fs.SetOutput(out)
 			fs.PrintDefaults()
 			return Config{}, err
 		}
-		return Config{}, fmt.Errorf("%w (latchkey -h lists the flags)", err)
+		return Config{}, usageError(err)
 	}
 	if c.Version {
 		return c, nil
@@ -165,13 +165,25 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return Config{}, usageError(fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return Config{}, fmt.Errorf("log level %q: want debug, info, warn or error", logLevel)
 	}
 	return c, c.Validate()
 }
+
+// usageError is err, a command line that cannot be parsed: it points to -h
+// and is errUsage.
+func usageError(err error) error { return cmdLineError{err} }
+
+type cmdLineError struct{ err error }
+
+func (e cmdLineError) Error() string {
+	return fmt.Sprintf("%v (%s -h lists the flags)", e.err, programName)
+}
+func (e cmdLineError) Unwrap() error        { return e.err }
+func (e cmdLineError) Is(target error) bool { return target == errUsage }
 
 // Validate reports every setting that cannot work, each named by its flag.
 func (c Config) Validate() error {

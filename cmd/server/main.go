@@ -25,11 +25,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// programName is what the server calls itself in its usage and errors: the
+// command line client is latchkey.
+const programName = "latchkey-server"
+
+// errUsage marks a command line the server cannot parse: an unknown flag, a
+// flag value that is not of its type, or an argument where none is taken.
+// The process then exits 2, as the latchkey command does.
+var errUsage = errors.New("usage")
+
 func main() {
 	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "latchkey:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, programName+":", err)
+		os.Exit(exitStatus(err))
 	}
+}
+
+// exitStatus is the process's exit status after run returned err: 2 for a
+// command line that cannot be parsed, 1 for any other error.
+func exitStatus(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
 }
 
 // run starts Latchkey and serves until ctx ends or SIGINT/SIGTERM arrives,
@@ -118,6 +136,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			msg = "redis is not reachable yet: it refused the connection (is it running, and on this port?); serving 503 until it is"
 		}
 		log.Warn(msg, "err", err)
+	} else {
+		warnReplicas(ctx, st, log)
 	}
 
 	// stopping closes when shutdown begins: hold streams and waiting
@@ -191,6 +211,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// warnReplicas logs a warning when -redis-min-replicas asks for more
+// replicas than a primary has connected: the server is not ready then, and
+// every lock change would be a 503 until enough are.
+func warnReplicas(ctx context.Context, st *store.Store, log *slog.Logger) {
+	var short *store.ReplicasError
+	if err := st.CheckReplicas(ctx); errors.As(err, &short) {
+		log.Warn("fewer redis replicas connected than -redis-min-replicas requires: not ready, and every lock change gets 503 until enough are",
+			"connected", short.Connected, "required", short.Required, "primary", short.Primary)
+	}
 }
 
 // decisionBatching applies -redis-pipeline and -redis-max-queued to the

@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -357,7 +360,7 @@ func TestRunHelpExitsCleanly(t *testing.T) {
 	if err := run(t.Context(), []string{"-h"}, env(), &out); err != nil {
 		t.Fatalf("run(-h) = %v, want nil (exit 0)", err)
 	}
-	for _, want := range []string{"Usage: latchkey", "-redis-url", "LATCHKEY_REDIS_URL", "-version"} {
+	for _, want := range []string{"Usage: latchkey-server [flags]", "-redis-url", "LATCHKEY_REDIS_URL", "-version"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h output lacks %q:\n%s", want, out.String())
 		}
@@ -388,11 +391,51 @@ func TestRunBadFlagPrintsOnlyTheError(t *testing.T) {
 	for _, args := range [][]string{{"-redis-timeout", "soon"}, {"-no-such-flag"}} {
 		var out bytes.Buffer
 		err := run(t.Context(), args, env(), &out)
-		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "-")) || !strings.Contains(err.Error(), "latchkey -h") {
+		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "-")) || !strings.Contains(err.Error(), "latchkey-server -h") || !errors.Is(err, errUsage) {
 			t.Errorf("run(%q) = %v, want an error naming %s and pointing to -h", args, err, args[0])
 		}
 		if out.Len() != 0 {
 			t.Errorf("run(%q) wrote %d bytes before its error, want none:\n%s", args, out.Len(), out.String())
+		}
+	}
+}
+
+// TestServerBinaryNameAndExitStatus: the built server calls itself
+// latchkey-server (latchkey is the command line client) and exits as the
+// client does: 0 after -h, 2 for a command line it cannot parse, 1 for a
+// configuration that cannot work.
+func TestServerBinaryNameAndExitStatus(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "latchkey-server")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	tests := []struct {
+		args           []string
+		status         int
+		stdout, stderr string // prefixes
+	}{
+		{[]string{"-h"}, 0, "Usage: latchkey-server [flags]\n", ""},
+		{[]string{"-no-such-flag"}, 2, "", "latchkey-server: flag provided but not defined: -no-such-flag (latchkey-server -h lists the flags)\n"},
+		{[]string{"-redis-timeout", "soon"}, 2, "", "latchkey-server: invalid value \"soon\" for flag -redis-timeout"},
+		{[]string{"serve"}, 2, "", "latchkey-server: unexpected arguments: serve (latchkey-server -h"},
+		{[]string{"-addr", "0.0.0.0:0"}, 1, "", "latchkey-server: -addr 0.0.0.0:0 is not a loopback address"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(bin, tt.args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		status := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if status != tt.status || !strings.HasPrefix(stdout.String(), tt.stdout) || !strings.HasPrefix(stderr.String(), tt.stderr) {
+			t.Errorf("latchkey-server %q = exit %d, stdout %.60q, stderr %q; want %d, %q..., %q...",
+				tt.args, status, stdout.String(), stderr.String(), tt.status, tt.stdout, tt.stderr)
 		}
 	}
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -136,4 +138,46 @@ func metricValue(t *testing.T, s *testServer, series string) string {
 		}
 	}
 	return ""
+}
+
+// TestReadinessCountsReplicas: with -redis-min-replicas 1 on a primary that
+// has no replica, every lock change would be a 503, so the server says so
+// at start-up and is not ready, naming the replicas connected against those
+// required; once a replica is in sync it is ready, and not ready again once
+// the replica is gone.
+func TestReadinessCountsReplicas(t *testing.T) {
+	bin := redisServerBinary(t)
+	primary, _ := startRedisProcess(t, bin)
+	s := startServer(t, "-redis-url", "redis://"+addrOf(primary)+"/0", "-redis-timeout", "10s",
+		"-redis-min-replicas", "1", "-redis-replica-timeout", "3s")
+	warn, _ := s.logs.find("fewer redis replicas connected than -redis-min-replicas requires: not ready, and every lock change gets 503 until enough are")
+	if warn == nil || warn["level"] != "WARN" || warn["connected"] != 0.0 || warn["required"] != 1.0 {
+		t.Errorf("start-up warning = %v, want one saying 0 connected, 1 required; logs:\n%s", warn, s.logs)
+	}
+	notReady := func() (bool, map[string]any) {
+		resp, body := s.call(t, http.MethodGet, "/readyz", "")
+		return resp.StatusCode == http.StatusServiceUnavailable, body
+	}
+	if ok, body := notReady(); !ok || body["status"] != "unavailable" ||
+		!strings.Contains(fmt.Sprint(body["detail"]), "0 replicas connected, 1 required (-redis-min-replicas)") {
+		t.Errorf("/readyz with no replica = %v, want 503 naming 0 connected, 1 required", body)
+	} else if diff := cmp.Diff(map[string]any{"connected": 0.0, "required": 1.0}, body["replicas"]); diff != "" {
+		t.Errorf("/readyz replicas (-want +got):\n%s", diff)
+	}
+
+	replica, killReplica := startRedisProcess(t, bin, "--replicaof", "127.0.0.1", strconv.Itoa(primary))
+	waitFor(t, "the replica to be in sync", func() bool { return replicaInSync(t, primary, replica) })
+	waitFor(t, "/readyz to be 200 with the replica in sync", func() bool {
+		resp, _ := s.call(t, http.MethodGet, "/readyz", "")
+		return resp.StatusCode == http.StatusOK
+	})
+	if resp, body := s.call(t, http.MethodPost, "/v1/locks/replicated", `{"ttl":"5m"}`); resp.StatusCode != http.StatusCreated {
+		t.Errorf("acquire once ready = %d %v, want 201", resp.StatusCode, body)
+	}
+
+	killReplica()
+	waitFor(t, "/readyz to be 503 with the replica gone", func() bool { ok, _ := notReady(); return ok })
+	if _, body := notReady(); !strings.Contains(fmt.Sprint(body["detail"]), "0 replicas connected, 1 required") {
+		t.Errorf("/readyz with the replica gone = %v, want it to name 0 connected, 1 required", body)
+	}
 }

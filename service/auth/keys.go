@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -188,9 +189,18 @@ type fileKey struct {
 // Parse reads a keys file (YAML). Unknown fields, tenant names other than
 // 1-32 characters of a-z 0-9 -, key IDs used twice, a hash that is not 64
 // hex digits or is used twice, unknown scopes, a key without scopes, bad
-// name patterns and negative quotas are errors, each naming where it is.
+// name patterns and negative quotas are errors, each naming where it is; so
+// is a file that names no key at all (empty, or written only in part),
+// which would refuse every request.
 func Parse(b []byte) (*KeySet, error) {
 	var f fileKeys
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("keys file: %w", err)
+	}
+	if err := unknownField(&doc, reflect.TypeFor[fileKeys](), ""); err != nil {
+		return nil, fmt.Errorf("keys file: %w", err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
@@ -253,6 +263,10 @@ func Parse(b []byte) (*KeySet, error) {
 			continue
 		}
 		set.public[p] = true
+	}
+	if len(errs) == 0 && len(set.keys) == 0 {
+		errs = append(errs, errors.New("it names no key, so every request would get 401: "+
+			"list at least one under tenants.NAME.keys or admin.keys (to serve without keys, give no keys file)"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("keys file: %w", err)

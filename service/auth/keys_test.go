@@ -88,7 +88,11 @@ func TestParse(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	h := sha("x")
 	tests := []struct{ name, file, want string }{
-		{"unknown field", "tenants:\n  a:\n    kyes: []\n", "kyes"},
+		{"unknown field", "tenants:\n  a:\n    kyes: []\n", `line 3: unknown field "kyes" in tenants.a: the fields there are quotas, keys`},
+		{"unknown key field", "admin:\n  keys:\n    - {id: k, sha256: " + h + ", scope: [admin]}\n", `unknown field "scope" in admin.keys[0]: the fields there are id, sha256, scopes, names`},
+		{"unknown quota", "defaults:\n  quotas: {lease: 1}\n", `unknown field "lease" in defaults.quotas: the fields there are leases, waiters, requests_per_second`},
+		{"unknown field through an anchor", "defaults:\n  quotas: &q {leases: 1, lease: 2}\ntenants:\n  a:\n    quotas: {<<: *q}\n", `unknown field "lease" in defaults.quotas`},
+		{"unknown top-level field", "tenant: {}\n", `unknown field "tenant" in the top level: the fields there are defaults, tenants, admin, public_gate`},
 		{"bad tenant name", "tenants:\n  Billing:\n    keys: []\n", "tenants.Billing: tenant name"},
 		{"tenant name with colon", "tenants:\n  a:b:\n    keys: []\n", "tenant name"},
 		{"long tenant name", "tenants:\n  " + strings.Repeat("a", 33) + ":\n    keys: []\n", "tenant name"},
@@ -116,10 +120,39 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-func TestParseEmpty(t *testing.T) {
-	set, err := auth.Parse(nil)
-	if err != nil || len(set.KeyIDs()) != 0 {
-		t.Errorf("Parse(empty) = %v, %v; want an empty set (every request refused)", set.KeyIDs(), err)
+// TestParseMergeKeys: YAML's merge keys (<<: *anchor) bring an anchor's
+// fields in, and are no unknown field.
+func TestParseMergeKeys(t *testing.T) {
+	file := "defaults:\n  quotas: &q {leases: 7}\ntenants:\n  a:\n    quotas: {<<: *q, waiters: 3}\n    keys:\n" +
+		"      - &k {id: a1, sha256: " + sha("a1") + ", scopes: [locks:read]}\n      - {<<: *k, id: a2, sha256: " + sha("a2") + "}\n"
+	set, err := auth.Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := set.Tenant("a").Quotas, (auth.Quotas{Leases: 7, Waiters: 3}); got != want {
+		t.Errorf("quotas = %+v, want %+v", got, want)
+	}
+	if k := set.Lookup("a2"); k == nil || !k.Has(auth.ScopeLocksRead) {
+		t.Errorf("Lookup(a2) = %+v, want a key with the merged scopes", k)
+	}
+}
+
+// TestParseRefusesAFileWithNoKey: a file that names no key would refuse
+// every request (401); it is refused like a missing file instead. An empty
+// file is also what a reader sees of a file being written in place.
+func TestParseRefusesAFileWithNoKey(t *testing.T) {
+	for name, file := range map[string]string{
+		"empty":                "",
+		"comments only":        "# keys\n",
+		"no keys in a tenant":  "tenants:\n  billing:\n    keys: []\n",
+		"quotas but no keys":   "defaults:\n  quotas: {leases: 1}\ntenants:\n  billing: {}\n",
+		"an empty admin list":  "admin:\n  keys: []\n",
+		"public gate and none": "public_gate: [sidecar]\n",
+	} {
+		set, err := auth.Parse([]byte(file))
+		if err == nil || !strings.Contains(err.Error(), "names no key") {
+			t.Errorf("%s: Parse = %v, %v; want an error saying it names no key", name, set.KeyIDs(), err)
+		}
 	}
 }
 

@@ -152,10 +152,5 @@ func (c *costEntry) UnmarshalJSON(b []byte) error {
 		return errCostShape
 	}
 	type plain costEntry
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode((*plain)(c)); err != nil {
-		return fmt.Errorf("cost: %w", err)
-	}
-	return nil
+	return unmarshalJSON(b, (*plain)(c))
 }

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -375,14 +374,12 @@ func (f limitFields) limit() (Limit, error) {
 // {name, key, limit, window, algorithm, burst, lease, shadow};
 // algorithm defaults to fixed_window, key to ip, deny_status to 429, fail to
 // open, shadow to false; cost is "header:NAME" or {header, max, default}.
-// Unknown fields are errors. Returns an error naming the policy and field
-// at fault; the policies are checked in full by Config.Validate.
+// Unknown fields, and a field given twice, are errors. Returns an error
+// naming the policy and field at fault; the policies are checked in full by Config.Validate.
 func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	var f policyFile
 	if isJSON {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&f); err != nil {
+		if err := unmarshalJSON(b, &f); err != nil {
 			return nil, err
 		}
 	} else {

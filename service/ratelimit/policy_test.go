@@ -66,7 +66,16 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"missing window", "policies:\n  a:\n    limit: 3", false, `policy "a": window is required`},
 		{"bad window", "policies:\n  a:\n    limit: 3\n    window: soon", false, `policy "a": window "soon" is not a duration`},
 		{"limit not a number", "policies:\n  a:\n    limit: many\n    window: 1s", false, "cannot unmarshal"},
-		{"bad JSON", `{"policies":`, true, "unexpected EOF"},
+		{"bad JSON", `{"policies":`, true, "malformed JSON: the file ends too early"},
+		// A field given twice is refused in JSON as in YAML and in request
+		// bodies: which of the two values was meant is not for us to guess.
+		{"duplicate JSON field", `{"policies":{"a":{"limit":3,"window":"1s","limit":5}}}`, true, `policies.a: field "limit" is given twice`},
+		{"duplicate JSON policy", `{"policies":{"a":{"limit":3,"window":"1s"},"a":{"limit":5,"window":"1s"}}}`, true, `policies: field "a" is given twice`},
+		{"duplicate JSON cost field", `{"policies":{"a":{"limit":3,"window":"1s","cost":{"header":"X","header":"Y"}}}}`, true, `policies.a.cost: field "header" is given twice`},
+		{"duplicate JSON limit field", `{"policies":{"a":{"limits":[{"name":"x","limit":3,"window":"1s","window":"1m"}]}}}`, true, `policies.a.limits.0: field "window" is given twice`},
+		{"duplicate YAML field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    limit: 5", false, `mapping key "limit" already defined at line 3`},
+		{"JSON field of another case", `{"policies":{"a":{"Limit":3,"window":"1s"}}}`, true, `policies.a: unknown field "Limit" (known: key, limit,`},
+		{"JSON type", `{"policies":{"a":{"limit":"3","window":"1s"}}}`, true, `policies.a.limit: must be a whole number, got a JSON string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -130,6 +130,22 @@ func TestClusterRunReplicatedWaitsOnTheKeysPrimary(t *testing.T) {
 	}
 }
 
+// Readiness with MinReplicas counts every primary's replicas: each has
+// one, so one required is ready and two is a *ReplicasError naming a
+// primary with one connected.
+func TestClusterReadyCountsEveryPrimarysReplicas(t *testing.T) {
+	c := clustertest.Shared(t)
+	rdb := c.Client(t)
+	if err := newStore(t, rdb, store.Config{MinReplicas: 1}).Ready(t.Context()); err != nil {
+		t.Errorf("Ready with 1 replica required = %v, want nil", err)
+	}
+	err := newStore(t, rdb, store.Config{MinReplicas: 2}).Ready(t.Context())
+	var short *store.ReplicasError
+	if !errors.As(err, &short) || short.Connected != 1 || short.Required != 2 || short.Primary == "" || !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Ready with 2 replicas required = %v, want a *ReplicasError{primary, 1, 2}", err)
+	}
+}
+
 // A replica promoted by a failover already has the scripts LoadScripts
 // sent at start: a call on its slot runs without a NOSCRIPT reload.
 func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -138,4 +139,84 @@ func (s *Store) evalOnConn(ctx context.Context, sc *Script, keys []string, args 
 		return nil, nil, err
 	}
 	return cn, res, nil
+}
+
+// ReplicasError reports a primary with fewer replicas connected than
+// Config.MinReplicas: every change that waits for them would be refused
+// (503) until enough are. It wraps ErrUnavailable.
+type ReplicasError struct {
+	Primary   string // the primary's address on a Redis Cluster, "" on one node
+	Connected int    // replicas connected and in sync (INFO replication: state=online)
+	Required  int    // Config.MinReplicas
+}
+
+func (e *ReplicasError) Error() string {
+	who := "the primary"
+	if e.Primary != "" {
+		who = "primary " + e.Primary
+	}
+	return fmt.Sprintf("%s has %d replicas connected, %d required (-redis-min-replicas): every lock change is refused until enough are",
+		who, e.Connected, e.Required)
+}
+
+// Unwrap makes errors.Is(err, ErrUnavailable) true.
+func (e *ReplicasError) Unwrap() error { return ErrUnavailable }
+
+// CheckReplicas checks, when Config.MinReplicas is set, that the primary
+// (on a Redis Cluster, every primary) has at least that many replicas
+// connected and in sync, from INFO replication. Returns a *ReplicasError
+// naming the first primary short of them, an error wrapping ErrUnavailable
+// when a primary cannot be reached, and nil when MinReplicas is 0 or Redis
+// refuses INFO (an ACL without it: the replicas cannot be counted).
+func (s *Store) CheckReplicas(ctx context.Context) error {
+	if s.cfg.MinReplicas == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	check := func(primary, info string) error {
+		if n := onlineReplicas(info); n < s.cfg.MinReplicas {
+			return &ReplicasError{Primary: primary, Connected: n, Required: s.cfg.MinReplicas}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := s.rdb.(clusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				return err
+			}
+			return check(c.Options().Addr, info)
+		})
+	} else {
+		cn := s.rdb.(conner).Conn() // New checks it when MinReplicas is set
+		defer func() { _ = cn.Close() }()
+		var info string
+		if info, err = cn.Info(ctx, "replication").Result(); err == nil {
+			err = check("", info)
+		}
+	}
+	if _, short := err.(*ReplicasError); err == nil || short {
+		return err
+	}
+	if IsServerError(err) && !isTransient(err) {
+		// Redis refused INFO (an ACL): the replicas cannot be counted,
+		// and the changes' own WAIT still refuses what they lack.
+		return nil
+	}
+	return s.Err(ctx, "info replication", err)
+}
+
+// onlineReplicas counts the replicas an INFO replication reply lists as
+// online: those WAIT can count on (one still loading its copy cannot
+// acknowledge a write).
+func onlineReplicas(info string) int {
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, ",state=online,") {
+			n++
+		}
+	}
+	return n
 }

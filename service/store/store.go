@@ -118,15 +118,20 @@ func (s *Store) Register(scripts ...*Script) {
 // Ready checks that Redis answers and runs scripts: PING, then SCRIPT LOAD of
 // every registered script. On a Redis Cluster it asks every primary instead:
 // CLUSTER INFO must say cluster_state:ok, and the scripts are loaded on
-// each. Returns an error wrapping ErrUnavailable when Redis cannot be
-// reached, ErrClusterState when a primary reports a cluster state other
-// than ok.
+// each. With Config.MinReplicas set, the primaries must also have that many
+// replicas connected (CheckReplicas). Returns an error wrapping
+// ErrUnavailable when Redis cannot be reached, ErrClusterState when a
+// primary reports a cluster state other than ok, a *ReplicasError when a
+// primary has too few replicas.
 func (s *Store) Ready(ctx context.Context) error {
 	if cc, ok := s.rdb.(clusterClient); ok {
 		if err := s.clusterReady(ctx, cc); err != nil {
 			return err
 		}
-		return s.loadCluster(ctx, cc, false)
+		if err := s.loadCluster(ctx, cc, false); err != nil {
+			return err
+		}
+		return s.CheckReplicas(ctx)
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	err := s.rdb.Ping(pctx).Err()
@@ -134,7 +139,10 @@ func (s *Store) Ready(ctx context.Context) error {
 	if err != nil {
 		return s.Err(ctx, "ping", err)
 	}
-	return s.LoadScripts(ctx)
+	if err := s.LoadScripts(ctx); err != nil {
+		return err
+	}
+	return s.CheckReplicas(ctx)
 }
 
 // metrics are the store's Prometheus collectors.

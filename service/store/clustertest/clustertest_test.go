@@ -78,3 +78,65 @@ func waitFor(t *testing.T, what string, cond func(context.Context) bool) {
 		}
 	}
 }
+
+// A primary down, its replica too (so it is never replaced), leaves the
+// other primaries serving their own slots: the nodes run with
+// cluster-require-full-coverage no, as the README's cluster section says.
+// With the default (yes) every node answers CLUSTERDOWN once one
+// primary's slots have failed.
+func TestAPrimaryDownLeavesTheOthersServing(t *testing.T) {
+	c := Start(t)
+	ctx := t.Context()
+	seed := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = seed.Close() })
+	slots, err := seed.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := slots[0]
+	if len(victim.Nodes) != 2 {
+		t.Fatalf("slots %d-%d served by %v, want a primary and a replica", victim.Start, victim.End, victim.Nodes)
+	}
+	var survivor string
+	var ranges [][2]int64
+	for _, s := range slots {
+		if s.Nodes[0].Addr == victim.Nodes[0].Addr {
+			continue
+		}
+		if survivor == "" {
+			survivor = s.Nodes[0].Addr
+		}
+		if s.Nodes[0].Addr == survivor {
+			ranges = append(ranges, [2]int64{int64(s.Start), int64(s.End)})
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: survivor, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := "k" + strconv.Itoa(i)
+		slot, err := rdb.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range ranges {
+			if r[0] <= slot && slot <= r[1] {
+				key = k
+			}
+		}
+	}
+
+	for _, n := range victim.Nodes {
+		c.Kill(t, n.Addr)
+	}
+	waitFor(t, survivor+" sees the killed primary's slots failed", func(ctx context.Context) bool {
+		info, err := rdb.ClusterInfo(ctx).Result()
+		return err == nil && !strings.Contains(info, "cluster_slots_fail:0\r")
+	})
+	if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatalf("SET %s on %s, another primary down: %v; want it served", key, survivor, err)
+	}
+	if got, err := rdb.ConfigGet(ctx, "cluster-require-full-coverage").Result(); err != nil || got["cluster-require-full-coverage"] != "no" {
+		t.Errorf("cluster-require-full-coverage = %v, %v; want no", got, err)
+	}
+}
