@@ -17,6 +17,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-playground/validator/v10"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // newValidator returns the one validator of a router, with JSON field names
@@ -53,12 +54,12 @@ func validationDetail(fe validator.FieldError) string {
 		if v, _ := fe.Value().(string); durationOutOfRange(v) {
 			return outOfRangeDetail(fe.Field(), v)
 		}
-		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %q", fe.Field(), fe.Value())
+		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %s", fe.Field(), quoteValue(fe))
 	case "duration":
 		if v, _ := fe.Value().(string); durationOutOfRange(v) {
 			return outOfRangeDetail(fe.Field(), v)
 		}
-		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %q", fe.Field(), fe.Value())
+		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %s", fe.Field(), quoteValue(fe))
 	case "required":
 		return fe.Field() + " is required"
 	case "oneof":
@@ -103,9 +104,16 @@ func durationOutOfRange(s string) bool {
 	return true
 }
 
+// quoteValue quotes the value a field failed its rule with (see
+// store.Quote).
+func quoteValue(fe validator.FieldError) string {
+	v, _ := fe.Value().(string)
+	return store.Quote(v)
+}
+
 func outOfRangeDetail(field, v string) string {
-	return fmt.Sprintf("%s is out of range: %q is longer than any duration Latchkey can hold (at most %s)",
-		field, v, time.Duration(math.MaxInt64).Truncate(time.Second))
+	return fmt.Sprintf("%s is out of range: %s is longer than any duration Latchkey can hold (at most %s)",
+		field, store.Quote(v), time.Duration(math.MaxInt64).Truncate(time.Second))
 }
 
 // decodeJSON reads an optional JSON body into dst and validates it. An empty
@@ -183,7 +191,7 @@ func checkJSONMediaType(ct string) error {
 		ct = "none"
 	}
 	return &httpError{typ: unsupportedMedia,
-		detail: "request body must be application/json, got Content-Type " + ct}
+		detail: "request body must be application/json, got Content-Type " + store.Clip(ct)}
 }
 
 // jsonError names what is wrong with a body the JSON decoder refused;
@@ -194,26 +202,26 @@ func jsonError(err error, dst any) error {
 	switch {
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syn):
 		field := pointerField(syn.JSONPointer)
-		return badRequest(field, "duplicate", fmt.Sprintf("duplicate field %q: each field may appear once", field))
+		return badRequest(store.Clip(field), "duplicate", fmt.Sprintf("duplicate field %s: each field may appear once", store.Quote(field)))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("body", "json", "malformed JSON: the body ends too early")
 	case errors.As(err, &syn):
-		return badRequest("body", "json", fmt.Sprintf("malformed JSON at byte %d: %v", syn.ByteOffset, syn.Err))
+		return badRequest("body", "json", fmt.Sprintf("malformed JSON at byte %d: %s", syn.ByteOffset, store.Clip(syn.Err.Error())))
 	case errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &sem):
 		field := pointerField(sem.JSONPointer)
-		detail := fmt.Sprintf("unknown field %q", field)
+		detail := "unknown field " + store.Quote(field)
 		if known := foldedField(dst, field); known != "" {
 			detail += fmt.Sprintf(" (field names are case-sensitive: did you mean %q?)", known)
 		}
-		return badRequest(field, "unknown", detail)
+		return badRequest(store.Clip(field), "unknown", detail)
 	case errors.As(err, &sem):
 		if sem.JSONPointer == "" {
 			return badRequest("body", "json", "request body must be a JSON object")
 		}
-		field := pointerField(sem.JSONPointer)
+		field := store.Clip(pointerField(sem.JSONPointer))
 		return badRequest(field, "type", typeDetail(field, sem))
 	}
-	return badRequest("body", "json", "malformed JSON: "+err.Error())
+	return badRequest("body", "json", "malformed JSON: "+store.Clip(err.Error()))
 }
 
 // pointerField is the request field a JSON pointer names: its member names
@@ -256,8 +264,8 @@ func typeDetail(field string, sem *jsonv2.SemanticError) string {
 	if got != "number" || want != "number" {
 		return fmt.Sprintf("%s must be a JSON %s, got a JSON %s", field, want, got)
 	}
-	num := string(sem.JSONValue)
-	f, err := strconv.ParseFloat(num, 64)
+	f, err := strconv.ParseFloat(string(sem.JSONValue), 64)
+	num := store.Clip(string(sem.JSONValue))
 	switch {
 	case err == nil && f != math.Trunc(f):
 		return fmt.Sprintf("%s must be an integer, got %s", field, num)

@@ -1,10 +1,12 @@
 package handlers_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
 // TestDecodeJSON: request bodies are bounded, application/json, one object
@@ -56,4 +58,66 @@ func TestDecodeJSON(t *testing.T) {
 		{desc: "json with charset", req: newRequest("POST", "/v1/locks/orders", `{}`, "Content-Type", "application/json; charset=utf-8"), status: 201, calls: []string{"Acquire"}},
 		{desc: "+json media type", req: newRequest("POST", "/v1/locks/orders", `{}`, "Content-Type", "application/merge-patch+json"), status: 201, calls: []string{"Acquire"}},
 	})
+}
+
+// TestLongInputIsQuotedShort: a detail that quotes what the client sent
+// quotes at most its first 64 characters and says how long it was, whatever
+// the field: a 5,000-character value never comes back whole.
+func TestLongInputIsQuotedShort(t *testing.T) {
+	long := strings.Repeat("x", 5000)
+	digits := strings.Repeat("9", 4999)
+	pol := perIP(429)
+	pol.Cost = ratelimit.CostSource{Header: "X-Tokens", Max: 3, Default: 1}
+	tests := []struct {
+		desc   string
+		req    *http.Request
+		status int
+		typ    string
+		cut    string // the detail's cut quote
+	}{
+		{"ttl out of range", newRequest("POST", "/v1/locks/orders", `{"ttl":"`+digits+`s"}`), 400, "invalid-request",
+			`"` + strings.Repeat("9", 64) + `"… (5000 characters)`},
+		{"ttl not a duration", newRequest("POST", "/v1/locks/orders", `{"ttl":"`+long+`"}`), 400, "invalid-request",
+			`"` + long[:64] + `"… (5000 characters)`},
+		{"wait not a duration", newRequest("POST", "/v1/locks/orders/hold", `{"wait":"`+long+`"}`), 400, "invalid-request", "… (5000 characters)"},
+		{"renew ttl", newRequest("POST", "/v1/locks/orders/renew", `{"ttl":"`+long+`"}`, "Lock-Token", tokenA), 400, "invalid-request", "… (5000 characters)"},
+		{"window out of range", newRequest("POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":"`+digits+`s"}`), 400, "invalid-request", "… (5000 characters)"},
+		{"unknown field", newRequest("POST", "/v1/locks/orders", `{"`+long+`":1}`), 400, "invalid-request", "… (5000 characters)"},
+		{"duplicate field", newRequest("POST", "/v1/locks/orders", `{"`+long+`":1,"`+long+`":2}`), 400, "invalid-request", "… (5000 characters)"},
+		{"number out of range", newRequest("POST", "/v1/ratelimit/check", `{"key":"k","limit":`+digits+`,"window":"1s"}`), 400, "invalid-request",
+			strings.Repeat("9", 64) + "… (4999 characters)"},
+		{"force", newRequest("DELETE", "/v1/locks/orders?force="+long, "", "Authorization", "Bearer "+adminKey), 400, "invalid-request", "… (5000 characters)"},
+		{"Content-Type", newRequest("POST", "/v1/locks/orders", `{}`, "Content-Type", "text/"+long), 415, "unsupported-media", "… (5005 characters)"},
+		{"policy in a check", newRequest("POST", "/v1/ratelimit/check", `{"policy":"`+long+`"}`), 404, "policy-not-found", "… (5000 characters)"},
+		{"policy of the gate", newRequest("GET", "/v1/ratelimit/gate/"+long, ""), 404, "policy-not-found", "… (5000 characters)"},
+		{"cost header", newRequest("GET", "/v1/ratelimit/gate/per-ip", "", "X-Tokens", long), 400, "invalid-request", "… (5000 characters)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			fake := grantingService()
+			rl := decisionFake(pol, ratelimit.Decision{Allowed: true, Policy: pol.Name})
+			fake.PolicyFn, fake.CheckFn = rl.PolicyFn, rl.CheckFn
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{AdminKey: adminKey}), tt.req)
+			p := wantProblem(t, rec, tt.req, tt.status, tt.typ)
+			if !strings.Contains(p.Detail, tt.cut) {
+				t.Errorf("detail = %q, want it to quote %q", p.Detail, tt.cut)
+			}
+			// The instance is the request's path, long or not: only what the
+			// problem says about the request is cut.
+			for _, s := range append([]string{p.Detail}, errorTexts(p)...) {
+				if len(s) > 300 {
+					t.Errorf("problem text of %d bytes, want the long value cut: %.300s", len(s), s)
+				}
+			}
+		})
+	}
+}
+
+// errorTexts are the field names and details of a problem's errors.
+func errorTexts(p handlers.Problem) []string {
+	var out []string
+	for _, fe := range p.Errors {
+		out = append(out, fe.Field, fe.Detail)
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // acquireRequest is the body of POST /v1/locks/{name}: a hold's body
@@ -267,7 +268,7 @@ func forceParam(r *http.Request) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, badRequest("force", "boolean", "force must be true or false, got "+strconv.Quote(v))
+		return false, badRequest("force", "boolean", "force must be true or false, got "+store.Quote(v))
 	}
 	return b, nil
 }
