@@ -63,13 +63,31 @@ func validationDetail(fe validator.FieldError) string {
 	case "required":
 		return fe.Field() + " is required"
 	case "oneof":
-		return fmt.Sprintf("%s must be one of: %s", fe.Field(), fe.Param())
-	case "min", "gte", "gt":
-		return fmt.Sprintf("%s must be at least %s", fe.Field(), fe.Param())
-	case "max", "lte", "lt":
-		return fmt.Sprintf("%s must be at most %s", fe.Field(), fe.Param())
+		return fmt.Sprintf("%s must be %s, got %s", fe.Field(), alternatives(strings.Fields(fe.Param())), quoteValue(fe))
+	case "min", "gte":
+		return fmt.Sprintf("%s must be at least %s, got %s", fe.Field(), fe.Param(), showValue(fe))
+	case "max", "lte":
+		return fmt.Sprintf("%s must be at most %s, got %s", fe.Field(), fe.Param(), showValue(fe))
 	}
 	return fmt.Sprintf("%s fails the %q rule", fe.Field(), fe.Tag())
+}
+
+// alternatives lists the values a field may take: "read or write", "a, b
+// or c".
+func alternatives(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
+}
+
+// showValue is the value a field failed its rule with, as the client wrote
+// it: a number as it is, a string quoted (see store.Quote).
+func showValue(fe validator.FieldError) string {
+	if s, ok := fe.Value().(string); ok {
+		return store.Quote(s)
+	}
+	return store.Clip(fmt.Sprint(fe.Value()))
 }
 
 // durationOutOfRange reports whether s is written as a Go duration
@@ -318,11 +336,20 @@ func jsonKindName(k jsontext.Kind) string {
 }
 
 // parseDuration parses a duration field that the validator already checked;
-// empty gives zero.
-func parseDuration(s string) time.Duration {
-	if s == "" {
+// absent (or null) gives zero, which the service reads as its default.
+func parseDuration(s *string) time.Duration {
+	if s == nil {
 		return 0
 	}
-	d, _ := time.ParseDuration(s)
+	d, _ := time.ParseDuration(*s)
 	return d
+}
+
+// valueOr is the value of an optional field, or def when it is absent (or
+// null).
+func valueOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }

@@ -1,11 +1,14 @@
 package handlers_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -120,4 +123,83 @@ func errorTexts(p handlers.Problem) []string {
 		out = append(out, fe.Field, fe.Detail)
 	}
 	return out
+}
+
+// TestFieldRuleMessages: a field that breaks its rule is named with the rule,
+// the bound and the value sent; a value that is there but wrong (0, "") is
+// never said to be missing.
+func TestFieldRuleMessages(t *testing.T) {
+	admin := []string{"Authorization", "Bearer " + adminKey}
+	cfg := handlers.Config{AdminKey: adminKey}
+	runRequestCases(t, []requestCase{
+		{desc: "permits 0", req: newRequest("POST", "/v1/semaphores/pool", `{"permits":0}`), status: 400, typ: "invalid-request", field: "permits", inDetail: "permits must be at least 1, got 0"},
+		{desc: "permits over the max", req: newRequest("POST", "/v1/semaphores/pool", `{"permits":2000000}`), status: 400, typ: "invalid-request", field: "permits", inDetail: "permits must be at most 1000000, got 2000000"},
+		{desc: "permits missing", req: newRequest("POST", "/v1/semaphores/pool", `{}`), status: 400, typ: "invalid-request", field: "permits", inDetail: "permits is required"},
+		{desc: "permits null", req: newRequest("POST", "/v1/semaphores/pool", `{"permits":null}`), status: 400, typ: "invalid-request", field: "permits", inDetail: "permits is required"},
+		{desc: "hold permits 0", req: newRequest("POST", "/v1/semaphores/pool/hold", `{"permits":0}`), status: 400, typ: "invalid-request", field: "permits", inDetail: "permits must be at least 1, got 0"},
+		{desc: "count 0", req: newRequest("POST", "/v1/semaphores/pool", `{"permits":3,"count":0}`), status: 400, typ: "invalid-request", field: "count", inDetail: "count must be at least 1, got 0"},
+		{desc: "set permits 0", req: newRequest("PUT", "/v1/semaphores/pool", `{"permits":0}`, admin...), cfg: cfg, status: 400, typ: "invalid-request", field: "permits", inDetail: "permits must be at least 1, got 0"},
+		{desc: "mode empty", req: newRequest("POST", "/v1/rwlocks/doc", `{"mode":""}`), status: 400, typ: "invalid-request", field: "mode", inDetail: `mode must be read or write, got ""`},
+		{desc: "mode in capitals", req: newRequest("POST", "/v1/rwlocks/doc", `{"mode":"READ"}`), status: 400, typ: "invalid-request", field: "mode", inDetail: `mode must be read or write, got "READ"`},
+		{desc: "hold mode empty", req: newRequest("POST", "/v1/rwlocks/doc/hold", `{"mode":""}`), status: 400, typ: "invalid-request", field: "mode", inDetail: `mode must be read or write, got ""`},
+		{desc: "mode missing", req: newRequest("POST", "/v1/rwlocks/doc", `{"ttl":"5s"}`), status: 400, typ: "invalid-request", field: "mode", inDetail: "mode is required"},
+		{desc: "mode null", req: newRequest("POST", "/v1/rwlocks/doc", `{"mode":null}`), status: 400, typ: "invalid-request", field: "mode", inDetail: "mode is required"},
+		{desc: "algorithm empty", req: newRequest("POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":"1s","algorithm":""}`), status: 400, typ: "invalid-request", field: "algorithm",
+			inDetail: `algorithm must be fixed_window, sliding_window or token_bucket, got ""`},
+	})
+}
+
+// TestEmptyAndNullDurations: a duration field sent as "" is no duration, a
+// 400 naming the field, on every body that has one; sent as null it takes
+// its default, as when it is absent.
+func TestEmptyAndNullDurations(t *testing.T) {
+	const positive = `must be a positive duration such as "30s" or "1500ms", got ""`
+	tests := []requestCase{
+		{desc: "window null is no inline limit", req: newRequest("POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":null}`), status: 400, typ: "invalid-request", field: "window", inDetail: "window is required"},
+		{desc: "window empty", req: newRequest("POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":""}`), status: 400, typ: "invalid-request", field: "window", inDetail: "window " + positive},
+		{desc: "window empty alone", req: newRequest("POST", "/v1/ratelimit/check", `{"key":"k","window":""}`), status: 400, typ: "invalid-request", field: "window", inDetail: "window " + positive},
+		{desc: "renew ttl empty", req: newRequest("POST", "/v1/locks/orders/renew", `{"ttl":""}`, "Lock-Token", tokenA), status: 400, typ: "invalid-request", field: "ttl", inDetail: "ttl " + positive},
+		{desc: "renew ttl null", req: newRequest("POST", "/v1/locks/orders/renew", `{"ttl":null}`, "Lock-Token", tokenA), status: 200, calls: []string{"Renew"}},
+	}
+	for _, route := range []struct{ path, body string }{
+		{"/v1/locks/orders", `{"keepalive":true,%s}`},
+		{"/v1/locks/orders/hold", `{%s}`},
+		{"/v1/rwlocks/doc", `{"mode":"read","keepalive":true,%s}`},
+		{"/v1/rwlocks/doc/hold", `{"mode":"read",%s}`},
+		{"/v1/semaphores/pool", `{"permits":2,"keepalive":true,%s}`},
+		{"/v1/semaphores/pool/hold", `{"permits":2,%s}`},
+	} {
+		fields := []string{"ttl", "wait"}
+		if !strings.HasSuffix(route.path, "/hold") {
+			fields = append(fields, "max_hold", "heartbeat")
+		}
+		for _, f := range fields {
+			detail := f + " " + positive
+			if f == "wait" {
+				detail = `wait must be a duration such as "0s", "5s" or "1500ms", got ""`
+			}
+			tests = append(tests, requestCase{desc: route.path + " " + f + " empty",
+				req:    newRequest("POST", route.path, strings.Replace(route.body, "%s", `"`+f+`":""`, 1)),
+				status: 400, typ: "invalid-request", field: f, inDetail: detail})
+		}
+	}
+	runRequestCases(t, tests)
+
+	// null is the default: the service is asked with no duration at all.
+	var got []locks.AcquireRequest
+	fake := grantingService()
+	acquire := fake.AcquireFn
+	fake.AcquireFn = func(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error) {
+		got = append(got, req)
+		return acquire(ctx, name, req)
+	}
+	h := newTestRouter(t, fake, handlers.Config{})
+	for _, body := range []string{`{"ttl":null,"wait":null,"keepalive":true,"max_hold":null,"heartbeat":null}`, `{"keepalive":true}`} {
+		if rec := serve(t, h, newRequest("POST", "/v1/locks/orders", body)); rec.Code != http.StatusCreated {
+			t.Fatalf("%s: status = %d, want 201 (body %s)", body, rec.Code, rec.Body)
+		}
+	}
+	if want := []locks.AcquireRequest{{Keepalive: true}, {Keepalive: true}}; !cmp.Equal(got, want) {
+		t.Errorf("service requests (-want +got):\n%s", cmp.Diff(want, got))
+	}
 }

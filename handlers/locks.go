@@ -19,14 +19,15 @@ import (
 // optional.
 type acquireRequest struct {
 	holdRequest
-	Keepalive *bool  `json:"keepalive"`
-	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
-	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
+	Keepalive *bool   `json:"keepalive"`
+	MaxHold   *string `json:"max_hold" validate:"omitempty,posduration"`
+	Heartbeat *string `json:"heartbeat" validate:"omitempty,posduration"`
 }
 
-// renewRequest is the body of POST /v1/locks/{name}/renew.
+// renewRequest is the body of POST /v1/locks/{name}/renew: an optional ttl
+// (absent or null: the lease's own).
 type renewRequest struct {
-	TTL string `json:"ttl" validate:"omitempty,posduration"`
+	TTL *string `json:"ttl" validate:"omitempty,posduration"`
 }
 
 // leaseResponse is a granted or renewed lease.
