@@ -16,8 +16,8 @@ import (
 type holdRequest struct {
 	TTL   *string `json:"ttl" validate:"omitempty,posduration"`
 	Wait  *string `json:"wait" validate:"omitempty,duration"`
-	Fair  *bool  `json:"fair"`
-	Owner string `json:"owner"` // checked by the service (locks.ValidateOwner)
+	Fair  *bool   `json:"fair"`
+	Owner string  `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
 // lostEvent is the data of a hold stream's "lost" event.
