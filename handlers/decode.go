@@ -153,13 +153,33 @@ func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error 
 	if len(bytes.TrimSpace(body)) == 0 {
 		return a.validate.StructCtx(r.Context(), dst)
 	}
-	if err := checkJSONMediaType(r.Header.Get("Content-Type")); err != nil {
+	ct, err := singleHeader(r, "Content-Type")
+	if err != nil {
+		return err
+	}
+	if err := checkJSONMediaType(ct); err != nil {
 		return err
 	}
 	if err := unmarshalStrict(body, dst); err != nil {
 		return err
 	}
 	return a.validate.StructCtx(r.Context(), dst)
+}
+
+// singleHeader returns the value of the request header name, "" when the
+// request does not send it. Every header Latchkey reads is read through it:
+// a header sent more than once is an invalid-request error naming it,
+// never one of its values picked (a proxy may add a line a client cannot
+// see, or the other way round).
+func singleHeader(r *http.Request, name string) (string, error) {
+	vs := r.Header.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", badRequest(name, "once", fmt.Sprintf("the %s header must be sent once, got %d values", name, len(vs)))
 }
 
 // strictDecoder is a reusable decoder of request bodies.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
@@ -201,5 +202,72 @@ func TestEmptyAndNullDurations(t *testing.T) {
 	}
 	if want := []locks.AcquireRequest{{Keepalive: true}, {Keepalive: true}}; !cmp.Equal(got, want) {
 		t.Errorf("service requests (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// TestDuplicateHeadersAreRefused: every header Latchkey reads, sent twice,
+// is a 400 naming it, in one shape, whatever the route; none of its values
+// is picked, and the service is not asked.
+func TestDuplicateHeadersAreRefused(t *testing.T) {
+	keyed := ratelimit.Policy{Name: "per-key", Key: "header:X-Api-Key", DenyStatus: 429, Fail: ratelimit.FailOpen,
+		Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: 10 * time.Second}}
+	costly := perIP(429)
+	costly.Cost = ratelimit.CostSource{Header: "X-Tokens", Max: 3, Default: 1}
+	multi := ratelimit.Policy{Name: "multi", DenyStatus: 429, Fail: ratelimit.FailOpen, Limits: []ratelimit.NamedLimit{
+		{Name: "per-ip", Key: "ip", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: time.Second}},
+		{Name: "per-key", Key: "header:X-Api-Key", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: time.Second}},
+	}}
+	policies := map[string]ratelimit.Policy{keyed.Name: keyed, costly.Name: costly, multi.Name: multi}
+	twice := func(name string) []string { return []string{name, "a-value-0123456789abcdef", name, "b-value-0123456789abcdef"} }
+	tokens := twice("Lock-Token")
+	withKeys := authConfig(mustKeySet(t, ""))
+	ops := []string{"Authorization", "Bearer " + testSecret("ops")}
+	tests := []struct {
+		desc   string
+		req    *http.Request
+		cfg    handlers.Config
+		header string
+	}{
+		{"acquire, Lock-Token", newRequest("POST", "/v1/locks/orders", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"inspect, Lock-Token", newRequest("GET", "/v1/locks/orders", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"renew, Lock-Token", newRequest("POST", "/v1/locks/orders/renew", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"release, Lock-Token", newRequest("DELETE", "/v1/locks/orders", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"hold, Lock-Token", newRequest("POST", "/v1/locks/orders/hold", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"rwlock acquire, Lock-Token", newRequest("POST", "/v1/rwlocks/doc", `{"mode":"read"}`, tokens...), handlers.Config{}, "Lock-Token"},
+		{"rwlock inspect, Lock-Token", newRequest("GET", "/v1/rwlocks/doc", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"rwlock release, Lock-Token", newRequest("DELETE", "/v1/rwlocks/doc", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"semaphore acquire, Lock-Token", newRequest("POST", "/v1/semaphores/pool", `{"permits":2}`, tokens...), handlers.Config{}, "Lock-Token"},
+		{"semaphore inspect, Lock-Token", newRequest("GET", "/v1/semaphores/pool", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"semaphore renew, Lock-Token", newRequest("POST", "/v1/semaphores/pool/renew", "", tokens...), handlers.Config{}, "Lock-Token"},
+		{"force-release, Authorization", newRequest("DELETE", "/v1/locks/orders?force=true", "", "Authorization", "Bearer "+adminKey, "Authorization", "Bearer "+adminKey),
+			handlers.Config{AdminKey: adminKey}, "Authorization"},
+		{"set permits, Authorization", newRequest("PUT", "/v1/semaphores/pool", `{"permits":2}`, "Authorization", "Bearer "+adminKey, "Authorization", "Bearer nobody"),
+			handlers.Config{AdminKey: adminKey}, "Authorization"},
+		{"API keys, Authorization", newRequest("GET", "/v1/locks/orders", "", append(ops, ops...)...), withKeys, "Authorization"},
+		{"API keys, Latchkey-Tenant", newRequest("GET", "/v1/locks/orders", "", append(ops, handlers.TenantHeader, "acme", handlers.TenantHeader, "other")...),
+			withKeys, handlers.TenantHeader},
+		{"Content-Type", newRequest("POST", "/v1/locks/orders", `{}`, "Content-Type", "application/json", "Content-Type", "application/json"), handlers.Config{}, "Content-Type"},
+		{"gate key header", newRequest("GET", "/v1/ratelimit/gate/per-key", "", twice("X-Api-Key")...), handlers.Config{}, "X-Api-Key"},
+		{"check key header", newRequest("POST", "/v1/ratelimit/check", `{"policy":"per-key"}`, twice("X-Api-Key")...), handlers.Config{}, "X-Api-Key"},
+		{"multi-limit gate key header", newRequest("GET", "/v1/ratelimit/gate/multi", "", twice("X-Api-Key")...), handlers.Config{}, "X-Api-Key"},
+		{"gate cost header", newRequest("GET", "/v1/ratelimit/gate/per-ip", "", "X-Tokens", "1", "X-Tokens", "2"), handlers.Config{}, "X-Tokens"},
+		{"check cost header", newRequest("POST", "/v1/ratelimit/check", `{"policy":"per-ip","key":"k"}`, "X-Tokens", "1", "X-Tokens", "1"), handlers.Config{}, "X-Tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			fake := grantingService()
+			fake.PolicyFn = func(name string) (ratelimit.Policy, error) { return policies[name], nil }
+			rec := serve(t, newTestRouter(t, fake, tt.cfg), tt.req)
+			p := wantProblem(t, rec, tt.req, http.StatusBadRequest, "invalid-request")
+			want := []handlers.FieldError{{Field: tt.header, Rule: "once", Detail: "the " + tt.header + " header must be sent once, got 2 values"}}
+			if diff := cmp.Diff(want, p.Errors); diff != "" || p.Detail != want[0].Detail {
+				t.Errorf("detail %q, errors (-want +got):\n%s", p.Detail, diff)
+			}
+			for _, call := range fake.Calls() {
+				if call != "Policy" {
+					t.Errorf("service called: %v, want no call but the policy's look-up", fake.Calls())
+				}
+			}
+		})
 	}
 }

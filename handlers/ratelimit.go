@@ -120,7 +120,10 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error
 // (see ClientIPConfig) or a header's value.
 func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
 	if h := pol.KeyHeader(); h != "" {
-		v := r.Header.Get(h)
+		v, err := singleHeader(r, h)
+		if err != nil {
+			return "", err
+		}
 		if v == "" {
 			return "", badRequest(h, "required", "policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
 		}

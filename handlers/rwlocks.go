@@ -85,9 +85,13 @@ func (a *api) handleAcquireRWLock(w http.ResponseWriter, r *http.Request) error 
 }
 
 // handleGetRWLock implements operationId getRWLock. Returns the errors of
-// locks.Service.InspectRW.
+// reading the optional Lock-Token and of locks.Service.InspectRW.
 func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
-	name, token := lockName(r), r.Header.Get("Lock-Token")
+	token, err := lockToken(r)
+	if err != nil {
+		return err
+	}
+	name := lockName(r)
 	st, err := a.svc.InspectRW(r.Context(), name, token)
 	if err != nil {
 		return err

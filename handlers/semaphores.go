@@ -159,9 +159,13 @@ func (a *api) handleAcquireSemaphore(w http.ResponseWriter, r *http.Request) err
 }
 
 // handleGetSemaphore implements operationId getSemaphore. Returns the
-// errors of locks.Service.InspectSemaphore.
+// errors of reading the optional Lock-Token and of
+// locks.Service.InspectSemaphore.
 func (a *api) handleGetSemaphore(w http.ResponseWriter, r *http.Request) error {
-	token := r.Header.Get("Lock-Token")
+	token, err := lockToken(r)
+	if err != nil {
+		return err
+	}
 	st, err := a.svc.InspectSemaphore(r.Context(), lockName(r), token)
 	if err != nil {
 		return err
@@ -176,7 +180,7 @@ func (a *api) handleGetSemaphore(w http.ResponseWriter, r *http.Request) error {
 // request and of locks.Service.SetSemaphorePermits.
 func (a *api) handleSetSemaphorePermits(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkAdmin(r); err != nil {
-		if a.cfg.AdminKey != "" {
+		if he := (*httpError)(nil); a.cfg.AdminKey != "" && errors.As(err, &he) && he.typ == forbidden {
 			err = &httpError{typ: forbidden,
 				detail: "changing a semaphore's permits needs the admin credential: Authorization: Bearer <admin key>"}
 		}

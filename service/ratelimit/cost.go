@@ -42,8 +42,7 @@ func (p Policy) HeaderCost(values []string) (int64, error) {
 		return c.Default, nil
 	case 1:
 	default:
-		return 0, invalid(c.Header, "format", "%s (the cost of a request under policy %s) must be sent once, got %d values",
-			c.Header, p.Name, len(values))
+		return 0, invalid(c.Header, "once", "the %s header must be sent once, got %d values", c.Header, len(values))
 	}
 	v := values[0]
 	n, err := strconv.ParseInt(v, 10, 64)
