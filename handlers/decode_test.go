@@ -218,7 +218,9 @@ func TestDuplicateHeadersAreRefused(t *testing.T) {
 		{Name: "per-key", Key: "header:X-Api-Key", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: time.Second}},
 	}}
 	policies := map[string]ratelimit.Policy{keyed.Name: keyed, costly.Name: costly, multi.Name: multi}
-	twice := func(name string) []string { return []string{name, "a-value-0123456789abcdef", name, "b-value-0123456789abcdef"} }
+	twice := func(name string) []string {
+		return []string{name, "a-value-0123456789abcdef", name, "b-value-0123456789abcdef"}
+	}
 	tokens := twice("Lock-Token")
 	withKeys := authConfig(mustKeySet(t, ""))
 	ops := []string{"Authorization", "Bearer " + testSecret("ops")}
