@@ -136,12 +136,16 @@ func outOfRangeDetail(field, v string) string {
 
 // decodeJSON reads an optional JSON body into dst and validates it. An empty
 // body leaves dst as it is. The body is bounded by maxBytes; it must be
+// sent without a content coding (see checkContentEncoding), be
 // application/json and hold exactly one object whose member names are dst's
 // JSON field names, matched exactly (case included), each at most once: the
 // meaning api/openapi.yaml gives it (additionalProperties: false), so a proxy
 // or firewall that validates bodies against the spec reads them as Latchkey
 // does.
 func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	if err := checkContentEncoding(r.Header.Values("Content-Encoding")); err != nil {
+		return err
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -213,6 +217,23 @@ func unmarshalStrict(body []byte, dst any) error {
 	}
 	if _, err := d.dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return badRequest("body", "single-object", "request body must hold a single JSON object with nothing after it")
+	}
+	return nil
+}
+
+// checkContentEncoding refuses a body sent with a content coding (gzip,
+// deflate, br, ...): Latchkey decodes none, and would otherwise read the
+// coded bytes as JSON. identity, the coding that changes nothing, is
+// accepted. Returns an unsupported-media error naming the coding.
+func checkContentEncoding(values []string) error {
+	for _, v := range values {
+		for _, coding := range strings.Split(v, ",") {
+			coding = strings.TrimSpace(coding)
+			if coding != "" && !strings.EqualFold(coding, "identity") {
+				return &httpError{typ: unsupportedMedia,
+					detail: "request body must be sent without a content coding: Latchkey does not decode Content-Encoding " + store.Clip(coding)}
+			}
+		}
 	}
 	return nil
 }
