@@ -254,6 +254,7 @@ func TestDuplicateHeadersAreRefused(t *testing.T) {
 		{"set permits, Authorization", newRequest("PUT", "/v1/semaphores/pool", `{"permits":2}`, "Authorization", "Bearer "+adminKey, "Authorization", "Bearer nobody"),
 			handlers.Config{AdminKey: adminKey}, "Authorization"},
 		{"API keys, Authorization", newRequest("GET", "/v1/locks/orders", "", append(ops, ops...)...), withKeys, "Authorization"},
+		{"API keys, Authorization, policies", newRequest("GET", "/v1/ratelimit/policies", "", append(ops, ops...)...), withKeys, "Authorization"},
 		{"API keys, Latchkey-Tenant", newRequest("GET", "/v1/locks/orders", "", append(ops, handlers.TenantHeader, "acme", handlers.TenantHeader, "other")...),
 			withKeys, handlers.TenantHeader},
 		{"Content-Type", newRequest("POST", "/v1/locks/orders", `{}`, "Content-Type", "application/json", "Content-Type", "application/json"), handlers.Config{}, "Content-Type"},
