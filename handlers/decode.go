@@ -54,16 +54,16 @@ func validationDetail(fe validator.FieldError) string {
 		if v, _ := fe.Value().(string); durationOutOfRange(v) {
 			return outOfRangeDetail(fe.Field(), v)
 		}
-		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %s", fe.Field(), quoteValue(fe))
+		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %s", fe.Field(), showValue(fe))
 	case "duration":
 		if v, _ := fe.Value().(string); durationOutOfRange(v) {
 			return outOfRangeDetail(fe.Field(), v)
 		}
-		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %s", fe.Field(), quoteValue(fe))
+		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %s", fe.Field(), showValue(fe))
 	case "required":
 		return fe.Field() + " is required"
 	case "oneof":
-		return fmt.Sprintf("%s must be %s, got %s", fe.Field(), alternatives(strings.Fields(fe.Param())), quoteValue(fe))
+		return fmt.Sprintf("%s must be %s, got %s", fe.Field(), alternatives(strings.Fields(fe.Param())), showValue(fe))
 	case "min", "gte":
 		return fmt.Sprintf("%s must be at least %s, got %s", fe.Field(), fe.Param(), showValue(fe))
 	case "max", "lte":
@@ -120,13 +120,6 @@ func durationOutOfRange(s string) bool {
 		s = s[unit:]
 	}
 	return true
-}
-
-// quoteValue quotes the value a field failed its rule with (see
-// store.Quote).
-func quoteValue(fe validator.FieldError) string {
-	v, _ := fe.Value().(string)
-	return store.Quote(v)
 }
 
 func outOfRangeDetail(field, v string) string {
