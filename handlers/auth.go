@@ -169,7 +169,10 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 		w.Header().Set("Retry-After", retryAfterSeconds(wait))
 		return &httpError{typ: rateLimited, detail: "too many failed authentications from this client; retry after " + retryAfterSeconds(wait) + "s"}
 	}
-	header := r.Header.Get("Authorization")
+	header, err := singleHeader(r, "Authorization")
+	if err != nil {
+		return err
+	}
 	if header == "" {
 		au.count(nil, "unauthenticated")
 		return &httpError{typ: unauthenticated, challenge: bearerChallenge,
@@ -187,7 +190,11 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 			detail: "the API key is not valid: unknown, revoked, or not sent as Authorization: Bearer KEY"}
 	}
 	tenant := key.Tenant
-	if h := r.Header.Get(TenantHeader); h != "" {
+	h, err := singleHeader(r, TenantHeader)
+	if err != nil {
+		return err
+	}
+	if h != "" {
 		if tenant != nil {
 			au.count(tenant, "forbidden")
 			return &httpError{typ: forbidden, detail: "a tenant's key acts for its own tenant only: leave out the " + TenantHeader + " header"}

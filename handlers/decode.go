@@ -17,6 +17,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-playground/validator/v10"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // newValidator returns the one validator of a router, with JSON field names
@@ -53,22 +54,40 @@ func validationDetail(fe validator.FieldError) string {
 		if v, _ := fe.Value().(string); durationOutOfRange(v) {
 			return outOfRangeDetail(fe.Field(), v)
 		}
-		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %q", fe.Field(), fe.Value())
+		return fmt.Sprintf("%s must be a positive duration such as \"30s\" or \"1500ms\", got %s", fe.Field(), showValue(fe))
 	case "duration":
 		if v, _ := fe.Value().(string); durationOutOfRange(v) {
 			return outOfRangeDetail(fe.Field(), v)
 		}
-		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %q", fe.Field(), fe.Value())
+		return fmt.Sprintf("%s must be a duration such as \"0s\", \"5s\" or \"1500ms\", got %s", fe.Field(), showValue(fe))
 	case "required":
 		return fe.Field() + " is required"
 	case "oneof":
-		return fmt.Sprintf("%s must be one of: %s", fe.Field(), fe.Param())
-	case "min", "gte", "gt":
-		return fmt.Sprintf("%s must be at least %s", fe.Field(), fe.Param())
-	case "max", "lte", "lt":
-		return fmt.Sprintf("%s must be at most %s", fe.Field(), fe.Param())
+		return fmt.Sprintf("%s must be %s, got %s", fe.Field(), alternatives(strings.Fields(fe.Param())), showValue(fe))
+	case "min", "gte":
+		return fmt.Sprintf("%s must be at least %s, got %s", fe.Field(), fe.Param(), showValue(fe))
+	case "max", "lte":
+		return fmt.Sprintf("%s must be at most %s, got %s", fe.Field(), fe.Param(), showValue(fe))
 	}
 	return fmt.Sprintf("%s fails the %q rule", fe.Field(), fe.Tag())
+}
+
+// alternatives lists the values a field may take: "read or write", "a, b
+// or c".
+func alternatives(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
+}
+
+// showValue is the value a field failed its rule with, as the client wrote
+// it: a number as it is, a string quoted (see store.Quote).
+func showValue(fe validator.FieldError) string {
+	if s, ok := fe.Value().(string); ok {
+		return store.Quote(s)
+	}
+	return store.Clip(fmt.Sprint(fe.Value()))
 }
 
 // durationOutOfRange reports whether s is written as a Go duration
@@ -104,18 +123,22 @@ func durationOutOfRange(s string) bool {
 }
 
 func outOfRangeDetail(field, v string) string {
-	return fmt.Sprintf("%s is out of range: %q is longer than any duration Latchkey can hold (at most %s)",
-		field, v, time.Duration(math.MaxInt64).Truncate(time.Second))
+	return fmt.Sprintf("%s is out of range: %s is longer than any duration Latchkey can hold (at most %s)",
+		field, store.Quote(v), time.Duration(math.MaxInt64).Truncate(time.Second))
 }
 
 // decodeJSON reads an optional JSON body into dst and validates it. An empty
 // body leaves dst as it is. The body is bounded by maxBytes; it must be
+// sent without a content coding (see checkContentEncoding), be
 // application/json and hold exactly one object whose member names are dst's
 // JSON field names, matched exactly (case included), each at most once: the
 // meaning api/openapi.yaml gives it (additionalProperties: false), so a proxy
 // or firewall that validates bodies against the spec reads them as Latchkey
 // does.
 func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	if err := checkContentEncoding(r.Header.Values("Content-Encoding")); err != nil {
+		return err
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -127,13 +150,33 @@ func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error 
 	if len(bytes.TrimSpace(body)) == 0 {
 		return a.validate.StructCtx(r.Context(), dst)
 	}
-	if err := checkJSONMediaType(r.Header.Get("Content-Type")); err != nil {
+	ct, err := singleHeader(r, "Content-Type")
+	if err != nil {
+		return err
+	}
+	if err := checkJSONMediaType(ct); err != nil {
 		return err
 	}
 	if err := unmarshalStrict(body, dst); err != nil {
 		return err
 	}
 	return a.validate.StructCtx(r.Context(), dst)
+}
+
+// singleHeader returns the value of the request header name, "" when the
+// request does not send it. Every header Latchkey reads is read through it:
+// a header sent more than once is an invalid-request error naming it,
+// never one of its values picked (a proxy may add a line a client cannot
+// see, or the other way round).
+func singleHeader(r *http.Request, name string) (string, error) {
+	vs := r.Header.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", badRequest(name, "once", fmt.Sprintf("the %s header must be sent once, got %d values", name, len(vs)))
 }
 
 // strictDecoder is a reusable decoder of request bodies.
@@ -171,6 +214,23 @@ func unmarshalStrict(body []byte, dst any) error {
 	return nil
 }
 
+// checkContentEncoding refuses a body sent with a content coding (gzip,
+// deflate, br, ...): Latchkey decodes none, and would otherwise read the
+// coded bytes as JSON. identity, the coding that changes nothing, is
+// accepted. Returns an unsupported-media error naming the coding.
+func checkContentEncoding(values []string) error {
+	for _, v := range values {
+		for _, coding := range strings.Split(v, ",") {
+			coding = strings.TrimSpace(coding)
+			if coding != "" && !strings.EqualFold(coding, "identity") {
+				return &httpError{typ: unsupportedMedia,
+					detail: "request body must be sent without a content coding: Latchkey does not decode Content-Encoding " + store.Clip(coding)}
+			}
+		}
+	}
+	return nil
+}
+
 func checkJSONMediaType(ct string) error {
 	if ct == "application/json" {
 		return nil // what nearly every client sends: no parse needed
@@ -183,7 +243,7 @@ func checkJSONMediaType(ct string) error {
 		ct = "none"
 	}
 	return &httpError{typ: unsupportedMedia,
-		detail: "request body must be application/json, got Content-Type " + ct}
+		detail: "request body must be application/json, got Content-Type " + store.Clip(ct)}
 }
 
 // jsonError names what is wrong with a body the JSON decoder refused;
@@ -194,26 +254,26 @@ func jsonError(err error, dst any) error {
 	switch {
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syn):
 		field := pointerField(syn.JSONPointer)
-		return badRequest(field, "duplicate", fmt.Sprintf("duplicate field %q: each field may appear once", field))
+		return badRequest(store.Clip(field), "duplicate", fmt.Sprintf("duplicate field %s: each field may appear once", store.Quote(field)))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("body", "json", "malformed JSON: the body ends too early")
 	case errors.As(err, &syn):
-		return badRequest("body", "json", fmt.Sprintf("malformed JSON at byte %d: %v", syn.ByteOffset, syn.Err))
+		return badRequest("body", "json", fmt.Sprintf("malformed JSON at byte %d: %s", syn.ByteOffset, store.Clip(syn.Err.Error())))
 	case errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &sem):
 		field := pointerField(sem.JSONPointer)
-		detail := fmt.Sprintf("unknown field %q", field)
+		detail := "unknown field " + store.Quote(field)
 		if known := foldedField(dst, field); known != "" {
 			detail += fmt.Sprintf(" (field names are case-sensitive: did you mean %q?)", known)
 		}
-		return badRequest(field, "unknown", detail)
+		return badRequest(store.Clip(field), "unknown", detail)
 	case errors.As(err, &sem):
 		if sem.JSONPointer == "" {
 			return badRequest("body", "json", "request body must be a JSON object")
 		}
-		field := pointerField(sem.JSONPointer)
+		field := store.Clip(pointerField(sem.JSONPointer))
 		return badRequest(field, "type", typeDetail(field, sem))
 	}
-	return badRequest("body", "json", "malformed JSON: "+err.Error())
+	return badRequest("body", "json", "malformed JSON: "+store.Clip(err.Error()))
 }
 
 // pointerField is the request field a JSON pointer names: its member names
@@ -256,8 +316,8 @@ func typeDetail(field string, sem *jsonv2.SemanticError) string {
 	if got != "number" || want != "number" {
 		return fmt.Sprintf("%s must be a JSON %s, got a JSON %s", field, want, got)
 	}
-	num := string(sem.JSONValue)
-	f, err := strconv.ParseFloat(num, 64)
+	f, err := strconv.ParseFloat(string(sem.JSONValue), 64)
+	num := store.Clip(string(sem.JSONValue))
 	switch {
 	case err == nil && f != math.Trunc(f):
 		return fmt.Sprintf("%s must be an integer, got %s", field, num)
@@ -310,11 +370,20 @@ func jsonKindName(k jsontext.Kind) string {
 }
 
 // parseDuration parses a duration field that the validator already checked;
-// empty gives zero.
-func parseDuration(s string) time.Duration {
-	if s == "" {
+// absent (or null) gives zero, which the service reads as its default.
+func parseDuration(s *string) time.Duration {
+	if s == nil {
 		return 0
 	}
-	d, _ := time.ParseDuration(s)
+	d, _ := time.ParseDuration(*s)
 	return d
+}
+
+// valueOr is the value of an optional field, or def when it is absent (or
+// null).
+func valueOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }

@@ -11,12 +11,13 @@ import (
 )
 
 // holdRequest is the body of POST /v1/locks/{name}/hold; every field is
-// optional. It is what every body that takes a lock holds.
+// optional. It is what every body that takes a lock holds. A duration field
+// that is absent or null takes its default; "" is no duration (a 400).
 type holdRequest struct {
-	TTL   string `json:"ttl" validate:"omitempty,posduration"`
-	Wait  string `json:"wait" validate:"omitempty,duration"`
-	Fair  *bool  `json:"fair"`
-	Owner string `json:"owner"` // checked by the service (locks.ValidateOwner)
+	TTL   *string `json:"ttl" validate:"omitempty,posduration"`
+	Wait  *string `json:"wait" validate:"omitempty,duration"`
+	Fair  *bool   `json:"fair"`
+	Owner string  `json:"owner"` // checked by the service (locks.ValidateOwner)
 }
 
 // lostEvent is the data of a hold stream's "lost" event.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // acquireRequest is the body of POST /v1/locks/{name}: a hold's body
@@ -18,14 +19,15 @@ import (
 // optional.
 type acquireRequest struct {
 	holdRequest
-	Keepalive *bool  `json:"keepalive"`
-	MaxHold   string `json:"max_hold" validate:"omitempty,posduration"`
-	Heartbeat string `json:"heartbeat" validate:"omitempty,posduration"`
+	Keepalive *bool   `json:"keepalive"`
+	MaxHold   *string `json:"max_hold" validate:"omitempty,posduration"`
+	Heartbeat *string `json:"heartbeat" validate:"omitempty,posduration"`
 }
 
-// renewRequest is the body of POST /v1/locks/{name}/renew.
+// renewRequest is the body of POST /v1/locks/{name}/renew: an optional ttl
+// (absent or null: the lease's own).
 type renewRequest struct {
-	TTL string `json:"ttl" validate:"omitempty,posduration"`
+	TTL *string `json:"ttl" validate:"omitempty,posduration"`
 }
 
 // leaseResponse is a granted or renewed lease.
@@ -95,7 +97,11 @@ func decodeLockRequest[B, R any, PB lockBody[B, R]](a *api, w http.ResponseWrite
 	if err = a.decodeJSON(w, r, body); err != nil {
 		return "", nil, req, err
 	}
-	return lockName(r), body, body.serviceRequest(r.Header.Get("Lock-Token")), nil
+	token, err := lockToken(r)
+	if err != nil {
+		return "", nil, req, err
+	}
+	return lockName(r), body, body.serviceRequest(token), nil
 }
 
 // handleAcquireLock implements operationId acquireLock. Returns the errors
@@ -152,9 +158,14 @@ func (a *api) acquire(w http.ResponseWriter, r *http.Request, rw bool, req locks
 }
 
 // handleGetLock implements operationId getLock. Returns the errors of
-// locks.Service.Inspect, which checks the name and the optional token.
+// reading the optional Lock-Token and of locks.Service.Inspect, which checks
+// the name and the token.
 func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
-	name, token := lockName(r), r.Header.Get("Lock-Token")
+	token, err := lockToken(r)
+	if err != nil {
+		return err
+	}
+	name := lockName(r)
 	st, err := a.svc.Inspect(r.Context(), name, token)
 	if err != nil {
 		return err
@@ -267,7 +278,7 @@ func forceParam(r *http.Request) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, badRequest("force", "boolean", "force must be true or false, got "+strconv.Quote(v))
+		return false, badRequest("force", "boolean", "force must be true or false, got "+store.Quote(v))
 	}
 	return b, nil
 }
@@ -288,10 +299,18 @@ func lockName(r *http.Request) string {
 	return name
 }
 
-// requireToken returns the Lock-Token header, which renew and release need;
-// its format is the service's to check.
+// lockToken returns the optional Lock-Token header; its format is the
+// service's to check. Returns an invalid-request error when it is sent more
+// than once.
+func lockToken(r *http.Request) (string, error) { return singleHeader(r, "Lock-Token") }
+
+// requireToken returns the Lock-Token header, which renew and release need
+// (see lockToken).
 func requireToken(r *http.Request) (string, error) {
-	token := r.Header.Get("Lock-Token")
+	token, err := lockToken(r)
+	if err != nil {
+		return "", err
+	}
 	if token == "" {
 		return "", badRequest("Lock-Token", "required", "the Lock-Token header is required: send the token returned by acquire")
 	}
@@ -308,8 +327,12 @@ func (a *api) checkAdmin(r *http.Request) error {
 		return &httpError{typ: forbidden,
 			detail: "admin actions are disabled: the server has no admin key configured (LATCHKEY_ADMIN_KEY)"}
 	}
+	credential, err := singleHeader(r, "Authorization")
+	if err != nil {
+		return err
+	}
 	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is Bearer.
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	scheme, got, ok := strings.Cut(credential, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminKey)) != 1 {
 		return &httpError{typ: forbidden,
 			detail: "force-release needs the admin credential: Authorization: Bearer <admin key>"}

@@ -272,7 +272,7 @@ func fieldErrors(err error) []FieldError {
 func policyNotFoundDetail(err error) string {
 	var pe *ratelimit.PolicyNotFoundError
 	errors.As(err, &pe)
-	return "no rate-limit policy is named " + strconv.Quote(pe.Name)
+	return "no rate-limit policy is named " + store.Quote(pe.Name)
 }
 
 func modeMismatchDetail(err error) string {

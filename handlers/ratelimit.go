@@ -23,15 +23,16 @@ type RateLimitConfig struct {
 const degradedHeader = "Latchkey-RateLimit-Degraded"
 
 // checkRequest is the body of POST /v1/ratelimit/check: a policy name, or an
-// inline limit (limit, window, algorithm, burst).
+// inline limit (limit, window, algorithm, burst). A window or algorithm
+// that is absent or null is not given; "" is a 400.
 type checkRequest struct {
-	Policy    string `json:"policy"`
-	Key       string `json:"key"`
-	Limit     *int64 `json:"limit"`
-	Window    string `json:"window" validate:"omitempty,posduration"`
-	Algorithm string `json:"algorithm" validate:"omitempty,oneof=fixed_window sliding_window token_bucket"`
-	Burst     *int64 `json:"burst"`
-	Cost      *int64 `json:"cost"`
+	Policy    string  `json:"policy"`
+	Key       string  `json:"key"`
+	Limit     *int64  `json:"limit"`
+	Window    *string `json:"window" validate:"omitempty,posduration"`
+	Algorithm *string `json:"algorithm" validate:"omitempty,oneof=fixed_window sliding_window token_bucket"`
+	Burst     *int64  `json:"burst"`
+	Cost      *int64  `json:"cost"`
 }
 
 // decisionResponse is a rate-limit decision, allowed or denied.
@@ -60,7 +61,7 @@ func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
 		}
 		out.Cost = *req.Cost
 	}
-	if req.Limit == nil && req.Window == "" && req.Algorithm == "" && req.Burst == nil {
+	if req.Limit == nil && req.Window == nil && req.Algorithm == nil && req.Burst == nil {
 		return out, nil
 	}
 	if req.Policy != "" {
@@ -69,10 +70,10 @@ func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
 	if req.Limit == nil {
 		return out, badRequest("limit", "required", "limit is required for an inline limit")
 	}
-	if req.Window == "" {
+	if req.Window == nil {
 		return out, badRequest("window", "required", "window is required for an inline limit (a duration such as 10s)")
 	}
-	l := ratelimit.Limit{Algorithm: ratelimit.Algorithm(req.Algorithm), Limit: *req.Limit, Window: parseDuration(req.Window)}
+	l := ratelimit.Limit{Algorithm: ratelimit.Algorithm(valueOr(req.Algorithm, "")), Limit: *req.Limit, Window: parseDuration(req.Window)}
 	if req.Burst != nil {
 		if *req.Burst < 1 {
 			return out, badRequest("burst", "min", "burst must be at least 1, got "+strconv.FormatInt(*req.Burst, 10))
@@ -119,7 +120,10 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error
 // (see ClientIPConfig) or a header's value.
 func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
 	if h := pol.KeyHeader(); h != "" {
-		v := r.Header.Get(h)
+		v, err := singleHeader(r, h)
+		if err != nil {
+			return "", err
+		}
 		if v == "" {
 			return "", badRequest(h, "required", "policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
 		}

@@ -30,11 +30,26 @@ func (a *api) gateRequest(r *http.Request, pol ratelimit.Policy) (ratelimit.Requ
 	if err != nil {
 		return ratelimit.Request{}, err
 	}
-	cost, err := pol.HeaderCost(r.Header.Values(pol.Cost.Header))
+	cost, err := headerCost(r, pol)
 	if err != nil {
 		return ratelimit.Request{}, err
 	}
 	return ratelimit.Request{Policy: pol.Name, Using: pol, Key: key, Keys: keys, Cost: cost}, nil
+}
+
+// headerCost is the cost a request sends in pol's cost header (see
+// ratelimit.Policy.HeaderCost), 0 when pol takes no cost from a header.
+// Returns an invalid-request error naming the header when it is sent more
+// than once, as for every header (singleHeader), or when its value is not a
+// cost pol accepts.
+func headerCost(r *http.Request, pol ratelimit.Policy) (int64, error) {
+	if pol.Cost.Header == "" {
+		return 0, nil
+	}
+	if _, err := singleHeader(r, pol.Cost.Header); err != nil {
+		return 0, err
+	}
+	return pol.HeaderCost(r.Header.Values(pol.Cost.Header))
 }
 
 // limitKeys are the keys of a multi-limit policy's limits, taken from the
@@ -74,7 +89,10 @@ func (a *api) limitKeys(r *http.Request, pol ratelimit.Policy, gate bool) ([]str
 			keys[i] = rest
 		default:
 			h := l.KeyHeader()
-			v := r.Header.Get(h)
+			v, err := singleHeader(r, h)
+			if err != nil {
+				return nil, err
+			}
 			if v == "" {
 				return nil, badRequest(h, "required", "limit "+l.Name+" of policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
 			}
@@ -108,7 +126,7 @@ func (a *api) policyRequest(r *http.Request, req ratelimit.Request) (ratelimit.R
 		}
 	}
 	if req.Cost == 0 {
-		if req.Cost, err = pol.HeaderCost(r.Header.Values(pol.Cost.Header)); err != nil {
+		if req.Cost, err = headerCost(r, pol); err != nil {
 			return req, err
 		}
 	}

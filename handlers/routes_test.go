@@ -66,7 +66,8 @@ func newTestRouter(t *testing.T, svc *fakeService, cfg handlers.Config) http.Han
 }
 
 // newRequest builds a request. A non-empty body is sent as application/json
-// unless the header pairs say otherwise; a header given as "" is removed.
+// unless the header pairs say otherwise; a header given as "" is removed,
+// and one named in two pairs is sent twice.
 func newRequest(method, target, body string, headers ...string) *http.Request {
 	var r io.Reader
 	if body != "" {
@@ -76,12 +77,17 @@ func newRequest(method, target, body string, headers ...string) *http.Request {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	named := map[string]bool{}
 	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i+1] == "" {
+		switch {
+		case headers[i+1] == "":
 			req.Header.Del(headers[i])
-			continue
+		case named[http.CanonicalHeaderKey(headers[i])]:
+			req.Header.Add(headers[i], headers[i+1])
+		default:
+			req.Header.Set(headers[i], headers[i+1])
 		}
-		req.Header.Set(headers[i], headers[i+1])
+		named[http.CanonicalHeaderKey(headers[i])] = true
 	}
 	return req
 }

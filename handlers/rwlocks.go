@@ -11,13 +11,13 @@ import (
 // rwAcquireRequest is the body of POST /v1/rwlocks/{name}: the mode
 // (required) and the acquire fields of a lock.
 type rwAcquireRequest struct {
-	Mode string `json:"mode" validate:"required,oneof=read write"`
+	Mode *string `json:"mode" validate:"required,oneof=read write"`
 	acquireRequest
 }
 
 // rwHoldRequest is the body of POST /v1/rwlocks/{name}/hold.
 type rwHoldRequest struct {
-	Mode string `json:"mode" validate:"required,oneof=read write"`
+	Mode *string `json:"mode" validate:"required,oneof=read write"`
 	holdRequest
 }
 
@@ -56,14 +56,14 @@ type rwReleaseResponse struct {
 // serviceRequest is req as the service takes it, under token.
 func (req rwAcquireRequest) serviceRequest(token string) locks.AcquireRequest {
 	lr := req.acquireRequest.serviceRequest(token)
-	lr.Mode = locks.RWMode(req.Mode)
+	lr.Mode = locks.RWMode(*req.Mode) // required
 	return lr
 }
 
 // serviceRequest is req as the service takes it, under token.
 func (req rwHoldRequest) serviceRequest(token string) locks.AcquireRequest {
 	lr := req.holdRequest.serviceRequest(token)
-	lr.Mode = locks.RWMode(req.Mode)
+	lr.Mode = locks.RWMode(*req.Mode) // required
 	return lr
 }
 
@@ -85,9 +85,13 @@ func (a *api) handleAcquireRWLock(w http.ResponseWriter, r *http.Request) error 
 }
 
 // handleGetRWLock implements operationId getRWLock. Returns the errors of
-// locks.Service.InspectRW.
+// reading the optional Lock-Token and of locks.Service.InspectRW.
 func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
-	name, token := lockName(r), r.Header.Get("Lock-Token")
+	token, err := lockToken(r)
+	if err != nil {
+		return err
+	}
+	name := lockName(r)
 	st, err := a.svc.InspectRW(r.Context(), name, token)
 	if err != nil {
 		return err

@@ -12,8 +12,9 @@ import (
 )
 
 // semaphorePermits are the fields every body that takes permits holds.
+// Permits is a pointer so that a missing permits is told from 0.
 type semaphorePermits struct {
-	Permits int64  `json:"permits" validate:"required,min=1,max=1000000"`
+	Permits *int64 `json:"permits" validate:"required,min=1,max=1000000"`
 	Count   *int64 `json:"count" validate:"omitempty,min=1,max=1000000"` // at most permits: checked by the service
 }
 
@@ -33,7 +34,7 @@ type semaphoreHoldRequest struct {
 
 // semaphorePermitsRequest is the body of PUT /v1/semaphores/{name}.
 type semaphorePermitsRequest struct {
-	Permits int64 `json:"permits" validate:"required,min=1,max=1000000"`
+	Permits *int64 `json:"permits" validate:"required,min=1,max=1000000"`
 }
 
 // semaphoreLeaseResponse is a granted or renewed semaphore lease.
@@ -114,7 +115,7 @@ func (p semaphorePermits) semaphoreRequest(lr locks.AcquireRequest) locks.Semaph
 	if p.Count != nil {
 		count = *p.Count
 	}
-	return locks.SemaphoreRequest{Permits: p.Permits, Count: count, AcquireRequest: lr}
+	return locks.SemaphoreRequest{Permits: *p.Permits, Count: count, AcquireRequest: lr} // required
 }
 
 // serviceRequest is req as the service takes it, under token.
@@ -158,9 +159,13 @@ func (a *api) handleAcquireSemaphore(w http.ResponseWriter, r *http.Request) err
 }
 
 // handleGetSemaphore implements operationId getSemaphore. Returns the
-// errors of locks.Service.InspectSemaphore.
+// errors of reading the optional Lock-Token and of
+// locks.Service.InspectSemaphore.
 func (a *api) handleGetSemaphore(w http.ResponseWriter, r *http.Request) error {
-	token := r.Header.Get("Lock-Token")
+	token, err := lockToken(r)
+	if err != nil {
+		return err
+	}
 	st, err := a.svc.InspectSemaphore(r.Context(), lockName(r), token)
 	if err != nil {
 		return err
@@ -175,7 +180,7 @@ func (a *api) handleGetSemaphore(w http.ResponseWriter, r *http.Request) error {
 // request and of locks.Service.SetSemaphorePermits.
 func (a *api) handleSetSemaphorePermits(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkAdmin(r); err != nil {
-		if a.cfg.AdminKey != "" {
+		if he := (*httpError)(nil); a.cfg.AdminKey != "" && errors.As(err, &he) && he.typ == forbidden {
 			err = &httpError{typ: forbidden,
 				detail: "changing a semaphore's permits needs the admin credential: Authorization: Bearer <admin key>"}
 		}
@@ -185,7 +190,7 @@ func (a *api) handleSetSemaphorePermits(w http.ResponseWriter, r *http.Request) 
 	if err := a.decodeJSON(w, r, &body); err != nil {
 		return err
 	}
-	st, err := a.svc.SetSemaphorePermits(r.Context(), lockName(r), body.Permits)
+	st, err := a.svc.SetSemaphorePermits(r.Context(), lockName(r), *body.Permits) // required
 	if err != nil {
 		return err
 	}

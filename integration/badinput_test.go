@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // badInputMaxTTL and badInputMaxBody are the bounds of the bad-input server.
@@ -122,6 +123,31 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"negative renew ttl", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"-1s"}`, []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", "positive duration"},
 		{"unparsable renew ttl", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"1 minute"}`, []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", "positive duration"},
 
+		// "" is no duration; null is the default (see TestNullDurationsAreDefaults).
+		{"empty ttl", "POST", "/v1/locks/fresh", `{"ttl":""}`, nil, 400, "invalid-request", "ttl", `ttl must be a positive duration such as "30s" or "1500ms", got ""`},
+		{"empty wait", "POST", "/v1/locks/fresh", `{"wait":""}`, nil, 400, "invalid-request", "wait", `got ""`},
+		{"empty max_hold", "POST", "/v1/locks/fresh", `{"keepalive":true,"max_hold":""}`, nil, 400, "invalid-request", "max_hold", `got ""`},
+		{"empty heartbeat", "POST", "/v1/locks/fresh", `{"keepalive":true,"heartbeat":""}`, nil, 400, "invalid-request", "heartbeat", `got ""`},
+		{"empty ttl on re-entry", "POST", "/v1/locks/" + victim, `{"ttl":""}`, []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", `got ""`},
+		{"empty renew ttl", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":""}`, []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", `got ""`},
+		{"empty hold ttl", "POST", "/v1/locks/fresh/hold", `{"ttl":""}`, nil, 400, "invalid-request", "ttl", `got ""`},
+		{"empty rwlock wait", "POST", "/v1/rwlocks/fresh", `{"mode":"read","wait":""}`, nil, 400, "invalid-request", "wait", `got ""`},
+		{"empty semaphore ttl", "POST", "/v1/semaphores/fresh", `{"permits":2,"ttl":""}`, nil, 400, "invalid-request", "ttl", `got ""`},
+		{"empty window", "POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":""}`, nil, 400, "invalid-request", "window", `got ""`},
+		{"heartbeat under the renewer's poll", "POST", "/v1/locks/fresh", `{"keepalive":true,"heartbeat":"1ms"}`, nil, 400, "invalid-request", "heartbeat", "heartbeat must be at least 100ms"},
+		{"empty mode", "POST", "/v1/rwlocks/fresh", `{"mode":""}`, nil, 400, "invalid-request", "mode", `mode must be read or write, got ""`},
+		{"permits 0", "POST", "/v1/semaphores/fresh", `{"permits":0}`, nil, 400, "invalid-request", "permits", "permits must be at least 1, got 0"},
+		{"5,000-character force", "DELETE", "/v1/locks/" + victim + "?force=" + strings.Repeat("x", 5000), "", []string{"Authorization", "Bearer " + testAdminKey}, 400, "invalid-request", "force", "… (5000 characters)"},
+
+		// A header Latchkey reads is read once; a body in a coding it does not decode is refused.
+		{"two Lock-Tokens on release", "DELETE", "/v1/locks/" + victim, "", []string{"Lock-Token", tok, "Lock-Token", tok}, 400, "invalid-request", "Lock-Token", "the Lock-Token header must be sent once, got 2 values"},
+		{"two Lock-Tokens on renew", "POST", "/v1/locks/" + victim + "/renew", "", []string{"Lock-Token", tok, "Lock-Token", "other-token-0123456789ab"}, 400, "invalid-request", "Lock-Token", "must be sent once"},
+		{"two Lock-Tokens on re-entry", "POST", "/v1/locks/" + victim, "", []string{"Lock-Token", tok, "Lock-Token", tok}, 400, "invalid-request", "Lock-Token", "must be sent once"},
+		{"two Authorizations on force-release", "DELETE", "/v1/locks/" + victim + "?force=true", "", []string{"Authorization", "Bearer " + testAdminKey, "Authorization", "Bearer " + testAdminKey}, 400, "invalid-request", "Authorization", "must be sent once"},
+		{"two Content-Types", "POST", "/v1/locks/" + victim, `{"ttl":"40s"}`, []string{"Lock-Token", tok, "Content-Type", "application/json", "Content-Type", "application/json"}, 400, "invalid-request", "Content-Type", "must be sent once"},
+		{"gzip body on re-entry", "POST", "/v1/locks/" + victim, `{"ttl":"40s"}`, []string{"Lock-Token", tok, "Content-Encoding", "gzip"}, 415, "unsupported-media", "", "does not decode Content-Encoding gzip"},
+		{"deflate body on renew", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"40s"}`, []string{"Lock-Token", tok, "Content-Encoding", "deflate"}, 415, "unsupported-media", "", "deflate"},
+
 		{"renew without Lock-Token", "POST", "/v1/locks/" + victim + "/renew", "", nil, 400, "invalid-request", "Lock-Token", "Lock-Token header is required"},
 		{"release without Lock-Token", "DELETE", "/v1/locks/" + victim, "", nil, 400, "invalid-request", "Lock-Token", "Lock-Token header is required"},
 		{"force that is not a boolean", "DELETE", "/v1/locks/" + victim + "?force=yes", "", []string{"Authorization", "Bearer " + testAdminKey}, 400, "invalid-request", "force", "force must be true or false"},
@@ -139,10 +165,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			pttl := e.RDB.PTTL(t.Context(), e.lockKey(victim)).Val()
 			r := e.do(t, c.method, c.path, c.body, c.headers...)
 			p := wantProblem(t, r, c.status, c.typ)
 			if !strings.Contains(p.Detail, c.detail) {
 				t.Errorf("detail = %q, want it to contain %q", p.Detail, c.detail)
+			}
+			if len(p.Detail) > 300 {
+				t.Errorf("detail of %d bytes, want what the client sent quoted short: %.300s", len(p.Detail), p.Detail)
 			}
 			if c.field != "" {
 				if len(p.Errors) == 0 || p.Errors[0].Field != c.field || p.Errors[0].Rule == "" {
@@ -154,6 +184,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 			}
 			if diff := cmp.Diff(before, e.snapshot(t, victim)); diff != "" {
 				t.Errorf("Redis changed (-before +after):\n%s", diff)
+			}
+			if after := e.RDB.PTTL(t.Context(), e.lockKey(victim)).Val(); after > pttl {
+				t.Errorf("victim PTTL went from %s to %s: the refused request renewed it", pttl, after)
 			}
 		})
 	}
@@ -224,6 +257,60 @@ func TestRequestIDOverHTTP(t *testing.T) {
 			}
 			if p.RequestID != bad.Header.Get("X-Request-Id") {
 				t.Errorf("problem request_id %q, header %q: want the same", p.RequestID, bad.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+}
+
+// TestNullDurationsAreDefaults: a duration field sent as null takes its
+// default, as when it is absent (where "" is a 400: TestBadInputChangesNothing).
+func TestNullDurationsAreDefaults(t *testing.T) {
+	e := newTestEnv(t)
+	r := e.do(t, "POST", "/v1/locks/nulls", `{"ttl":null,"wait":null,"keepalive":true,"max_hold":null,"heartbeat":null}`)
+	wantStatus(t, r, http.StatusCreated)
+	l := decodeAs[leaseJSON](t, r)
+	if want := locks.DefaultConfig().DefaultTTL.Milliseconds(); l.TTLMS != want {
+		t.Errorf("ttl_ms = %d, want the default %d", l.TTLMS, want)
+	}
+	if l.Keepalive == nil || l.Keepalive.HeartbeatMS != 0 {
+		t.Errorf("keepalive = %+v, want a keep-alive lease without a heartbeat", l.Keepalive)
+	}
+	wantStatus(t, e.do(t, "POST", "/v1/locks/nulls/renew", `{"ttl":null}`, "Lock-Token", l.Token), http.StatusOK)
+}
+
+// TestLongInputIsQuotedShort: a detail quotes at most the first 64
+// characters of a 5,000-character value, whatever the field, and the
+// refused request changes nothing in Redis.
+func TestLongInputIsQuotedShort(t *testing.T) {
+	e := newTestEnv(t)
+	const victim = "victim"
+	held := e.acquire(t, victim, `{"ttl":"50s"}`)
+	before := e.snapshot(t, victim)
+	long, digits := strings.Repeat("x", 5000), strings.Repeat("9", 4999)
+	for _, c := range []struct {
+		name, method, path, body string
+		field, quote             string
+	}{
+		{"ttl", "POST", "/v1/locks/fresh", `{"ttl":"` + digits + `s"}`, "ttl", `"` + strings.Repeat("9", 64) + `"… (5000 characters)`},
+		{"wait", "POST", "/v1/locks/fresh", `{"wait":"` + long + `"}`, "wait", `"` + long[:64] + `"… (5000 characters)`},
+		{"renew ttl", "POST", "/v1/locks/" + victim + "/renew", `{"ttl":"` + long + `"}`, "ttl", "… (5000 characters)"},
+		{"mode", "POST", "/v1/rwlocks/fresh", `{"mode":"` + long + `"}`, "mode", "… (5000 characters)"},
+		{"window", "POST", "/v1/ratelimit/check", `{"key":"k","limit":1,"window":"` + digits + `s"}`, "window", "… (5000 characters)"},
+		{"permits", "POST", "/v1/semaphores/fresh", `{"permits":` + digits + `}`, "permits", strings.Repeat("9", 64) + "… (4999 characters)"},
+		{"field name", "POST", "/v1/locks/fresh", `{"` + long + `":1}`, long[:64] + "… (5000 characters)", "… (5000 characters)"},
+		{"policy", "POST", "/v1/ratelimit/check", `{"policy":"` + long + `"}`, "policy", "policy name must be 1-64 characters"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do(t, c.method, c.path, c.body, "Lock-Token", held.Token)
+			p := wantProblem(t, r, http.StatusBadRequest, "invalid-request")
+			if !strings.Contains(p.Detail, c.quote) || len(p.Detail) > 300 {
+				t.Errorf("detail = %.300q (%d bytes), want it to quote %q and no more", p.Detail, len(p.Detail), c.quote)
+			}
+			if c.field != "" && (len(p.Errors) == 0 || p.Errors[0].Field != c.field) {
+				t.Errorf("errors = %.300v, want the first to name %q", p.Errors, c.field)
+			}
+			if diff := cmp.Diff(before, e.snapshot(t, victim)); diff != "" {
+				t.Errorf("Redis changed (-before +after):\n%s", diff)
 			}
 		})
 	}

@@ -70,8 +70,14 @@ func (e *testEnv) buildRequest(ctx context.Context, method, path, body string, h
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	named := map[string]bool{}
 	for i := 0; i+1 < len(headerPairs); i += 2 {
-		req.Header.Set(headerPairs[i], headerPairs[i+1])
+		if name := http.CanonicalHeaderKey(headerPairs[i]); named[name] {
+			req.Header.Add(name, headerPairs[i+1]) // a header named twice is sent twice
+		} else {
+			req.Header.Set(name, headerPairs[i+1])
+			named[name] = true
+		}
 	}
 	return req, nil
 }

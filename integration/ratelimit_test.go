@@ -550,3 +550,33 @@ func TestRateLimitGateMethodsAndDenyStatus(t *testing.T) {
 		t.Errorf("denial without Retry-After or X-RateLimit-Reset: %v", r.Header)
 	}
 }
+
+// TestRateLimitDuplicateHeaders: a policy's key or cost header sent twice is
+// a 400 naming it, on the gate and on check, and spends nothing.
+func TestRateLimitDuplicateHeaders(t *testing.T) {
+	keyed := policy("keyed", ratelimit.FixedWindow, 3, 10*time.Second)
+	keyed.Key = "header:X-Api-Key"
+	costly := policy("costly", ratelimit.FixedWindow, 3, 10*time.Second)
+	costly.Cost = ratelimit.CostSource{Header: "X-Tokens", Max: 3}
+	e := newTestEnv(t, withPolicies(keyed, costly))
+	for _, c := range []struct {
+		name, method, path, body, header string
+	}{
+		{"gate key header", "GET", "/v1/ratelimit/gate/keyed", "", "X-Api-Key"},
+		{"check key header", "POST", "/v1/ratelimit/check", `{"policy":"keyed"}`, "X-Api-Key"},
+		{"gate cost header", "GET", "/v1/ratelimit/gate/costly", "", "X-Tokens"},
+		{"check cost header", "POST", "/v1/ratelimit/check", `{"policy":"costly"}`, "X-Tokens"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do(t, c.method, c.path, c.body, c.header, "1", c.header, "2", "Accept", "application/json")
+			p := wantProblem(t, r, http.StatusBadRequest, "invalid-request")
+			if want := "the " + c.header + " header must be sent once, got 2 values"; p.Detail != want ||
+				len(p.Errors) != 1 || p.Errors[0].Field != c.header || p.Errors[0].Rule != "once" {
+				t.Errorf("detail %q, errors %+v, want %q naming %s, rule once", p.Detail, p.Errors, want, c.header)
+			}
+		})
+	}
+	if ks := e.keys(t); len(ks) != 0 {
+		t.Errorf("refused requests left keys in Redis: %v", ks)
+	}
+}

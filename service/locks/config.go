@@ -117,6 +117,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// minHeartbeat is the shortest heartbeat a keep-alive lease may ask for:
+// RenewPoll (at least MinTTL). The renewer looks at the registry at most
+// every RenewPoll, and checks a lease's last heartbeat only then; a
+// heartbeat shorter than that is a deadline it cannot see, one a holder
+// could only meet by chance.
+func (c Config) minHeartbeat() time.Duration { return max(c.RenewPoll, c.MinTTL) }
+
 // checkKeepaliveBounds refuses keep-alive settings the service cannot
 // honour: a TTL the renewer cannot renew in time, or a max hold shorter
 // than the TTL (the lease would end before its TTL says). maxHoldDefault

@@ -93,8 +93,9 @@ func (s *Service) checkKeepalive(req *AcquireRequest) error {
 		return invalid("max_hold", "min", "max_hold must be at least %s", s.cfg.MinTTL)
 	case req.MaxHold > s.cfg.MaxHoldCap:
 		return invalid("max_hold", "max", "max_hold must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
-	case req.Heartbeat < 0 || (req.Heartbeat > 0 && req.Heartbeat < s.cfg.MinTTL):
-		return invalid("heartbeat", "min", "heartbeat must be at least %s", s.cfg.MinTTL)
+	case req.Heartbeat < 0 || (req.Heartbeat > 0 && req.Heartbeat < s.cfg.minHeartbeat()):
+		return invalid("heartbeat", "min", "heartbeat must be at least %s, the renewer's poll interval: it cannot see heartbeats closer together; got %s",
+			s.cfg.minHeartbeat(), req.Heartbeat)
 	case req.Heartbeat > s.cfg.MaxHoldCap:
 		return invalid("heartbeat", "max", "heartbeat must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
 	}

@@ -1,6 +1,7 @@
 package locks_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 func TestAcquireKeepaliveValidation(t *testing.T) {
@@ -154,5 +156,35 @@ func TestMalformedRegistryEntriesDoNotCrowdOutLeases(t *testing.T) {
 	members, _ := m.ZMembers(registry)
 	if want := []string{l.Token + ":orders"}; !slices.Equal(members, want) {
 		t.Errorf("registry = %v, want %v", members, want)
+	}
+}
+
+// TestHeartbeatMinimumIsTheRenewerPoll: a heartbeat shorter than the
+// renewer's poll is refused naming the bound, which follows the configured
+// poll; a heartbeat of one poll is granted.
+func TestHeartbeatMinimumIsTheRenewerPoll(t *testing.T) {
+	for _, poll := range []time.Duration{0, 20 * time.Millisecond} {
+		cfg := locks.Config{RenewPoll: poll}
+		bound := locks.DefaultConfig().RenewPoll
+		if poll != 0 {
+			bound = poll
+		}
+		t.Run(bound.String(), func(t *testing.T) {
+			svc, m := newTestService(t, cfg)
+			for _, hb := range []time.Duration{time.Millisecond, bound - time.Millisecond} {
+				_, err := svc.Acquire(t.Context(), "orders", locks.AcquireRequest{Keepalive: true, Heartbeat: hb})
+				wantValidation(t, err, "heartbeat", "min")
+				var ve *store.ValidationError
+				if want := fmt.Sprintf("heartbeat must be at least %s, the renewer's poll interval: it cannot see heartbeats closer together; got %s", bound, hb); errors.As(err, &ve) && ve.Detail != want {
+					t.Errorf("detail = %q, want %q", ve.Detail, want)
+				}
+				if keys := m.Keys(); len(keys) != 0 {
+					t.Errorf("keys after a refused acquire = %v, want none", keys)
+				}
+			}
+			if _, err := svc.Acquire(t.Context(), "orders", locks.AcquireRequest{Keepalive: true, Heartbeat: bound}); err != nil {
+				t.Errorf("heartbeat of one poll (%s): %v, want granted", bound, err)
+			}
+		})
 	}
 }

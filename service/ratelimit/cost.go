@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/latchkey/latchkey/service/store"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -41,14 +42,13 @@ func (p Policy) HeaderCost(values []string) (int64, error) {
 		return c.Default, nil
 	case 1:
 	default:
-		return 0, invalid(c.Header, "format", "%s (the cost of a request under policy %s) must be sent once, got %d values",
-			c.Header, p.Name, len(values))
+		return 0, invalid(c.Header, "once", "the %s header must be sent once, got %d values", c.Header, len(values))
 	}
 	v := values[0]
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 1 || !isDigits(v) {
 		return 0, invalid(c.Header, "format", "%s (the cost of a request under policy %s) must be a positive integer, got %s",
-			c.Header, p.Name, quoteShort(v))
+			c.Header, p.Name, store.Quote(v))
 	}
 	if n > c.Max {
 		return 0, invalid(c.Header, "max", "%s (the cost of a request under policy %s) must be at most %d, got %d",
@@ -65,14 +65,6 @@ func isDigits(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-// quoteShort quotes s for an error message, cut to 32 bytes.
-func quoteShort(s string) string {
-	if len(s) > 32 {
-		return strconv.Quote(s[:32]) + "..."
-	}
-	return strconv.Quote(s)
 }
 
 // validateCost checks a policy's cost source after withDefaults.

@@ -88,7 +88,7 @@ func TestHeaderCost(t *testing.T) {
 		{[]string{"99999999999999999999"}, 0, "must be a positive integer"},
 		{[]string{""}, 0, "must be a positive integer"},
 		{[]string{"1", "2"}, 0, "must be sent once, got 2 values"},
-		{[]string{strings.Repeat("x", 100)}, 0, `"` + strings.Repeat("x", 32) + `"...`},
+		{[]string{strings.Repeat("x", 100)}, 0, `"` + strings.Repeat("x", 64) + `"… (100 characters)`},
 	} {
 		got, err := p.HeaderCost(tt.values)
 		if tt.err == "" {
