@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/service/locks"
@@ -90,4 +93,107 @@ func TestTenantRefusalsLeaveRedisAsItWas(t *testing.T) {
 	if s := retryAfter(t, r); s < 1 || s > 60 {
 		t.Errorf("Retry-After with four 1m leases = %ds, want 1-60", s)
 	}
+}
+
+// TestTenantWaiterSharesNoPlaceWithItsHolder: a waiter of the tenant
+// holding a lock has no share in the holder's place. Quota 2: a and k are
+// held, a second client waits for k while three others keep asking for
+// other names; once k is released exactly one of them (or the waiter) gets
+// the free place, and the tenant never holds more than 2. (Places were
+// once named after the lock: the waiter was granted k on the place k's
+// release gave back, which another name had taken meanwhile.)
+func TestTenantWaiterSharesNoPlaceWithItsHolder(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile("leases: 2"))))
+	a := bearer(secretA)
+	e.acquire(t, "a", `{"ttl":"1m"}`, a...)
+	k := e.acquire(t, "k", `{"ttl":"1m"}`, a...)
+	waited := make(chan response, 1)
+	go func() { waited <- e.send(t.Context(), "POST", "/v1/locks/k", `{"ttl":"1m","wait":"30s"}`, a...) }()
+	eventually(t, 10*time.Second, "the waiter for k is registered", func() bool { return e.inspect(t, "k", a...).Waiters == 1 })
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	granted := make(chan string, 3)
+	for i := range 3 {
+		name := fmt.Sprintf("other-%d", i)
+		wg.Go(func() {
+			for {
+				r := e.send(t.Context(), "POST", "/v1/locks/"+name, `{"ttl":"1m"}`, a...)
+				if r.Status == http.StatusCreated {
+					granted <- name
+					return
+				}
+				if r.Status != http.StatusTooManyRequests {
+					t.Errorf("%s: status %d, want 201 or 429: %s", name, r.Status, r.Body)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
+	}
+	e.release(t, "k", k.Token, a...)
+	w := <-waited
+	got := 0
+	switch w.Status {
+	case http.StatusCreated:
+		got++
+	case http.StatusTooManyRequests:
+		// Another name took the place k gave back: the waiter, granted k
+		// with no place free, gave k back and was refused.
+		wantProblem(t, w, http.StatusTooManyRequests, "quota-exceeded")
+		select {
+		case <-granted:
+			got++
+		case <-time.After(10 * time.Second):
+			t.Errorf("the waiter was refused, and no other name was granted the free place")
+		}
+	default:
+		t.Fatalf("the waiter's answer: %d %s, want 201 or 429", w.Status, w.Body)
+	}
+	close(stop)
+	wg.Wait()
+	close(granted)
+	for range granted {
+		got++
+	}
+	if got != 1 {
+		t.Errorf("leases granted after k's release: %d, want 1 (a's and one more make the quota of 2)", got)
+	}
+	if n := e.RDB.ZCard(t.Context(), locks.LeaseQuotaKey(e.Prefix, "a")).Val(); n != 2 {
+		t.Errorf("a's lease places: %d, want 2", n)
+	}
+	held := 0
+	for _, name := range []string{"a", "k", "other-0", "other-1", "other-2"} {
+		if e.inspect(t, name, a...).Held {
+			held++
+		}
+	}
+	if held != 2 {
+		t.Errorf("a's locks held: %d, want 2", held)
+	}
+	// Once every answer is in, the tenant is at its quota.
+	wantProblem(t, e.do(t, "POST", "/v1/locks/extra", `{"ttl":"1m"}`, a...), http.StatusTooManyRequests, "quota-exceeded")
+}
+
+// TestTenantQuotaRetryAfterIsTheFirstEnd: a tenant at its waiter quota is
+// told to retry when the first wait ends (a 20s wait: 20s at most), not at
+// the longer bound its place was once given (a minute more).
+func TestTenantQuotaRetryAfterIsTheFirstEnd(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile("waiters: 1"))))
+	a := bearer(secretA)
+	busy := e.acquire(t, "busy", `{"ttl":"1m"}`, a...)
+	waited := make(chan response, 1)
+	go func() { waited <- e.send(t.Context(), "POST", "/v1/locks/busy", `{"ttl":"1m","wait":"20s"}`, a...) }()
+	eventually(t, 10*time.Second, "the waiter is registered", func() bool { return e.inspect(t, "busy", a...).Waiters == 1 })
+	r := e.do(t, "POST", "/v1/locks/busy", `{"ttl":"1m","wait":"20s"}`, a...)
+	wantProblem(t, r, http.StatusTooManyRequests, "quota-exceeded")
+	if s := retryAfter(t, r); s < 1 || s > 20 {
+		t.Errorf("Retry-After with one 20s wait = %ds, want 1-20", s)
+	}
+	e.release(t, "busy", busy.Token, a...)
+	wantStatus(t, <-waited, http.StatusCreated)
 }

@@ -31,8 +31,10 @@ import (
 //     the end of the longest lease the attempt could have been granted.
 //
 // A tenant at its quota is refused without an attempt, unless the request
-// waits: a waiter then waits without a place, and when it is granted the
-// lock with none free, the grant is released and it is refused. So a lease
+// waits: a waiter then waits without a place, takes one once granted (the
+// release that let it in has given its own back by then, unless another
+// acquire took it), and when none is free the grant is released and the
+// waiter refused. So a lease
 // is never handed out without a place of its own: the tenant is never told
 // of more leases than its quota, on any number of instances. A keep-alive
 // lease lost before its max-hold deadline keeps its place until then, so a
@@ -221,9 +223,15 @@ func (s *Service) attemptPlaced(ctx context.Context, k lockKeys, token string, b
 	member := leasePlace(k, token)
 	created, err := s.take(ctx, quotaLeases, member, bound, limit)
 	if full := (*store.QuotaError)(nil); errors.As(err, &full) && waiting {
-		granted, _, err := try()
+		granted, lasts, err := try()
 		if err != nil || !granted {
 			return err
+		}
+		// A release that let this waiter in gives its place back just
+		// after waking it: the place may be free now.
+		if _, err := s.take(ctx, quotaLeases, member, bound, limit); err == nil {
+			s.setPlace(ctx, k, token, lasts)
+			return nil
 		}
 		undo(context.WithoutCancel(ctx))
 		return full
