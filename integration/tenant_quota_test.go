@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,4 +197,70 @@ func TestTenantQuotaRetryAfterIsTheFirstEnd(t *testing.T) {
 	}
 	e.release(t, "busy", busy.Token, a...)
 	wantStatus(t, <-waited, http.StatusCreated)
+}
+
+// TestTenantLeasePlaceEndsWithItsLease: a lease's place ends when the lease
+// does (its TTL, or its max-hold deadline when kept alive), moves with a
+// renewal, and is given back with the lease: on release, at the end of a
+// hold, and on a force-release of any primitive, every evicted lease's.
+func TestTenantLeasePlaceEndsWithItsLease(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile("leases: 10"))))
+	a, admin := bearer(secretA), bearer(secretAdminA)
+	key := locks.LeaseQuotaKey(e.Prefix, "a")
+	// wantEnd checks the place of token ends at end, give or take the
+	// round trip between the lease's script and its place's.
+	wantEnd := func(what, token string, end time.Time) {
+		t.Helper()
+		var place string
+		for _, m := range e.RDB.ZRange(t.Context(), key, 0, -1).Val() {
+			if strings.Contains(m, ":"+token+":") {
+				place = m
+			}
+		}
+		if place == "" {
+			t.Fatalf("%s: no place for the lease in %v", what, e.RDB.ZRange(t.Context(), key, 0, -1).Val())
+		}
+		got := time.UnixMilli(int64(e.RDB.ZScore(t.Context(), key, place).Val()))
+		if got.Before(end) || got.After(end.Add(10*time.Second)) {
+			t.Errorf("%s: the place ends at %s, the lease at %s", what, got.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano))
+		}
+	}
+	places := func() int64 { return e.RDB.ZCard(t.Context(), key).Val() }
+
+	l := e.acquire(t, "plain", `{"ttl":"10s"}`, a...)
+	wantEnd("a 10s lease", l.Token, l.ExpiresAt)
+	r := e.do(t, "POST", "/v1/locks/plain/renew", `{"ttl":"50s"}`, append(a, "Lock-Token", l.Token)...)
+	wantStatus(t, r, http.StatusOK)
+	wantEnd("renewed to 50s", l.Token, decodeAs[leaseJSON](t, r).ExpiresAt)
+	kept := e.acquire(t, "kept", `{"ttl":"5s","keepalive":true,"max_hold":"2m"}`, a...)
+	wantEnd("a keep-alive lease", kept.Token, kept.Keepalive.MaxHoldUntil)
+	e.release(t, "kept", kept.Token, a...)
+	if n := places(); n != 1 {
+		t.Errorf("places after the keep-alive lease's release: %d, want 1", n)
+	}
+
+	h := e.openHold(t, "held", `{"ttl":"10s"}`, a...)
+	wantStatus(t, response{Status: h.Status, Body: []byte(h.Body)}, http.StatusOK)
+	if n := places(); n != 2 {
+		t.Errorf("places with a hold: %d, want 2", n)
+	}
+	h.close()
+	eventually(t, 10*time.Second, "the hold's place is given back once it ends", func() bool { return places() == 1 })
+
+	for range 2 {
+		wantStatus(t, e.do(t, "POST", "/v1/rwlocks/catalog", `{"mode":"read","ttl":"1m"}`, a...), http.StatusCreated)
+		wantStatus(t, e.do(t, "POST", "/v1/semaphores/pool", `{"permits":2,"ttl":"1m"}`, a...), http.StatusCreated)
+	}
+	wantStatus(t, e.do(t, "POST", "/v1/locks/forced", `{"ttl":"1m"}`, a...), http.StatusCreated)
+	// A lock whose name ends another's keeps its place.
+	wantStatus(t, e.do(t, "POST", "/v1/locks/x:forced", `{"ttl":"1m"}`, a...), http.StatusCreated)
+	if n := places(); n != 7 {
+		t.Errorf("places with two readers, two permit leases and two more locks: %d, want 7", n)
+	}
+	for _, path := range []string{"/v1/rwlocks/catalog", "/v1/semaphores/pool", "/v1/locks/forced"} {
+		wantStatus(t, e.do(t, "DELETE", path+"?force=true", "", admin...), http.StatusNoContent)
+	}
+	if n := places(); n != 2 {
+		t.Errorf("places after the force-releases: %d, want 2 (plain and x:forced)", n)
+	}
 }
