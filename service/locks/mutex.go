@@ -96,8 +96,10 @@ func (s *Service) checkTTL(field string, d time.Duration) error {
 // Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL, wait or owner,
 // a *HeldError (ErrConflict) when another token holds the lock (after the
 // wait), a *ModeError (ErrConflict) when req.Fair differs from the lock's
-// mode, ctx's error when ctx ends first, or an error wrapping
-// ErrUnavailable when Redis cannot be reached or does not answer in time.
+// mode, a *store.QuotaError (ErrConflict) when the tenant ctx acts for is at
+// its lease or waiter quota (see quota.go), ctx's error when ctx ends
+// first, or an error wrapping ErrUnavailable when Redis cannot be reached
+// or does not answer in time.
 // On ctx's error or ErrUnavailable the caller holds nothing it was told of:
 // a lease the script granted anyway is given back, best effort, when the
 // service generated the token; under a token the caller chose, it is the

@@ -34,17 +34,21 @@ import (
 // waits: a waiter then waits without a place, takes one once granted (the
 // release that let it in has given its own back by then, unless another
 // acquire took it), and when none is free the grant is released and the
-// waiter refused. So a lease
-// is never handed out without a place of its own: the tenant is never told
-// of more leases than its quota, on any number of instances. A keep-alive
-// lease lost before its max-hold deadline keeps its place until then, so a
-// tenant may be refused a little early, never granted one too many.
+// waiter refused. So a lease is never handed out without a place of its
+// own: the tenant is never told of more leases than its quota, on any
+// number of instances. A keep-alive lease lost before its max-hold deadline
+// keeps its place until then, so a tenant may be refused a little early,
+// never granted one too many. A renewal's place is moved just after the
+// renewal script: a lease renewed within one round trip of its end may see
+// its place end first.
 //
 // The place and the grant are two scripts, not one: on a Redis Cluster the
 // tenant's quota key and the lock's keys are in different slots, and one
 // protocol serves both. Taking the place first is what keeps the count
 // exact; the price is that a refused acquire holds a place for one round
 // trip, during which the tenant's other acquires may be refused early.
+// When Redis does not answer the quota script, the acquire is not tried
+// (ErrUnavailable).
 //
 // A waiter's place is taken once for the whole wait and lasts as long as the
 // wait, so a refusal's Retry-After is the first waiter's end.
