@@ -19,9 +19,10 @@ import (
 // *PermitsUnavailableError when too few permits are free (after the wait), a
 // *ModeError when req.Fair differs from the semaphore's mode, ErrTokenInUse
 // when the token already holds a lease on it, a *store.QuotaError when the
-// tenant is at a quota (as Acquire), ctx's error when ctx ends first, or an error wrapping ErrUnavailable. On ctx's error or
-// ErrUnavailable a lease the script granted anyway under a token the service
-// generated is given back, best effort.
+// tenant is at a quota (as Acquire), ctx's error when ctx ends first, or an
+// error wrapping ErrUnavailable. On ctx's error or ErrUnavailable a lease
+// the script granted anyway under a token the service generated is given
+// back, best effort.
 func (s *Service) AcquireSemaphore(ctx context.Context, name string, req SemaphoreRequest) (SemaphoreLease, error) {
 	ownToken, err := s.checkSemaphore(name, &req)
 	if err != nil {
