@@ -24,8 +24,6 @@ type AuthConfig struct {
 	// Keys returns the active key set (a reload swaps it); nil or a nil
 	// set leaves the API open.
 	Keys func() *auth.KeySet
-	// Quotas counts each tenant's leases and waiters; nil counts none.
-	Quotas QuotaCounter
 	// FailBurst is how many failed authentications a client address may
 	// make before it is throttled. Default 10.
 	FailBurst int
@@ -34,13 +32,6 @@ type AuthConfig struct {
 	FailWindow time.Duration
 	// Now reads the clock of the throttle; nil is time.Now.
 	Now func() time.Time
-}
-
-// QuotaCounter counts a tenant's leases and waiters in Redis.
-// *auth.Counter satisfies it.
-type QuotaCounter interface {
-	Reserve(ctx context.Context, kind auth.QuotaKind, member string, ttl time.Duration, limit int64) (bool, error)
-	Release(ctx context.Context, kind auth.QuotaKind, member string) error
 }
 
 // TenantHeader lets a key of the keys file's admin section act on one
@@ -83,14 +74,6 @@ func keyOf(ctx context.Context) *auth.Key {
 	k, _ := ctx.Value(authKey{}).(*auth.Key)
 	return k
 }
-
-// tenantOf returns the tenant a request acts for, or nil.
-func tenantOf(ctx context.Context) *auth.Tenant {
-	t, _ := ctx.Value(tenantKey{}).(*auth.Tenant)
-	return t
-}
-
-type tenantKey struct{}
 
 // authenticator is the API-key middleware's state.
 type authenticator struct {
@@ -215,7 +198,6 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 			detail: "key " + key.ID + " may only use the names " + strings.Join(key.Names, ", ")}
 	}
 	ctx := context.WithValue(r.Context(), authKey{}, key)
-	ctx = context.WithValue(ctx, tenantKey{}, tenant)
 	if tenant != nil {
 		ctx = store.WithTenant(ctx, tenant.Name)
 		if err := au.requestQuota(ctx, tenant); err != nil {
@@ -292,7 +274,7 @@ const quotaPolicyName = "_quota"
 // token bucket of requests_per_second tokens refilled per second, in Redis
 // under the tenant's prefix, so every instance spends from the same bucket.
 // When Redis does not answer the request goes on (it will meet the outage
-// itself). Returns a *auth.QuotaError when the bucket is empty.
+// itself). Returns a *store.QuotaError when the bucket is empty.
 func (au *authenticator) requestQuota(ctx context.Context, t *auth.Tenant) error {
 	rps := t.Quotas.RequestsPerSecond
 	if rps <= 0 {
@@ -305,7 +287,7 @@ func (au *authenticator) requestQuota(ctx context.Context, t *auth.Tenant) error
 	if err != nil || d.Allowed {
 		return nil
 	}
-	return &auth.QuotaError{Quota: "requests_per_second", Limit: rps, RetryAfter: d.RetryAfter}
+	return &store.QuotaError{Quota: "requests_per_second", Limit: rps, RetryAfter: d.RetryAfter}
 }
 
 func tenantName(t *auth.Tenant) string {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
-	"github.com/latchkey/latchkey/service/auth"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -118,7 +117,7 @@ var problemTypes = [...]problemRow{
 	unauthenticated: {typ: "unauthenticated", title: "Unauthenticated", status: http.StatusUnauthorized,
 		header: challenge},
 	quotaExceeded: {typ: "quota-exceeded", title: "Tenant quota exceeded", status: http.StatusTooManyRequests,
-		match: as[*auth.QuotaError](), detail: quotaDetail, header: quotaRetryAfter},
+		match: as[*store.QuotaError](), detail: quotaDetail, header: quotaRetryAfter},
 	routeNotFound:    {typ: "not-found", title: "Not found", status: http.StatusNotFound},
 	methodNotAllowed: {typ: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed},
 	rateLimited:      {typ: "rate-limited", title: "Too many requests", status: http.StatusTooManyRequests},
@@ -323,7 +322,7 @@ func challenge(h http.Header, err error) {
 }
 
 func quotaDetail(err error) string {
-	var qe *auth.QuotaError
+	var qe *store.QuotaError
 	errors.As(err, &qe)
 	return "the tenant is at its quota of " + strconv.FormatInt(qe.Limit, 10) + " " + strings.ReplaceAll(qe.Quota, "_", " ") +
 		"; retry after " + retryAfterSeconds(qe.RetryAfter) + "s"
@@ -331,7 +330,7 @@ func quotaDetail(err error) string {
 
 // quotaRetryAfter tells a tenant at its quota when a place may be free.
 func quotaRetryAfter(h http.Header, err error) {
-	var qe *auth.QuotaError
+	var qe *store.QuotaError
 	errors.As(err, &qe)
 	h.Set("Retry-After", retryAfterSeconds(qe.RetryAfter))
 }

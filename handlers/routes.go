@@ -35,8 +35,9 @@ type Config struct {
 	// to a waiting acquire, past its wait); the server's write timeout does
 	// not apply to them. Default 10s.
 	StreamWriteTimeout time.Duration
-	// Auth turns on API keys, scopes, tenants and their quotas; its zero
-	// value leaves the API open (AdminKey still guards force-release).
+	// Auth turns on API keys, scopes, tenants and their request rate (the
+	// lock service counts their leases and waiters); its zero value leaves
+	// the API open (AdminKey still guards force-release).
 	Auth AuthConfig
 	// Stopping is closed when the server begins to shut down: hold streams
 	// then release their lease and end with a "released" event, and waiting
@@ -74,7 +75,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = 10 * time.Second
 	}
-	a := &api{svc: services{withQuotas(lk, cfg.Auth.Quotas), rl}, cfg: cfg, log: cfg.Logger, validate: newValidator()}
+	a := &api{svc: services{lk, rl}, cfg: cfg, log: cfg.Logger, validate: newValidator()}
 
 	r := chi.NewRouter()
 	r.Use(requestID)

@@ -4,9 +4,11 @@ package integration
 // not show. Key names come from the service (locks.KeysOf).
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/redis/go-redis/v9"
 )
 
 // lockKeys are the Redis keys of the lock called name on e's server.
@@ -25,6 +27,22 @@ func (e *testEnv) registryKey() string { return locks.RegistryKey(e.Prefix) }
 func (e *testEnv) keys(t testing.TB) []string {
 	t.Helper()
 	return allKeys(t, e.RDB, e.Prefix+"*")
+}
+
+// dumps is every key of this test's server with its value as DUMP
+// serializes it: two dumps are equal when Redis holds the same bytes under
+// the same keys (expiries aside).
+func (e *testEnv) dumps(t testing.TB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, k := range e.keys(t) {
+		v, err := e.RDB.Dump(t.Context(), k).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("DUMP %s: %v", k, err)
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // redisLock is the lock hash of one lock as Redis holds it (see

@@ -115,8 +115,6 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	if c.wrap != nil {
 		client = c.wrap(t, base)
 	}
-	svc := newServices(t, client, c.svc)
-	t.Cleanup(func() { _ = svc.Close() })
 	var keys *auth.Keys
 	if c.keysFile != "" {
 		var err error
@@ -125,8 +123,17 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 		if err != nil {
 			t.Fatalf("keys file: %v", err)
 		}
-		c.router.Auth.Keys, c.router.Auth.Quotas = keys.Current, auth.NewCounter(svc.Store)
+		c.router.Auth.Keys = keys.Current
+		c.svc.Quotas = func(tenant string) locks.Quota { // as cmd/server's tenantQuotas
+			q := keys.Current().Tenant(tenant)
+			if q == nil {
+				return locks.Quota{}
+			}
+			return locks.Quota{Leases: q.Quotas.Leases, Waiters: q.Quotas.Waiters}
+		}
 	}
+	svc := newServices(t, client, c.svc)
+	t.Cleanup(func() { _ = svc.Close() })
 	if !c.noLoad {
 		if err := svc.LoadScripts(t.Context()); err != nil {
 			t.Fatalf("load scripts: %v", err)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/latchkey/latchkey/service/auth"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
 )
 
@@ -71,7 +71,7 @@ func TestTenantLeaseQuotaCountsEveryHolder(t *testing.T) {
 	p1 := e.do(t, "POST", "/v1/semaphores/pool", `{"permits":5,"ttl":"1m"}`, a...)
 	wantStatus(t, p1, http.StatusCreated)
 	places := func() int64 {
-		n, err := e.RDB.ZCard(t.Context(), auth.QuotaKey(e.Prefix, "a", auth.QuotaLeases)).Result()
+		n, err := e.RDB.ZCard(t.Context(), locks.LeaseQuotaKey(e.Prefix, "a")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

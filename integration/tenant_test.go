@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/handlers"
-	"github.com/latchkey/latchkey/service/auth"
+	"github.com/latchkey/latchkey/service/locks"
 )
 
 // The tenant secrets of the tests' keys files.
@@ -98,7 +98,7 @@ func TestTenantLeaseQuota(t *testing.T) {
 	wantProblem(t, e.do(t, "POST", "/v1/locks/four", `{"ttl":"1m"}`, a...), http.StatusTooManyRequests, "quota-exceeded")
 	wantStatus(t, e.do(t, "DELETE", "/v1/locks/two?force=true", "", bearer(secretAdminA)...), http.StatusNoContent)
 	e.acquire(t, "four", `{"ttl":"1m"}`, a...)
-	n, err := e.RDB.ZCard(t.Context(), auth.QuotaKey(e.Prefix, "a", auth.QuotaLeases)).Result()
+	n, err := e.RDB.ZCard(t.Context(), locks.LeaseQuotaKey(e.Prefix, "a")).Result()
 	if err != nil || n != 2 {
 		t.Errorf("a's lease places = %d (%v), want 2", n, err)
 	}
@@ -117,7 +117,7 @@ func TestTenantWaiterQuota(t *testing.T) {
 	wantProblem(t, e.do(t, "POST", "/v1/locks/busy", `{"ttl":"1m"}`, a...), http.StatusConflict, "lock-held")
 	e.release(t, "busy", l.Token, a...)
 	wantStatus(t, <-done, http.StatusCreated)
-	if n, _ := e.RDB.ZCard(t.Context(), auth.QuotaKey(e.Prefix, "a", auth.QuotaWaiters)).Result(); n != 0 {
+	if n, _ := e.RDB.ZCard(t.Context(), locks.WaiterQuotaKey(e.Prefix, "a")).Result(); n != 0 {
 		t.Errorf("a's waiter places after the wait: %d, want 0", n)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/auth"
-	"github.com/latchkey/latchkey/service/store"
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -77,12 +77,26 @@ func (f AuthFlags) loadKeys(ctx context.Context, adminKey string, reg prometheus
 }
 
 // handlersAuth is the router's view of the keys: off without a keys file.
-func (f AuthFlags) handlersAuth(keys *auth.Keys, st *store.Store) handlers.AuthConfig {
+func (f AuthFlags) handlersAuth(keys *auth.Keys) handlers.AuthConfig {
 	if keys == nil {
 		return handlers.AuthConfig{}
 	}
-	return handlers.AuthConfig{Keys: keys.Current, Quotas: auth.NewCounter(st),
-		FailBurst: f.FailLimit, FailWindow: f.FailWindow}
+	return handlers.AuthConfig{Keys: keys.Current, FailBurst: f.FailLimit, FailWindow: f.FailWindow}
+}
+
+// tenantQuotas is the lock service's view of the keys: each tenant's lease
+// and waiter quotas in the active key set; none without a keys file.
+func tenantQuotas(keys *auth.Keys) func(string) locks.Quota {
+	if keys == nil {
+		return nil
+	}
+	return func(tenant string) locks.Quota {
+		t := keys.Current().Tenant(tenant)
+		if t == nil {
+			return locks.Quota{}
+		}
+		return locks.Quota{Leases: t.Quotas.Leases, Waiters: t.Quotas.Waiters}
+	}
 }
 
 // tlsConfig is the server's TLS configuration, nil for plain HTTP: the

@@ -96,12 +96,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	keys, stopKeys, err := cfg.Auth.loadKeys(ctx, cfg.AdminKey, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopKeys()
 	svc, err := locks.New(st, locks.Config{
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
 		MaxWait:        cfg.MaxWait,
 		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
 		FenceTTL:      cfg.FenceRetention,
 		RenewParallel: cfg.RenewParallel,
+		Quotas:        tenantQuotas(keys),
 	})
 	if err != nil {
 		return err
@@ -117,12 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer stopWatch()
-	keys, stopKeys, err := cfg.Auth.loadKeys(ctx, cfg.AdminKey, reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopKeys()
-	authCfg := cfg.Auth.handlersAuth(keys, st) // registers its scripts before they are loaded
+	authCfg := cfg.Auth.handlersAuth(keys)
 	tlsCfg, err := cfg.Auth.tlsConfig()
 	if err != nil {
 		return err

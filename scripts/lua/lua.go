@@ -188,12 +188,19 @@ var SemLeave string
 // SemRenewBatch renews a batch of keep-alive semaphore leases in one call.
 var SemRenewBatch = mustAssemble("sem_renew_batch.lua")
 
-// QuotaReserve takes or keeps one place of a tenant's lease or waiter quota.
+// QuotaTake takes one place of a tenant's lease or waiter quota, or finds
+// the one a member has.
 //
-//go:embed quota_reserve.lua
-var QuotaReserve string
+//go:embed quota_take.lua
+var QuotaTake string
 
-// QuotaRelease gives back one place of a tenant's lease or waiter quota.
+// QuotaSet moves the end of a lease's place in its tenant's lease quota.
+//
+//go:embed quota_set.lua
+var QuotaSet string
+
+// QuotaRelease gives back a place of a tenant's lease or waiter quota, or
+// every lease's place on a name.
 //
 //go:embed quota_release.lua
 var QuotaRelease string

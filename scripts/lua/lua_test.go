@@ -23,7 +23,7 @@ var scripts = map[string]string{
 	"rw_acquire.lua": lua.RWAcquire, "rw_release.lua": lua.RWRelease, "rw_renew.lua": lua.RWRenew,
 	"rw_inspect.lua": lua.RWInspect, "rw_force_release.lua": lua.RWForceRelease, "rw_leave.lua": lua.RWLeave,
 	"rw_renew_batch.lua": lua.RWRenewBatch,
-	"quota_reserve.lua":  lua.QuotaReserve, "quota_release.lua": lua.QuotaRelease,
+	"quota_take.lua":     lua.QuotaTake, "quota_set.lua": lua.QuotaSet, "quota_release.lua": lua.QuotaRelease,
 	"sem_acquire.lua": lua.SemAcquire, "sem_release.lua": lua.SemRelease, "sem_renew.lua": lua.SemRenew,
 	"sem_inspect.lua": lua.SemInspect, "sem_force_release.lua": lua.SemForceRelease,
 	"sem_set_permits.lua": lua.SemSetPermits, "sem_leave.lua": lua.SemLeave, "sem_renew_batch.lua": lua.SemRenewBatch,

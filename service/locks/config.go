@@ -27,6 +27,10 @@ type Config struct {
 	SubscriberPing time.Duration
 	// Registerer receives the service's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
+	// Quotas returns the quota of a tenant (see store.TenantOf and
+	// quota.go), asked on each request, so a reloaded quota applies at once.
+	// Nil, or a zero Quota, counts nothing.
+	Quotas func(tenant string) Quota
 
 	// Keep-alive leases (see keepalive.go and renewer.go).
 

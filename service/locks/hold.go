@@ -43,6 +43,7 @@ type HoldEvent struct {
 // renews it every TTL/3 until Close, and reports renewals and the loss of
 // the lease as events.
 type Hold struct {
+	s      *Service
 	p      primitive // the lease's primitive
 	k      lockKeys  // the lease's keys
 	lease  Lease
@@ -91,7 +92,7 @@ func (s *Service) hold(ctx context.Context, p primitive, name string, req Acquir
 		return nil, errors.Join(err, rerr)
 	}
 	hctx, cancel := context.WithCancel(ctx)
-	h := &Hold{p: p, k: k, lease: lease, l: l, events: make(chan HoldEvent, 4), cancel: cancel, done: make(chan struct{})}
+	h := &Hold{s: s, p: p, k: k, lease: lease, l: l, events: make(chan HoldEvent, 4), cancel: cancel, done: make(chan struct{})}
 	go h.run(hctx)
 	return h, nil
 }
@@ -161,6 +162,7 @@ func (h *Hold) run(ctx context.Context) {
 		if err == nil {
 			expires = sent.Add(lease.TTL)
 			tick.Reset(RenewInterval(lease.TTL))
+			h.s.setPlace(ctx, h.k, h.lease.Token, leaseLasts(lease))
 		}
 		recorded := ""
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrNotOwner) {
@@ -232,6 +234,7 @@ func (h *Hold) Close(ctx context.Context) (Released, error) {
 		dctx := context.WithoutCancel(ctx)
 		h.l.leave(false)
 		if h.ended {
+			h.s.dropPlace(dctx, h.k, h.lease.Token)
 			return
 		}
 		h.released, h.closeErr = h.p.release(dctx, h.k, h.lease.Token)

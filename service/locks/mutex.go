@@ -96,8 +96,10 @@ func (s *Service) checkTTL(field string, d time.Duration) error {
 // Returns a *ValidationError (ErrInvalid) for a bad name, token, TTL, wait or owner,
 // a *HeldError (ErrConflict) when another token holds the lock (after the
 // wait), a *ModeError (ErrConflict) when req.Fair differs from the lock's
-// mode, ctx's error when ctx ends first, or an error wrapping
-// ErrUnavailable when Redis cannot be reached or does not answer in time.
+// mode, a *store.QuotaError (ErrConflict) when the tenant ctx acts for is at
+// its lease or waiter quota (see quota.go), ctx's error when ctx ends
+// first, or an error wrapping ErrUnavailable when Redis cannot be reached
+// or does not answer in time.
 // On ctx's error or ErrUnavailable the caller holds nothing it was told of:
 // a lease the script granted anyway is given back, best effort, when the
 // service generated the token; under a token the caller chose, it is the
@@ -141,7 +143,7 @@ func (s *Service) acquire(ctx context.Context, p primitive, name string, req Acq
 	if req.Wait > 0 {
 		return s.acquireWaiting(ctx, p, k, req, keepTTL, ownToken)
 	}
-	r, err := p.attempt(ctx, k, req, 0, keepTTL)
+	r, err := s.attempt(ctx, p, k, req, 0, keepTTL)
 	if err != nil {
 		s.giveBack(ctx, p, k, req.Token, ownToken, err)
 		return Lease{}, err
@@ -301,6 +303,9 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 	k := s.keys(ctx, name)
 	lease, err := s.mutex.renew(ctx, k, token, ttl)
 	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	if err == nil {
+		s.setPlace(ctx, k, token, leaseLasts(lease))
+	}
 	return lease, err
 }
 
@@ -338,12 +343,13 @@ func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released,
 	if err != nil {
 		return Released{}, err
 	}
-	s.released(v[1])
+	s.countRelease(v[1])
+	s.released(ctx, k, token, v[1])
 	return Released{Released: v[1] == 0, HoldCount: v[1]}, nil
 }
 
-// released counts a release that leaves holds holds.
-func (s *Service) released(holds int64) {
+// countRelease counts a release that leaves holds holds.
+func (s *Service) countRelease(holds int64) {
 	if holds == 0 {
 		s.metrics.releases.WithLabelValues("final").Inc()
 	} else {
@@ -369,6 +375,7 @@ func (s *Service) ForceRelease(ctx context.Context, name string) (bool, error) {
 	removed := status == forceRemoved // else forceFree
 	if removed {
 		s.metrics.releases.WithLabelValues("forced").Inc()
+		s.evictPlaces(ctx, k)
 	}
 	return removed, nil
 }

@@ -89,6 +89,7 @@ func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode 
 	}
 	m := modeOf(v[2])
 	s.rw.releases.WithLabelValues(string(m), releaseKind(v[1])).Inc()
+	s.released(ctx, k, token, v[1])
 	return Released{Released: v[1] == 0, HoldCount: v[1], Mode: m}, nil
 }
 
@@ -228,6 +229,9 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	k := s.keysIn(ctx, kindRW, name)
 	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
 	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	if err == nil {
+		s.setPlace(ctx, k, token, leaseLasts(lease))
+	}
 	return lease, err
 }
 
@@ -268,6 +272,7 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 	n, _ := res.(int64)
 	if n > 0 {
 		s.rw.releases.WithLabelValues("any", "forced").Inc()
+		s.evictPlaces(ctx, k)
 	}
 	return n > 0, nil
 }

@@ -54,7 +54,8 @@ func newLeaseScripts(prefix string) leaseScripts {
 // (dirScripts), for store.Register.
 func lockScripts() []*store.Script {
 	return slices.Concat(mutexScripts.all(), []*store.Script{keepaliveDueScript},
-		semScripts.all(), []*store.Script{semSetPermitsScript}, rwScripts.all())
+		semScripts.all(), []*store.Script{semSetPermitsScript}, rwScripts.all(),
+		[]*store.Script{quotaTakeScript, quotaSetScript, quotaReleaseScript})
 }
 
 // all lists the scripts.

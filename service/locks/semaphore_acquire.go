@@ -18,10 +18,11 @@ import (
 // *PermitsMismatchError when the semaphore has another capacity, a
 // *PermitsUnavailableError when too few permits are free (after the wait), a
 // *ModeError when req.Fair differs from the semaphore's mode, ErrTokenInUse
-// when the token already holds a lease on it, ctx's error when ctx ends
-// first, or an error wrapping ErrUnavailable. On ctx's error or
-// ErrUnavailable a lease the script granted anyway under a token the service
-// generated is given back, best effort.
+// when the token already holds a lease on it, a *store.QuotaError when the
+// tenant is at a quota (as Acquire), ctx's error when ctx ends first, or an
+// error wrapping ErrUnavailable. On ctx's error or ErrUnavailable a lease
+// the script granted anyway under a token the service generated is given
+// back, best effort.
 func (s *Service) AcquireSemaphore(ctx context.Context, name string, req SemaphoreRequest) (SemaphoreLease, error) {
 	ownToken, err := s.checkSemaphore(name, &req)
 	if err != nil {
@@ -31,7 +32,7 @@ func (s *Service) AcquireSemaphore(ctx context.Context, name string, req Semapho
 	if req.Wait > 0 {
 		return s.semWaiting(ctx, k, req, ownToken)
 	}
-	r, err := s.semAttempt(ctx, k, req, 0)
+	r, err := s.semAttemptPlaced(ctx, k, req, 0)
 	if err != nil {
 		s.semGiveBack(ctx, k, req.Token, ownToken, err)
 		return SemaphoreLease{}, err
@@ -68,6 +69,17 @@ func (s *Service) semAttempt(ctx context.Context, k lockKeys, req SemaphoreReque
 	return semResult{status: v[0], fence: v[1], ttl: time.Duration(v[2]) * time.Millisecond, nowMS: v[3],
 		recheck: time.Duration(v[4]) * time.Millisecond, fair: truth(v[5]),
 		keepalive: keepaliveOf(v[6], v[7], v[3]), permits: v[8], available: v[9]}, nil
+}
+
+// semAttemptPlaced is semAttempt with the lease's place (see attemptPlaced).
+func (s *Service) semAttemptPlaced(ctx context.Context, k lockKeys, req SemaphoreRequest, waiterTimeout time.Duration) (semResult, error) {
+	var r semResult
+	err := s.attemptPlaced(ctx, k, req.Token, s.grantBound(req.AcquireRequest), waiterTimeout > 0, func() (bool, time.Duration, error) {
+		var err error
+		r, err = s.semAttempt(ctx, k, req, waiterTimeout)
+		return err == nil && r.status == semGranted, placeLasts(r.ttl, r.keepalive, r.nowMS), err
+	}, func(ctx context.Context) { _, _ = s.releaseSemaphore(ctx, k, req.Token) })
+	return r, err
 }
 
 // semOutcome turns an attempt into a lease or the error that says why not.
@@ -135,6 +147,12 @@ func (s *Service) semGiveBack(ctx context.Context, k lockKeys, token string, own
 // permits it freed (see semWakes); the script says which of them get them.
 func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreRequest, ownToken bool) (lease SemaphoreLease, err error) {
 	waitEnd := time.Now().Add(req.Wait)
+	leaveQuota, err := s.waiterPlace(ctx, req.Wait)
+	if err != nil {
+		s.semWaitDone(err)
+		return SemaphoreLease{}, err
+	}
+	defer leaveQuota()
 	callDeadline := waitEnd.Add(s.opTimeout)
 	calls, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
@@ -158,7 +176,7 @@ func (s *Service) semWaiting(ctx context.Context, k lockKeys, req SemaphoreReque
 	for {
 		remaining, waiterTimeout, final := waitTurn(waitEnd)
 		ready = unlessClosed(ready)
-		r, err := s.semAttempt(calls, k, req, waiterTimeout)
+		r, err := s.semAttemptPlaced(calls, k, req, waiterTimeout)
 		if err != nil {
 			registered, failed = registered || waiterTimeout > 0, true
 			s.semGiveBack(calls, k, req.Token, ownToken, err)

@@ -21,6 +21,9 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	k := s.semKeys(ctx, name)
 	lease, err := s.renewSemaphore(ctx, k, token, ttl)
 	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	if err == nil {
+		s.setPlace(ctx, k, token, leaseLasts(semLease(lease)))
+	}
 	return lease, err
 }
 
@@ -60,6 +63,7 @@ func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string
 		return 0, err
 	}
 	s.semMetrics.releases.WithLabelValues("released").Inc()
+	s.released(ctx, k, token, 0)
 	return v[1], nil
 }
 
@@ -84,6 +88,9 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 		return 0, fmt.Errorf("sem_force_release: unexpected reply %T %v", res, res)
 	}
 	s.semMetrics.releases.WithLabelValues("forced").Add(float64(n))
+	if n > 0 {
+		s.evictPlaces(ctx, k)
+	}
 	return n, nil
 }
 

@@ -46,6 +46,12 @@ const (
 func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, req AcquireRequest, keepTTL, ownToken bool) (lease Lease, err error) {
 	name := k.name
 	waitEnd := time.Now().Add(req.Wait)
+	leaveQuota, err := s.waiterPlace(ctx, req.Wait)
+	if err != nil {
+		s.waitDone(err)
+		return Lease{}, err
+	}
+	defer leaveQuota()
 	callDeadline := waitEnd.Add(s.opTimeout)
 	// Attempts run to completion even when the client goes away, so the
 	// service always knows whether it was granted the lock (and gives it
@@ -73,7 +79,7 @@ func (s *Service) acquireWaiting(ctx context.Context, p primitive, k lockKeys, r
 	for {
 		remaining, waiterTimeout, final := waitTurn(waitEnd)
 		ready = unlessClosed(ready)
-		r, err := p.attempt(calls, k, req, waiterTimeout, keepTTL)
+		r, err := s.attempt(calls, p, k, req, waiterTimeout, keepTTL)
 		if err != nil {
 			// The script may have run and registered (and queued) the
 			// caller although its answer is lost: leave, or a fair queue

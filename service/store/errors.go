@@ -6,6 +6,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Every error the service returns wraps one of them (or is a
@@ -40,3 +41,20 @@ func (e *ValidationError) Unwrap() error { return ErrInvalid }
 func Invalid(field, rule, format string, args ...any) error {
 	return &ValidationError{Field: field, Rule: rule, Detail: fmt.Sprintf(format, args...)}
 }
+
+// QuotaError reports a tenant at one of its quotas (see TenantOf): its
+// leases or waiters at once, counted by the lock service, or its request
+// rate, counted at the edge. It wraps ErrConflict. Both domains report it,
+// so it is declared here, as ValidationError is.
+type QuotaError struct {
+	Quota      string // leases, waiters or requests_per_second
+	Limit      int64
+	RetryAfter time.Duration // when a place may be free again: the first place's end
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("service: tenant quota of %d %s reached", e.Limit, e.Quota)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (e *QuotaError) Unwrap() error { return ErrConflict }
