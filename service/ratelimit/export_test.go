@@ -21,8 +21,5 @@ func Senders(s *Service, alg Algorithm) int {
 	return b.senders
 }
 
-// MaxLeasePools is how many pools of leased limits an instance keeps.
-const MaxLeasePools = maxLeasePools
-
 // LeasePools reports how many pools of leased limits s keeps.
 func LeasePools(s *Service) int { return s.rl.leases.len() }

@@ -34,7 +34,7 @@ type leasePool struct {
 }
 
 // leaseTable holds the pools of the leased limits' keys: at most
-// maxLeasePools, found by key and kept in the order they were last used,
+// MaxLeasePools, found by key and kept in the order they were last used,
 // so that finding a key's pool, and dropping one to make room, costs the
 // same at any number of keys.
 type leaseTable struct {
@@ -43,14 +43,14 @@ type leaseTable struct {
 	lru list.List                // of *leasePool, the most recently used first
 }
 
-// maxLeasePools bounds the table: about 300 bytes a pool with its key,
-// so about 1.2 MiB. A pool is dropped only while it holds nothing (see
+// MaxLeasePools is how many keys of leased limits an instance keeps units
+// for: about 300 bytes a pool with its key, so about 1.2 MiB. A pool is dropped only while it holds nothing (see
 // idle), so no unit Redis counted for it is lost. When the table is full
 // and the pools looked at all hold units, a new key gets no pool: its
 // decisions are counted in Redis without a lease, exact as an unleased
 // limit's, until a pool can be dropped (its units spent or its window
 // ended).
-const maxLeasePools = 4096
+const MaxLeasePools = 4096
 
 // evictScan is how many pools, from the least recently used, a new key
 // looks at when the table is full; each one that holds units is moved to
@@ -69,7 +69,7 @@ func (t *leaseTable) pool(key string, now time.Time) *leasePool {
 	if t.m == nil {
 		t.m = map[string]*list.Element{}
 	}
-	if t.lru.Len() < maxLeasePools {
+	if t.lru.Len() < MaxLeasePools {
 		p := newLeasePool(key)
 		t.m[key] = t.lru.PushFront(p)
 		return p

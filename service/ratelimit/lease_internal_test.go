@@ -24,15 +24,15 @@ func TestLeaseTableKeepsAPinnedPool(t *testing.T) {
 	var tab leaseTable
 	now := time.Now()
 	first := tab.pool("first", now)
-	for i := range 2 * maxLeasePools {
+	for i := range 2 * MaxLeasePools {
 		p := tab.pool(fmt.Sprint("k", i), now)
 		if p == nil {
 			t.Fatalf("key %d got no pool, though every other pool holds nothing", i)
 		}
 		p.unpin()
 	}
-	if n := tab.len(); n != maxLeasePools {
-		t.Errorf("%d pools, want the cap %d", n, maxLeasePools)
+	if n := tab.len(); n != MaxLeasePools {
+		t.Errorf("%d pools, want the cap %d", n, MaxLeasePools)
 	}
 	if p := tab.find("first"); p != first {
 		t.Fatalf("first key's pool %p, want the one it was given (%p)", p, first)
@@ -50,14 +50,14 @@ func TestLeaseTableDropsOnlyPoolsThatHoldNothing(t *testing.T) {
 	var tab leaseTable
 	now := time.Now()
 	until := now.Add(time.Minute)
-	for i := range maxLeasePools {
+	for i := range MaxLeasePools {
 		holdUnits(t, tab.pool(fmt.Sprint("k", i), now), 1, until, now)
 	}
 	if p := tab.pool("new", now); p != nil {
 		t.Fatal("a full table of pools holding units dropped one")
 	}
-	if n := tab.len(); n != maxLeasePools {
-		t.Errorf("%d pools, want the cap %d", n, maxLeasePools)
+	if n := tab.len(); n != MaxLeasePools {
+		t.Errorf("%d pools, want the cap %d", n, MaxLeasePools)
 	}
 
 	spent := tab.find("k7")
@@ -68,7 +68,7 @@ func TestLeaseTableDropsOnlyPoolsThatHoldNothing(t *testing.T) {
 	// Each new key looks at evictScan pools; one sweep of the table finds
 	// k7.
 	got := 0
-	for i := range maxLeasePools/evictScan + 1 {
+	for i := range MaxLeasePools/evictScan + 1 {
 		if p := tab.pool(fmt.Sprint("new", i), now); p != nil {
 			got++
 			p.unpin()
@@ -80,7 +80,7 @@ func TestLeaseTableDropsOnlyPoolsThatHoldNothing(t *testing.T) {
 	if p := tab.find("k7"); p != nil {
 		t.Error("k7 kept, want it dropped for a new key")
 	}
-	for _, k := range []string{"k0", "k8", fmt.Sprint("k", maxLeasePools-1)} {
+	for _, k := range []string{"k0", "k8", fmt.Sprint("k", MaxLeasePools-1)} {
 		if p := tab.find(k); p == nil {
 			t.Errorf("%s dropped while it held units", k)
 		} else {
@@ -90,14 +90,14 @@ func TestLeaseTableDropsOnlyPoolsThatHoldNothing(t *testing.T) {
 
 	// The window ended: any pool may go.
 	later := until.Add(time.Millisecond)
-	for i := range maxLeasePools {
+	for i := range MaxLeasePools {
 		p := tab.pool(fmt.Sprint("next", i), later)
 		if p == nil {
 			t.Fatalf("new key %d got no pool after every window ended", i)
 		}
 		p.unpin()
 	}
-	if n := tab.len(); n != maxLeasePools {
-		t.Errorf("%d pools, want the cap %d", n, maxLeasePools)
+	if n := tab.len(); n != MaxLeasePools {
+		t.Errorf("%d pools, want the cap %d", n, MaxLeasePools)
 	}
 }

@@ -179,7 +179,11 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 	rl.set.Store(rl.newPolicySet(cfg.Policies, time.Now()))
 	rl.inline = rl.newCounters(Policy{Name: InlinePolicyName})
 	if reg != nil {
-		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.leaseDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
+		leasePools := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "latchkey_ratelimit_lease_pools",
+			Help: fmt.Sprintf("Keys of leased limits whose units this instance keeps (at most %d).", MaxLeasePools),
+		}, func() float64 { return float64(rl.leases.len()) })
+		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.leaseDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny, leasePools)
 	}
 	return rl
 }
