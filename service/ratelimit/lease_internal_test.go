@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -99,5 +100,62 @@ func TestLeaseTableDropsOnlyPoolsThatHoldNothing(t *testing.T) {
 	}
 	if n := tab.len(); n != MaxLeasePools {
 		t.Errorf("%d pools, want the cap %d", n, MaxLeasePools)
+	}
+}
+
+// Goroutines take, spend and refill the pools of three times as many keys
+// as the table holds, each decision as runLimits takes it: the table
+// stays within its cap, a pinned pool is the one its key finds, and every
+// pool dropped held no units, so none counted in Redis was lost.
+func TestLeaseTableUnderConcurrentUse(t *testing.T) {
+	var tab leaseTable
+	now := time.Now()
+	until := now.Add(time.Hour)
+	seen := make([][]*leasePool, 8)
+	var wg sync.WaitGroup
+	for w := range seen {
+		wg.Go(func() {
+			for i := range 3 * MaxLeasePools {
+				key := fmt.Sprint("k", (i*7+w*131)%(3*MaxLeasePools))
+				p := tab.pool(key, now)
+				if p == nil {
+					continue // counted without a lease
+				}
+				seen[w] = append(seen[w], p)
+				if q := tab.find(key); q != p {
+					t.Errorf("%s: pinned pool %p, the table has %p", key, p, q)
+				} else {
+					q.unpin()
+				}
+				take, err := p.reserve(t.Context(), 1, now)
+				if err != nil {
+					t.Error(err)
+				}
+				if take.refill {
+					take.granted(2, 1-take.have, 0, until, now) // Redis grants 2 with the unit asked
+				}
+				p.unpin()
+			}
+		})
+	}
+	wg.Wait()
+	if n := tab.len(); n > MaxLeasePools {
+		t.Errorf("%d pools, above the cap %d", n, MaxLeasePools)
+	}
+	for _, ps := range seen {
+		for _, p := range ps {
+			if q := tab.find(p.key); q != nil {
+				q.unpin()
+				if q == p {
+					continue
+				}
+			}
+			p.mu.Lock()
+			units := p.units
+			p.mu.Unlock()
+			if units != 0 {
+				t.Errorf("%s: a pool dropped with %d units", p.key, units)
+			}
+		}
 	}
 }
