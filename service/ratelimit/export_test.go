@@ -20,3 +20,6 @@ func Senders(s *Service, alg Algorithm) int {
 	defer b.mu.Unlock()
 	return b.senders
 }
+
+// LeasePools reports how many pools of leased limits s keeps.
+func LeasePools(s *Service) int { return s.rl.leases.len() }

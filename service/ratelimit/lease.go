@@ -1,8 +1,10 @@
 package ratelimit
 
 import (
+	"container/list"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,45 +28,115 @@ type leasePool struct {
 	avail    int64
 	dryUntil time.Time
 	refill   chan struct{} // non-nil while a call takes a lease; closed after
+
+	key  string       // the counter's key, the pool's in leaseTable
+	refs atomic.Int32 // the decisions that have it pinned
 }
 
-// leaseTable holds the pools of the leased limits' keys.
+// leaseTable holds the pools of the leased limits' keys: at most
+// MaxLeasePools, found by key and kept in the order they were last used,
+// so that finding a key's pool, and dropping one to make room, costs the
+// same at any number of keys.
 type leaseTable struct {
-	mu sync.Mutex
-	m  map[string]*leasePool
+	mu  sync.Mutex
+	m   map[string]*list.Element // a key's element in lru
+	lru list.List                // of *leasePool, the most recently used first
 }
 
-// maxLeasePools is how many pools the table keeps before it drops those
-// whose window ended.
-const maxLeasePools = 4096
+// MaxLeasePools is how many keys of leased limits an instance keeps units
+// for: about 230 bytes a pool with a 32-byte key, so about 1 MiB. A pool
+// is dropped only while it holds nothing (see idle), so no unit Redis
+// counted for it is lost. When the table is full and the pools looked at
+// all hold units, a new key gets no pool: its decisions are counted in
+// Redis without a lease, exact as an unleased limit's, until a pool can be
+// dropped (its units spent or its window ended).
+const MaxLeasePools = 4096
 
-// pool returns the pool of a key, made on first use.
+// evictScan is how many pools, from the least recently used, a new key
+// looks at when the table is full; each one that holds units is moved to
+// the front, so the next new key looks at others.
+const evictScan = 8
+
+// pool returns the pool of a key, made on first use, pinned: it is not
+// dropped before the caller calls unpin. Returns nil when the table is
+// full and no pool looked at can be dropped at now.
 func (t *leaseTable) pool(key string, now time.Time) *leasePool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p, ok := t.m[key]; ok {
+	if p := t.findLocked(key); p != nil {
 		return p
 	}
 	if t.m == nil {
-		t.m = map[string]*leasePool{}
+		t.m = map[string]*list.Element{}
 	}
-	if len(t.m) >= maxLeasePools {
-		for k, p := range t.m {
-			if p.idle(now) {
-				delete(t.m, k)
-			}
+	if t.lru.Len() < MaxLeasePools {
+		p := newLeasePool(key)
+		t.m[key] = t.lru.PushFront(p)
+		return p
+	}
+	for range evictScan {
+		e := t.lru.Back()
+		old := e.Value.(*leasePool)
+		t.lru.MoveToFront(e)
+		if old.idle(now) {
+			delete(t.m, old.key)
+			p := newLeasePool(key)
+			e.Value = p
+			t.m[key] = e
+			return p
 		}
 	}
-	p := &leasePool{}
-	t.m[key] = p
+	return nil
+}
+
+// newLeasePool returns an empty pool for key, pinned once.
+func newLeasePool(key string) *leasePool {
+	p := &leasePool{key: key}
+	p.refs.Store(1)
 	return p
 }
 
-// idle reports whether the pool holds nothing worth keeping.
+// find returns the pool of a key, pinned as by pool, or nil if it has
+// none.
+func (t *leaseTable) find(key string) *leasePool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.findLocked(key)
+}
+
+// findLocked is find; t.mu is held.
+func (t *leaseTable) findLocked(key string) *leasePool {
+	e, ok := t.m[key]
+	if !ok {
+		return nil
+	}
+	t.lru.MoveToFront(e)
+	p := e.Value.(*leasePool)
+	p.refs.Add(1)
+	return p
+}
+
+// len reports how many pools the table holds.
+func (t *leaseTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lru.Len()
+}
+
+// unpin ends a pin taken by leaseTable.pool or find.
+func (p *leasePool) unpin() { p.refs.Add(-1) }
+
+// idle reports whether the pool can be dropped at now: no decision has it
+// pinned (so none is taking a lease or holds units to give back), and it
+// holds no unit of a live window. Called with the table's lock held, which
+// every pin takes: a pool found idle stays so until it is dropped.
 func (p *leasePool) idle(now time.Time) bool {
+	if p.refs.Load() > 0 {
+		return false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.refill == nil && !now.Before(p.until) && !now.Before(p.dryUntil)
+	return p.unitsAt(now) == 0
 }
 
 // leaseTake is what reserve took for one decision.

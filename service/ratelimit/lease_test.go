@@ -1,10 +1,14 @@
 package ratelimit_test
 
 import (
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -131,5 +135,102 @@ func TestLeaseInMultiLimitPolicyGivesBackOnDenial(t *testing.T) {
 	}
 	if d := req("z"); !d.Allowed || counter() != "20" {
 		t.Fatalf("next request: %+v, counter %s; want allowed with a new lease (20)", d, counter())
+	}
+}
+
+// leaseKeys names n client keys.
+func leaseKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("198.51.%d.%d", i/256, i%256)
+	}
+	return keys
+}
+
+// leaseRun asks svc for policy once per key of keys, from workers
+// goroutines, and returns how many were allowed; a decision that fails is
+// an error.
+func leaseRun(t *testing.T, svc *ratelimit.Service, policy string, keys []string, workers int) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(keys); i += workers {
+				d, err := svc.Check(t.Context(), ratelimit.Request{Policy: policy, Key: keys[i]})
+				if err != nil {
+					t.Errorf("Check(%s): %v", keys[i], err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return allowed.Load()
+}
+
+// wantLeaseCounters checks that every key's Redis counter of policy holds
+// want.
+func wantLeaseCounters(t *testing.T, m *miniredis.Miniredis, svc *ratelimit.Service, policy string, keys []string, want string) {
+	t.Helper()
+	pol, err := svc.Policy(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for _, k := range keys {
+		if v, _ := m.Get(svc.Keys(pol, []string{k})[0]); v != want {
+			if bad++; bad <= 3 {
+				t.Errorf("key %s: Redis counter %q, want %s", k, v, want)
+			}
+		}
+	}
+	if bad > 3 {
+		t.Errorf("... and %d more keys off", bad-3)
+	}
+}
+
+// One instance, a leased limit of 3 per hour with lease 2, and one key more
+// than the lease table holds, each asked once: the first MaxLeasePools
+// keys take a lease of 2 and keep 1 unit each, so the table has no pool
+// to drop for the last key, which is counted in Redis without a lease.
+// Then each key is asked until denied: exactly 3 allowed per key, the
+// fourth denied, every counter at 3 (no unit lost with a dropped pool),
+// and the table never above its cap.
+func TestLeaseTableAtCapPlusOneStaysExact(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, rdb := newTestRedis(t)
+	svc := mustNew(t, rdb, config{Registerer: reg, RateLimit: rlConfig(0, leased("l", 3, 2)).RateLimit})
+	keys := leaseKeys(ratelimit.MaxLeasePools + 1)
+	source := func(s string) float64 {
+		return counterValue(t, reg, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", s)
+	}
+
+	if got := leaseRun(t, svc, "l", keys, 1); got != int64(len(keys)) {
+		t.Fatalf("%d of %d first requests allowed", got, len(keys))
+	}
+	if n := ratelimit.LeasePools(svc); n != ratelimit.MaxLeasePools {
+		t.Errorf("%d pools after %d keys, want the cap %d", n, len(keys), ratelimit.MaxLeasePools)
+	}
+	wantLeaseCounters(t, m, svc, "l", keys[:ratelimit.MaxLeasePools], "2")
+	wantLeaseCounters(t, m, svc, "l", keys[ratelimit.MaxLeasePools:], "1")
+	if g, u := source("granted"), source("unleased"); g != ratelimit.MaxLeasePools || u != 1 {
+		t.Errorf("%v granted and %v unleased decisions, want %d and 1", g, u, ratelimit.MaxLeasePools)
+	}
+
+	for i, want := range []int64{int64(len(keys)), int64(len(keys)), 0} {
+		if got := leaseRun(t, svc, "l", keys, 1); got != want {
+			t.Fatalf("round %d: %d of %d allowed, want %d", i+2, got, len(keys), want)
+		}
+	}
+	wantLeaseCounters(t, m, svc, "l", keys, "3")
+	if n := ratelimit.LeasePools(svc); n > ratelimit.MaxLeasePools {
+		t.Errorf("%d pools, above the cap %d", n, ratelimit.MaxLeasePools)
+	}
+	if sum := source("granted") + source("local") + source("unleased"); sum != float64(3*len(keys)) {
+		t.Errorf("lease decisions %v, want one per allowed request, %d", sum, 3*len(keys))
 	}
 }

@@ -296,23 +296,31 @@ func (set *policySet) spec(pol Policy) limitSpec {
 
 // runLimits runs ratelimit_multi.lua for one decision under sp, bounded
 // by ctx, taking the units of leased limits from their pools first; when
-// the pools cover every limit it answers without a call. The reply is
-// multiReplyPer entries per limit; takes are the leased limits' takes
-// (zero for the others), already settled.
+// the pools cover every limit it answers without a call. A leased limit
+// that gets no pool (the table is full) is asked of Redis without a lease.
+// The reply is multiReplyPer entries per limit; takes are the leased
+// limits' takes (zero for the others), already settled and unpinned.
 func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64) ([]int64, []leaseTake, error) {
 	n := len(sp.limits)
 	out := make([]int64, multiReplyPer*n)
 	var takes []leaseTake
-	local := 0
+	local, unleased := 0, false
 	t0 := time.Now()
 	if sp.leased {
 		takes = make([]leaseTake, n)
+		defer unpinTakes(takes)
 		for i, l := range sp.limits {
 			if l.Lease == 0 {
 				continue
 			}
-			t, err := s.rl.leases.pool(rkeys[i], t0).reserve(ctx, cost, t0)
+			p := s.rl.leases.pool(rkeys[i], t0)
+			if p == nil {
+				unleased = true
+				continue
+			}
+			t, err := p.reserve(ctx, cost, t0)
 			if err != nil {
+				p.unpin()
 				undoTakes(takes[:i])
 				return nil, nil, fmt.Errorf("%s: %w", rateLimitMultiScript.Name(), errors.Join(store.ErrUnavailable, err))
 			}
@@ -324,7 +332,6 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 				// Redis cannot cover it before dryUntil: denied here. (A
 				// limit among others asks Redis, which denies it, so the
 				// answer reports every limit.)
-				p := t.pool
 				p.mu.Lock()
 				avail, wait := p.avail+p.unitsAt(t0), p.dryUntil.Sub(t0).Milliseconds()
 				p.mu.Unlock()
@@ -351,6 +358,13 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 		}
 	}
 	argv = append(argv, sp.args...)
+	if unleased {
+		for i, l := range sp.limits {
+			if l.Lease > 0 && takes[i].pool == nil {
+				argv[1+n+5*i+3] = int64(0) // ARGV[n+5i] lease: none, as it has no pool
+			}
+		}
+	}
 	sc := rateLimitMultiScript
 	res, err := s.st.Run(ctx, sc, rkeys, argv...)
 	if err == nil {
@@ -369,12 +383,13 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 		return nil, nil, err
 	}
 	for i, t := range takes {
-		if t.pool == nil {
-			continue
-		}
 		o := multiReplyPer * i
 		status, remaining, reset := out[o], out[o+1], time.Duration(out[o+2])*time.Millisecond
 		switch {
+		case t.pool == nil: // no lease, or no pool for it in a full table
+			if status == multiCounted && sp.limits[i].Lease > 0 {
+				ctr.lease(i, sp.limits[i].Name, "unleased")
+			}
 		case status == multiCounted && t.refill:
 			t.granted(out[o+4], cost-t.have, remaining, t0.Add(reset), t0)
 			ctr.lease(i, sp.limits[i].Name, "granted")
@@ -389,16 +404,24 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 
 // fromLeases answers a decision from the units this instance holds when
 // every limit of sp is leased and holds the cost: no Redis call, no wait.
-// It returns a nil reply otherwise, having taken nothing.
+// It returns a nil reply otherwise, having taken nothing. The takes
+// returned are unpinned.
 func (s *Service) fromLeases(ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64) ([]int64, []leaseTake) {
 	if !sp.allLeased {
 		return nil, nil
 	}
 	now := time.Now()
 	takes := make([]leaseTake, len(sp.limits))
+	defer unpinTakes(takes)
 	for i := range sp.limits {
-		t, ok := s.rl.leases.pool(rkeys[i], now).tryLocal(cost, now)
+		p := s.rl.leases.find(rkeys[i])
+		if p == nil {
+			undoTakes(takes[:i])
+			return nil, nil
+		}
+		t, ok := p.tryLocal(cost, now)
 		if !ok {
+			p.unpin()
 			undoTakes(takes[:i])
 			return nil, nil
 		}
@@ -417,6 +440,15 @@ func undoTakes(takes []leaseTake) {
 	for _, t := range takes {
 		if t.pool != nil && !t.dry {
 			t.undo(false, 0, time.Time{})
+		}
+	}
+}
+
+// unpinTakes unpins the pools of takes, once the decision is settled.
+func unpinTakes(takes []leaseTake) {
+	for _, t := range takes {
+		if t.pool != nil {
+			t.pool.unpin()
 		}
 	}
 }

@@ -131,7 +131,7 @@ type decisionCounters struct {
 type limitCounters struct {
 	name                                string
 	allowed, denied, blocked, wouldDeny prometheus.Counter
-	leaseLocal, leaseGranted            prometheus.Counter // nil without a lease
+	leaseLocal, leaseGranted, unleased  prometheus.Counter // nil without a lease
 }
 
 // limitResults are the result labels of limitDecisions.
@@ -155,6 +155,7 @@ func (rl *rateLimiter) newCounters(p Policy) *decisionCounters {
 		if l.Lease > 0 {
 			lc.leaseLocal = rl.leaseDecisions.WithLabelValues(policy, l.Name, "local")
 			lc.leaseGranted = rl.leaseDecisions.WithLabelValues(policy, l.Name, "granted")
+			lc.unleased = rl.leaseDecisions.WithLabelValues(policy, l.Name, "unleased")
 		}
 		c.limits = append(c.limits, lc)
 	}
@@ -181,15 +182,19 @@ func (c *decisionCounters) countLimit(i int, name string, status int64) {
 }
 
 // lease counts a decision of leased limit i: "local", answered from the
-// units this instance holds, or "granted", with a new lease from Redis.
+// units this instance holds, "granted", with a new lease from Redis, or
+// "unleased", counted in Redis without one (the lease table was full).
 func (c *decisionCounters) lease(i int, name, source string) {
 	if i >= len(c.limits) || c.limits[i].name != name || c.limits[i].leaseLocal == nil {
 		return
 	}
-	if source == "local" {
+	switch source {
+	case "local":
 		c.limits[i].leaseLocal.Inc()
-	} else {
+	case "granted":
 		c.limits[i].leaseGranted.Inc()
+	default:
+		c.limits[i].unleased.Inc()
 	}
 }
 
@@ -223,6 +228,7 @@ func (rl *rateLimiter) deleteLimitCounters(old, next Policy) {
 		if i < 0 || nl[i].Lease == 0 {
 			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "local")
 			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "granted")
+			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "unleased")
 		}
 	}
 }

@@ -139,7 +139,8 @@ type rateLimiter struct {
 	limitDecisions *prometheus.CounterVec
 	// leaseDecisions counts the allowed decisions of leased limits: policy,
 	// limit, source (local: from the units held here; granted: with a new
-	// lease from Redis).
+	// lease from Redis; unleased: counted in Redis without a lease, the
+	// lease table being full).
 	leaseDecisions *prometheus.CounterVec
 	leases         leaseTable        // the units held of leased limits
 	inline         *decisionCounters // the counters of inline limits
@@ -163,7 +164,7 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 		}, []string{"policy", "limit", "result"}),
 		leaseDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_lease_decisions_total",
-			Help: "Allowed decisions of leased limits by policy, limit and source (local: answered from the units this instance holds, without Redis; granted: counted in Redis with a new lease).",
+			Help: "Allowed decisions of leased limits by policy, limit and source (local: answered from the units this instance holds, without Redis; granted: counted in Redis with a new lease; unleased: counted in Redis without a lease, as the instance's table of leases was full).",
 		}, []string{"policy", "limit", "source"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "latchkey_ratelimit_cache_hits_total", Help: "Denials answered from the in-process cache without Redis.",
@@ -178,7 +179,11 @@ func newRateLimiter(cfg Config, reg prometheus.Registerer) *rateLimiter {
 	rl.set.Store(rl.newPolicySet(cfg.Policies, time.Now()))
 	rl.inline = rl.newCounters(Policy{Name: InlinePolicyName})
 	if reg != nil {
-		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.leaseDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny)
+		leasePools := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "latchkey_ratelimit_lease_pools",
+			Help: fmt.Sprintf("Keys of leased limits whose units this instance keeps (at most %d).", MaxLeasePools),
+		}, func() float64 { return float64(rl.leases.len()) })
+		reg.MustRegister(rl.decisions, rl.limitDecisions, rl.leaseDecisions, rl.cacheHits, rl.failOpen, rl.wouldDeny, leasePools)
 	}
 	return rl
 }

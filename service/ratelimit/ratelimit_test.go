@@ -200,19 +200,22 @@ func TestCheckRateLimitInvalid(t *testing.T) {
 }
 
 // BenchmarkCheckRateLimit measures the decision path: a decision answered by
-// the script, and a denial answered from the in-process cache. redis_calls/op
-// shows what the cache saves.
+// the script, a denial answered from the in-process cache, and a decision
+// answered from a lease's units. redis_calls/op shows what the cache and the
+// lease save.
 func BenchmarkCheckRateLimit(b *testing.B) {
 	for _, bc := range []struct {
-		name  string
-		limit int64
-	}{{"script", 1_000_000_000}, {"cached-denial", 1}} {
+		name         string
+		limit, lease int64
+	}{{"script", 1_000_000_000, 0}, {"cached-denial", 1, 0}, {"leased", 1_000_000_000, 1_000_000}} {
 		b.Run(bc.name, func(b *testing.B) {
 			m := miniredis.RunT(b)
 			rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			b.Cleanup(func() { _ = rdb.Close() })
 			cc := &countingClient{Client: rdb}
-			svc, err := newService(cc, rlConfig(ratelimit.DefaultCacheSize, fixed("bench", bc.limit, time.Hour)))
+			pol := fixed("bench", bc.limit, time.Hour)
+			pol.Lease = bc.lease
+			svc, err := newService(cc, rlConfig(ratelimit.DefaultCacheSize, pol))
 			if err != nil {
 				b.Fatal(err)
 			}
