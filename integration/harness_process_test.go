@@ -21,7 +21,7 @@ const readmeAdminKey = "change-me-to-a-long-secret"
 func buildServer(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "latchkey-server")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/server").CombinedOutput()
+	out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "../cmd/server").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build ./cmd/server: %v\n%s", err, out)
 	}

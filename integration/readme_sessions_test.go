@@ -150,8 +150,11 @@ func runREADMESessions(t *testing.T, bin string, sessions []readmeSession, redis
 	tmp := t.TempDir()
 	port, tenantPort := freePort(t), freePort(t)
 	env := []string{"LATCHKEY_ADMIN_KEY=" + readmeAdminKey}
-	shellEnv := append(environWithout("LATCHKEY_", "TMPDIR=", "PATH="),
-		"TMPDIR="+tmp, "PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	shellEnv := append(environWithout("LATCHKEY_", "TMPDIR=", "PATH=", "GOFLAGS="),
+		"TMPDIR="+tmp, "PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
+		// The sessions' go build shares the build cache with buildServer's
+		// (and the other store's) whatever directory the copy is in.
+		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
 	if redisURL != "" {
 		env = append(env, "LATCHKEY_REDIS_URL="+redisURL)
 		shellEnv = append(shellEnv, "LATCHKEY_REDIS_URL="+redisURL)
