@@ -28,6 +28,7 @@ var singleNodeOnly = map[string]string{
 	"TestRateLimitChecksBehindStalledCallsCountExactly":           "pauses the one Redis node (CLIENT PAUSE WRITE) under batched decisions",
 	"TestRateLimitDecisionsWhileRedisPaused":                      "pauses the one Redis node (CLIENT PAUSE)",
 	"TestRateLimitRedisDown":                                      "stops the one Redis container",
+	"TestREADMESessions":                                          "runs the README's sessions as it says, on the embedded store and on one Redis node (its redis-cli lines scan that node, and one session freezes it)",
 	"TestReadyzRunsAScript":                                       "SCRIPT FLUSH and command statistics of a private Redis",
 	"TestRedisPaused":                                             "pauses the one Redis node (CLIENT PAUSE)",
 	"TestRedisRestartRecovery":                                    "restarts the one Redis container",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -15,21 +14,19 @@ import (
 )
 
 // TestSpecRequestExamplesAreValidRequests sends every request example of
-// api/openapi.yaml to a real server and expects 2xx: Swagger UI pre-fills
-// the first one, and a user pastes the others. An operation with a JSON body
-// must have an example, or Swagger UI would build one from the schema's
+// api/openapi.yaml to the quick-start server (the server binary with no
+// configuration, on its embedded store, with the README's admin key) and
+// expects 2xx: Swagger UI pre-fills the first one, and a user pastes the
+// others, on the server the README starts first. An operation with a JSON
+// body must have an example, or Swagger UI would build one from the schema's
 // defaults and examples, a combination no one checks.
 func TestSpecRequestExamplesAreValidRequests(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
 	if err != nil {
 		t.Fatalf("api/openapi.yaml: %v", err)
 	}
-	// The policies the examples name, from the documented example file.
-	pol, err := loadPolicies(filepath.Join("..", "deploy", "policies.example.yaml"))
-	if err != nil {
-		t.Fatalf("deploy/policies.example.yaml: %v", err)
-	}
-	e := newTestEnv(t, withPolicies(pol...))
+	srv := startServerProcess(t, buildServer(t), t.TempDir(), freePort(t), "LATCHKEY_ADMIN_KEY="+readmeAdminKey)
+	e := remoteEnv(t, srv.URL)
 
 	paths := doc.Paths.Map()
 	keys := make([]string, 0, len(paths))
@@ -101,11 +98,11 @@ func requestExamples(mt *openapi3.MediaType) []namedExample {
 }
 
 // sendExample sends one example to the operation, on a lock name of its
-// own; an operation that needs a held lease (Lock-Token required) gets one
-// first.
+// own and the quick-start server's policy (default); an operation that
+// needs a held lease (Lock-Token required) gets one first.
 func sendExample(t *testing.T, e *testEnv, method, path string, op *openapi3.Operation, ex namedExample) {
 	lockName := "example-" + op.OperationID + "-" + ex.name
-	url := strings.NewReplacer("{name}", lockName, "{policy}", "per-ip", "{path}", "x").Replace(path)
+	url := strings.NewReplacer("{name}", lockName, "{policy}", "default", "{path}", "x").Replace(path)
 	var headers []string
 	for _, p := range op.Parameters {
 		if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Lock-Token" && p.Value.Required {
@@ -113,7 +110,7 @@ func sendExample(t *testing.T, e *testEnv, method, path string, op *openapi3.Ope
 		}
 	}
 	if op.Security != nil && len(*op.Security) == 1 { // an admin-only operation
-		headers = append(headers, "Authorization", "Bearer "+testAdminKey)
+		headers = append(headers, "Authorization", "Bearer "+readmeAdminKey)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
