@@ -136,7 +136,8 @@ func (au *authenticator) keys() *auth.KeySet {
 // for a release whose ?force= cannot be read, 403 without the route's
 // scope or for a name the key may not use, 429 quota-exceeded past the
 // tenant's request rate. The request then acts for the key's tenant (see
-// store.WithTenant).
+// store.WithTenant). A request no route serves gets the router's 404 or
+// 405, with or without a key.
 func (au *authenticator) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		set := au.keys()
@@ -153,11 +154,13 @@ func (au *authenticator) middleware(next http.Handler) http.Handler {
 
 func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *auth.KeySet, next http.Handler) error {
 	rctx := chi.NewRouteContext()
-	path := r.URL.Path
-	if r.URL.RawPath != "" {
-		path = r.URL.RawPath
+	pattern := au.mux.Find(rctx, r.Method, routePath(r))
+	if _, gate := gatePolicy(r.URL.Path); pattern == "" && !gate {
+		// No route: the router answers 404 or 405 whoever asks (the
+		// routes are public, in the OpenAPI document), and spends nothing.
+		next.ServeHTTP(w, r)
+		return nil
 	}
-	pattern := au.mux.Find(rctx, r.Method, path)
 	scope, policy, badForce := au.routeScope(r, pattern, rctx)
 	if policy != "" && set.PublicGate(policy) {
 		au.count(nil, "public")
@@ -242,18 +245,15 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 	return nil
 }
 
-// routeScope is the scope the request needs, and the gate's policy when it is a gate request. A
+// routeScope is the scope a routed request (or a gate request of any
+// method) needs, and the gate's policy when it is a gate request. A
 // release's ?force= is read by forceParam, as the release itself reads it:
 // force=true needs admin. Returns forceParam's error when it refuses the
 // force, with the route's own scope.
 func (au *authenticator) routeScope(r *http.Request, pattern string, rctx *chi.Context) (auth.Scope, string, error) {
 	if pattern == "" {
-		// The gate answers every method (see NewRouter); any other
-		// unrouted request gets its 404 or 405 after authentication.
-		if policy, ok := gatePolicy(r.URL.Path); ok {
-			return auth.ScopeRateLimitGate, policy, nil
-		}
-		return auth.ScopeAdmin, "", nil
+		policy, _ := gatePolicy(r.URL.Path) // the gate answers every method (see NewRouter)
+		return auth.ScopeRateLimitGate, policy, nil
 	}
 	scope, ok := routeScopes[r.Method+" "+pattern]
 	if !ok {

@@ -177,8 +177,8 @@ func logLines(t *testing.T, logs string) []map[string]any {
 }
 
 // TestAdminActionsLogged: with API keys, every admin action is logged once
-// as an "admin action" with its route pattern and name; a refused force
-// and a release are not admin actions.
+// as an "admin action" with its route pattern and name; a refused force,
+// an unknown route and a release are not admin actions.
 func TestAdminActionsLogged(t *testing.T) {
 	set := mustKeySet(t, "")
 	var logs syncBuffer
@@ -200,6 +200,8 @@ func TestAdminActionsLogged(t *testing.T) {
 		newRequest(http.MethodDelete, "/v1/locks/e?force=1", "", writer...),
 		newRequest(http.MethodDelete, "/v1/locks/e?force=true", "", writer...),
 		newRequest(http.MethodDelete, "/v1/locks/e", "", append([]string{"Lock-Token", tokenA}, writer...)...),
+		newRequest(http.MethodPatch, "/v1/locks/e", "", ops...),
+		newRequest(http.MethodGet, "/v1/nope", "", ops...),
 	} {
 		serve(t, h, req)
 	}
