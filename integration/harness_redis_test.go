@@ -94,3 +94,18 @@ func (e *testEnv) channelSubscribers(t testing.TB, name string) int64 {
 	ch := e.lockKeys(name).Channel
 	return subscribers(t, e.RDB, ch)[ch]
 }
+
+// dump is every Redis key of e's server with its value as DUMP serializes
+// it (not its TTL), to show byte for byte that a request changed nothing.
+func (e *testEnv) dump(t testing.TB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, k := range e.keys(t) {
+		v, err := e.RDB.Dump(t.Context(), k).Result()
+		if err != nil {
+			t.Fatalf("DUMP %s: %v", k, err)
+		}
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestUnknownRoutesWithKeys: with API keys on, a path or method no route
+// serves is a 404 or 405 problem whatever key is sent, and changes nothing
+// in Redis. These requests are not in api/openapi.yaml, so they go through
+// a client that does not check answers against it.
+func TestUnknownRoutesWithKeys(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile("requests_per_second: 100"))))
+	raw := *e
+	raw.Client = &http.Client{}
+	held := e.acquire(t, "x", `{"ttl":"1m"}`, bearer(secretA)...)
+	before := e.dump(t)
+	requests := []struct {
+		method, path string
+		status       int
+		typ          string
+	}{
+		{"GET", "/v1/nope", http.StatusNotFound, "not-found"},
+		{"POST", "/v1/locks/", http.StatusNotFound, "not-found"},
+		{"PATCH", "/v1/locks/x", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{"GET", "/v1/locks/x/hold", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{"DELETE", "/v1/locks/x/renew?force=true", http.StatusMethodNotAllowed, "method-not-allowed"},
+	}
+	keys := map[string][]string{"no key": nil, "a wrong key": bearer("not-a-key-0123456789"),
+		"the application's key": append(bearer(secretA), "Lock-Token", held.Token), "the admin's key": bearer(secretOps)}
+	for _, rq := range requests {
+		for desc, headers := range keys {
+			r := raw.do(t, rq.method, rq.path, "", headers...)
+			p := wantProblem(t, r, rq.status, rq.typ)
+			if p.RequestID == "" || p.RequestID != r.Header.Get("X-Request-Id") {
+				t.Errorf("%s %s with %s: request_id %q, X-Request-Id %q", rq.method, rq.path, desc, p.RequestID, r.Header.Get("X-Request-Id"))
+			}
+		}
+	}
+	if diff := cmp.Diff(before, e.dump(t)); diff != "" {
+		t.Errorf("unrouted requests changed Redis (-before +after):\n%s", diff)
+	}
+	if st := e.inspect(t, "x", bearer(secretA)...); !st.Held {
+		t.Errorf("x after the unrouted requests: %v, want held", st)
+	}
+}
+
+// TestHeadOnOperationsRoutes: HEAD on the operations routes answers as GET
+// does, with no body, with API keys on (they stay open). /docs/ is
+// /docs/{path} with an empty path, which the spec's router does not match,
+// so it goes through a client that does not check answers against it.
+func TestHeadOnOperationsRoutes(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile(""))))
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	e.Client.CheckRedirect = noRedirect
+	raw := *e
+	raw.Client = &http.Client{CheckRedirect: noRedirect}
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/healthz", http.StatusOK}, {"/readyz", http.StatusOK}, {"/metrics", http.StatusOK},
+		{"/openapi.yaml", http.StatusOK}, {"/docs", http.StatusMovedPermanently},
+		{"/docs/", http.StatusMovedPermanently}, {"/docs/index.html", http.StatusOK},
+	} {
+		client := e
+		if tc.path == "/docs/" {
+			client = &raw
+		}
+		r := client.do(t, "HEAD", tc.path, "")
+		if r.Status != tc.status || len(r.Body) != 0 || r.Header.Get("X-Request-Id") == "" {
+			t.Errorf("HEAD %s: status %d, %d body bytes, X-Request-Id %q; want %d, none, an ID",
+				tc.path, r.Status, len(r.Body), r.Header.Get("X-Request-Id"), tc.status)
+		}
+	}
+}
