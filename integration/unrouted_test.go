@@ -1,7 +1,12 @@
 package integration
 
 import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -74,5 +79,38 @@ func TestHeadOnOperationsRoutes(t *testing.T) {
 			t.Errorf("HEAD %s: status %d, %d body bytes, X-Request-Id %q; want %d, none, an ID",
 				tc.path, r.Status, len(r.Body), r.Header.Get("X-Request-Id"), tc.status)
 		}
+	}
+}
+
+// TestMalformedEscapeIsAProblem: a path with a malformed escape, which
+// net/http refuses before any handler, is a 400 invalid-request
+// problem+json with a request ID, as the server answers it, and changes
+// nothing (a force-release of a lock whose name it spoils included).
+func TestMalformedEscapeIsAProblem(t *testing.T) {
+	e := newTestEnv(t)
+	held := e.acquire(t, "victim", `{"ttl":"1m"}`)
+	before := e.dump(t)
+	for _, target := range []string{"/v1/locks/victim%zz?force=true", "/v1/locks/a%zz", "/v1/locks/victim%2"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "DELETE %s HTTP/1.1\r\nHost: latchkey\r\nAuthorization: Bearer %s\r\nLock-Token: %s\r\n\r\n", target, testAdminKey, held.Token)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("DELETE %s: %v", target, err)
+		}
+		var p problemJSON
+		derr := json.NewDecoder(resp.Body).Decode(&p)
+		_ = c.Close()
+		if derr != nil || resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("DELETE %s: %d %q (%v), want a 400 problem", target, resp.StatusCode, resp.Header.Get("Content-Type"), derr)
+		}
+		if p.Type != "invalid-request" || p.RequestID == "" || p.RequestID != resp.Header.Get("X-Request-Id") || len(p.Errors) != 1 {
+			t.Errorf("DELETE %s: problem %+v, X-Request-Id %q", target, p, resp.Header.Get("X-Request-Id"))
+		}
+	}
+	if diff := cmp.Diff(before, e.dump(t)); diff != "" {
+		t.Errorf("refused requests changed Redis (-before +after):\n%s", diff)
 	}
 }
