@@ -18,14 +18,21 @@ const maxEchoedForce = 16
 // releaseOrForce), so the two never disagree on whether a request is an
 // admin action. Absent, it is false; given once, it is exactly true or
 // false. Returns an invalid-request error naming force for any other
-// spelling (1, t, TRUE, yes, an empty value), for force given more than
-// once, and naming the query when the query string cannot be parsed (a
-// force could hide in it).
+// spelling (1, t, TRUE, yes, an empty value) and for force given more
+// than once, naming a parameter Force or FORCE (names are case-sensitive,
+// and one meant as force must not pass for a release), and naming the
+// query when the query string cannot be parsed (a force could hide in it).
 func forceParam(r *http.Request) (bool, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return false, badRequest("query", "format",
 			"the query string is malformed ("+err.Error()+"): escape '%' as %25 and separate parameters with '&'")
+	}
+	for name := range q {
+		if name != "force" && strings.EqualFold(name, "force") {
+			return false, badRequest(name, "unknown", "unknown query parameter "+strconv.Quote(name)+
+				" (parameter names are case-sensitive): did you mean \"force\"?")
+		}
 	}
 	vs, ok := q["force"]
 	switch {

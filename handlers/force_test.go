@@ -94,6 +94,8 @@ func TestForceIsTrueOrFalseOnly(t *testing.T) {
 		{"force=false&force=true", "force", "duplicate"},
 		{"force=true&force=true", "force", "duplicate"},
 		{"force=true&force=", "force", "duplicate"},
+		{"Force=true", "Force", "unknown"},
+		{"FORCE=true&force=false", "FORCE", "unknown"},
 		{"force=%zz", "query", "format"},
 		{"force=true;x=1", "query", "format"},
 	}

@@ -23,7 +23,7 @@ var forcePrimitives = []forcePrimitive{
 var badForces = []struct{ query, field string }{
 	{"force=1", "force"}, {"force=t", "force"}, {"force=T", "force"}, {"force=TRUE", "force"},
 	{"force=True", "force"}, {"force=yes", "force"}, {"force=", "force"},
-	{"force=false&force=true", "force"}, {"force=true&force=true", "force"}, {"force=%zz", "query"},
+	{"force=false&force=true", "force"}, {"force=true&force=true", "force"}, {"Force=true", "Force"}, {"force=%zz", "query"},
 }
 
 // TestForceSpellingsChangeNothing: on every primitive, with a keys file and
