@@ -366,7 +366,8 @@ func TestAuthNeverEchoesTheSecret(t *testing.T) {
 // serves is the router's 404 or 405 whatever key is sent (none, a wrong
 // one, one without admin, the admin's): the routes are public, and no
 // scope is needed to learn that one does not exist. A wrong key sent there
-// is no failed authentication, and nothing reaches the service.
+// is no failed authentication, and nothing reaches the service, not even
+// the tenant's request quota.
 func TestUnknownRouteWithKeys(t *testing.T) {
 	requests := []struct {
 		method, target string
@@ -384,7 +385,7 @@ func TestUnknownRouteWithKeys(t *testing.T) {
 	}
 	keys := map[string]string{"no key": "", "a wrong key": "not-a-key-0123456789",
 		"a locks:read key": testSecret("locks-read"), "the admin's key": testSecret("ops")}
-	set := mustKeySet(t, "")
+	set := mustKeySet(t, "requests_per_second: 5")
 	for _, rq := range requests {
 		for desc, secret := range keys {
 			t.Run(rq.method+" "+rq.target+" with "+desc, func(t *testing.T) {

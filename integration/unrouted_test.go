@@ -17,7 +17,7 @@ import (
 // in Redis. These requests are not in api/openapi.yaml, so they go through
 // a client that does not check answers against it.
 func TestUnknownRoutesWithKeys(t *testing.T) {
-	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile("requests_per_second: 100"))))
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile(""))))
 	raw := *e
 	raw.Client = &http.Client{}
 	held := e.acquire(t, "x", `{"ttl":"1m"}`, bearer(secretA)...)
