@@ -115,10 +115,12 @@ func (au *authenticator) keys() *auth.KeySet {
 }
 
 // middleware requires an API key on the /v1 API when a key set is active:
-// 401 without a valid one (429 once its address failed too often), 403
-// without the route's scope or for a name the key may not use, 429
-// quota-exceeded past the tenant's request rate. The request then acts for
-// the key's tenant (see store.WithTenant).
+// 401 without a valid one (429 once its address failed too often), 400
+// for a release whose ?force= cannot be read, 403 without the route's
+// scope or for a name the key may not use, 429 quota-exceeded past the
+// tenant's request rate. The request then acts for the key's tenant (see
+// store.WithTenant). A request no route serves gets the router's 404 or
+// 405, with or without a key.
 func (au *authenticator) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		set := au.keys()
@@ -135,12 +137,14 @@ func (au *authenticator) middleware(next http.Handler) http.Handler {
 
 func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *auth.KeySet, next http.Handler) error {
 	rctx := chi.NewRouteContext()
-	path := r.URL.Path
-	if r.URL.RawPath != "" {
-		path = r.URL.RawPath
+	pattern := au.mux.Find(rctx, r.Method, routePath(r))
+	if _, gate := gatePolicy(r.URL.Path); pattern == "" && !gate {
+		// No route: the router answers 404 or 405 whoever asks (the
+		// routes are public, in the OpenAPI document), and spends nothing.
+		next.ServeHTTP(w, r)
+		return nil
 	}
-	pattern := au.mux.Find(rctx, r.Method, path)
-	scope, policy := au.routeScope(r, pattern, rctx)
+	scope, policy, badForce := au.routeScope(r, pattern, rctx)
 	if policy != "" && set.PublicGate(policy) {
 		au.count(nil, "public")
 		next.ServeHTTP(w, r)
@@ -187,10 +191,15 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 			return &httpError{typ: forbidden, detail: "the " + TenantHeader + " header names no tenant of the keys file"}
 		}
 	}
+	if badForce != nil {
+		// Authenticated, but the request does not say which scope it
+		// needs: it is refused as the release would refuse it.
+		au.count(tenant, "ok")
+		return badForce
+	}
 	if !key.Has(scope) {
 		au.count(tenant, "forbidden")
-		return &httpError{typ: forbidden, challenge: bearerChallenge + `, error="insufficient_scope", scope="` + string(scope) + `"`,
-			detail: "key " + key.ID + " lacks the scope " + string(scope) + " this request needs"}
+		return lacksScope(key, scope)
 	}
 	if name, ok := routeName(rctx); ok && !key.MayName(name) {
 		au.count(tenant, "forbidden")
@@ -225,31 +234,43 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 	return nil
 }
 
-// routeScope is the scope the request needs, and the gate's policy when it
-// is a gate request.
-func (au *authenticator) routeScope(r *http.Request, pattern string, rctx *chi.Context) (auth.Scope, string) {
+// routeScope is the scope a routed request (or a gate request of any
+// method) needs, and the gate's policy when it is a gate request. A
+// release's ?force= is read by forceParam, as the release itself reads it:
+// force=true needs admin. Returns forceParam's error when it refuses the
+// force, with the route's own scope.
+func (au *authenticator) routeScope(r *http.Request, pattern string, rctx *chi.Context) (auth.Scope, string, error) {
 	if pattern == "" {
-		// The gate answers every method (see NewRouter); any other
-		// unrouted request gets its 404 or 405 after authentication.
-		if policy, ok := gatePolicy(r.URL.Path); ok {
-			return auth.ScopeRateLimitGate, policy
-		}
-		return auth.ScopeAdmin, ""
+		policy, _ := gatePolicy(r.URL.Path) // the gate answers every method (see NewRouter)
+		return auth.ScopeRateLimitGate, policy, nil
 	}
 	scope, ok := routeScopes[r.Method+" "+pattern]
 	if !ok {
 		scope, ok = routeScopes["* "+pattern]
 	}
 	if !ok {
-		return auth.ScopeAdmin, ""
+		return auth.ScopeAdmin, "", nil
 	}
 	if scope == auth.ScopeRateLimitGate {
-		return scope, rctx.URLParam("policy")
+		return scope, rctx.URLParam("policy"), nil
 	}
-	if r.Method == http.MethodDelete && r.URL.Query().Get("force") == "true" {
-		return auth.ScopeAdmin, ""
+	if r.Method == http.MethodDelete {
+		forced, err := forceParam(r)
+		if err != nil {
+			return scope, "", err
+		}
+		if forced {
+			return auth.ScopeAdmin, "", nil
+		}
 	}
-	return scope, ""
+	return scope, "", nil
+}
+
+// lacksScope is the forbidden error of a key without the scope a request
+// needs, its challenge naming the scope (RFC 6750's insufficient_scope).
+func lacksScope(key *auth.Key, scope auth.Scope) error {
+	return &httpError{typ: forbidden, challenge: bearerChallenge + `, error="insufficient_scope", scope="` + string(scope) + `"`,
+		detail: "key " + key.ID + " lacks the scope " + string(scope) + " this request needs"}
 }
 
 // routeName is the {name} a route names, decoded as lockName decodes it.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/latchkey/latchkey/service/auth"
 	"github.com/latchkey/latchkey/service/locks"
@@ -357,6 +358,105 @@ func TestAuthNeverEchoesTheSecret(t *testing.T) {
 			if strings.Contains(text, s) {
 				t.Errorf("%s contain the secret %q", what, s)
 			}
+		}
+	}
+}
+
+// TestUnknownRouteWithKeys: with API keys on, a path or method no route
+// serves is the router's 404 or 405 whatever key is sent (none, a wrong
+// one, one without admin, the admin's): the routes are public, and no
+// scope is needed to learn that one does not exist. A wrong key sent there
+// is no failed authentication, and nothing reaches the service, not even
+// the tenant's request quota.
+func TestUnknownRouteWithKeys(t *testing.T) {
+	requests := []struct {
+		method, target string
+		status         int
+		typ            string
+	}{
+		{http.MethodGet, "/v1/nope", http.StatusNotFound, "not-found"},
+		{http.MethodPost, "/v1/locks/", http.StatusNotFound, "not-found"},
+		{http.MethodDelete, "/v1/locks/?force=true", http.StatusNotFound, "not-found"},
+		{http.MethodPatch, "/v1/locks/x", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{http.MethodGet, "/v1/locks/x/hold", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{http.MethodPut, "/v1/rwlocks/x", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{http.MethodDelete, "/v1/semaphores/x/renew?force=true", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{"PROPFIND", "/v1/locks/x", http.StatusMethodNotAllowed, "method-not-allowed"},
+	}
+	keys := map[string]string{"no key": "", "a wrong key": "not-a-key-0123456789",
+		"a locks:read key": testSecret("locks-read"), "the admin's key": testSecret("ops")}
+	set := mustKeySet(t, "requests_per_second: 5")
+	for _, rq := range requests {
+		for desc, secret := range keys {
+			t.Run(rq.method+" "+rq.target+" with "+desc, func(t *testing.T) {
+				cfg := authConfig(set)
+				cfg.Auth.FailBurst = 1 // one wrong key would throttle the address
+				fake, _ := okService()
+				h := newTestRouter(t, fake, cfg)
+				var headers []string
+				if secret != "" {
+					headers = []string{"Authorization", "Bearer " + secret}
+				}
+				for range 2 {
+					req := newRequest(rq.method, rq.target, "", headers...)
+					wantProblem(t, serve(t, h, req), req, rq.status, rq.typ)
+				}
+				if calls := fake.Calls(); len(calls) != 0 {
+					t.Errorf("service calls = %v, want none", calls)
+				}
+			})
+		}
+	}
+}
+
+// TestRefusedRequestsLogTheirRoute: a request refused before it reaches
+// its handler (no key, a key without the scope) is logged and counted
+// under the route it asked for, not as "unmatched"; a path no route serves
+// stays "unmatched".
+func TestRefusedRequestsLogTheirRoute(t *testing.T) {
+	set := mustKeySet(t, "")
+	var logs syncBuffer
+	cfg := authConfig(set)
+	cfg.Logger = newJSONLogger(&logs)
+	fake, _ := okService()
+	h := newTestRouter(t, fake, cfg)
+	for _, req := range []*http.Request{
+		newRequest(http.MethodGet, "/v1/locks/orders", ""),
+		newRequest(http.MethodDelete, "/v1/semaphores/orders?force=true", "", "Authorization", "Bearer "+testSecret("locks-write")),
+		newRequest(http.MethodGet, "/v1/ratelimit/gate/api/x", ""),
+		newRequest("PROPFIND", "/v1/ratelimit/gate/api", ""),
+		newRequest(http.MethodGet, "/v1/nope", ""),
+	} {
+		serve(t, h, req)
+	}
+	type line struct {
+		Method, Route string
+		Status        float64
+	}
+	var got []line
+	for _, rec := range logLines(t, logs.String()) {
+		if rec["msg"] == "request" {
+			got = append(got, line{rec["method"].(string), rec["route"].(string), rec["status"].(float64)})
+		}
+	}
+	want := []line{
+		{"GET", "/v1/locks/{name}", 401},
+		{"DELETE", "/v1/semaphores/{name}", 403},
+		{"GET", "/v1/ratelimit/gate/{policy}/*", 401},
+		{"PROPFIND", "/v1/ratelimit/gate/{policy}", 401},
+		{"GET", "unmatched", 404},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("request log lines (-want +got):\n%s", diff)
+	}
+	metrics := serve(t, h, newRequest(http.MethodGet, "/metrics", "")).Body.String()
+	for _, series := range []string{
+		`latchkey_http_requests_total{method="GET",route="/v1/locks/{name}",status="401"} 1`,
+		`latchkey_http_requests_total{method="DELETE",route="/v1/semaphores/{name}",status="403"} 1`,
+		`latchkey_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+	} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("/metrics lacks %s", series)
 		}
 	}
 }

@@ -3,7 +3,9 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,4 +60,60 @@ func TestReadyz(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHeadAnswersAsGet: HEAD on the operations routes answers what GET
+// answers (status, Content-Type, X-Request-Id) without the body, with API
+// keys on or off (they stay open either way).
+func TestHeadAnswersAsGet(t *testing.T) {
+	for _, cfg := range []handlers.Config{{}, authConfig(mustKeySet(t, ""))} {
+		fake := &fakeService{ReadyFn: func(context.Context) error { return nil }}
+		srv := httptest.NewServer(newTestRouter(t, fake, cfg))
+		t.Cleanup(srv.Close)
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/docs", "/docs/", "/docs/index.html"} {
+			t.Run(fmt.Sprintf("%s keys %v", path, cfg.Auth.Keys != nil), func(t *testing.T) {
+				get := mustDo(t, client, http.MethodGet, srv.URL+path)
+				head := mustDo(t, client, http.MethodHead, srv.URL+path)
+				if head.status != get.status || head.status >= 400 {
+					t.Errorf("HEAD status = %d, GET status = %d; want the same success", head.status, get.status)
+				}
+				if got, want := head.header.Get("Content-Type"), get.header.Get("Content-Type"); got != want {
+					t.Errorf("HEAD Content-Type = %q, GET's %q", got, want)
+				}
+				if head.header.Get("X-Request-Id") == "" {
+					t.Error("HEAD answer has no X-Request-Id")
+				}
+				if len(head.body) != 0 {
+					t.Errorf("HEAD body = %q, want none", head.body)
+				}
+			})
+		}
+	}
+}
+
+// httpAnswer is an answer read whole.
+type httpAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// mustDo sends a request without a body through client and reads the answer.
+func mustDo(t *testing.T, client *http.Client, method, url string) httpAnswer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return httpAnswer{resp.StatusCode, resp.Header, body}
 }

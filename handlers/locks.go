@@ -2,16 +2,12 @@ package handlers
 
 import (
 	"context"
-	"crypto/subtle"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/latchkey/latchkey/service/locks"
-	"github.com/latchkey/latchkey/service/store"
 )
 
 // acquireRequest is the body of POST /v1/locks/{name}: a hold's body
@@ -269,20 +265,6 @@ func (a *api) decodeRenew(w http.ResponseWriter, r *http.Request) (token string,
 	return token, parseDuration(req.TTL), err
 }
 
-// forceParam reads the optional ?force= of a release. Returns an
-// invalid-request error when it is not a boolean.
-func forceParam(r *http.Request) (bool, error) {
-	v := r.URL.Query().Get("force")
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, badRequest("force", "boolean", "force must be true or false, got "+store.Quote(v))
-	}
-	return b, nil
-}
-
 // lockName returns the {name} path parameter as the client meant it; the
 // service checks it. chi matches routes on the raw (still percent-encoded)
 // path when the request has one, so the parameter is decoded then, once:
@@ -315,27 +297,4 @@ func requireToken(r *http.Request) (string, error) {
 		return "", badRequest("Lock-Token", "required", "the Lock-Token header is required: send the token returned by acquire")
 	}
 	return token, nil
-}
-
-// checkAdmin requires Authorization: Bearer <admin key>; with API keys on,
-// the key the request was authenticated with has the admin scope already.
-func (a *api) checkAdmin(r *http.Request) error {
-	if keyOf(r.Context()) != nil {
-		return nil
-	}
-	if a.cfg.AdminKey == "" {
-		return &httpError{typ: forbidden,
-			detail: "admin actions are disabled: the server has no admin key configured (LATCHKEY_ADMIN_KEY)"}
-	}
-	credential, err := singleHeader(r, "Authorization")
-	if err != nil {
-		return err
-	}
-	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is Bearer.
-	scheme, got, ok := strings.Cut(credential, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminKey)) != 1 {
-		return &httpError{typ: forbidden,
-			detail: "force-release needs the admin credential: Authorization: Bearer <admin key>"}
-	}
-	return nil
 }

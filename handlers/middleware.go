@@ -16,14 +16,35 @@ import (
 )
 
 // routeOf is the chi pattern that served r, so metrics and logs never carry
-// raw lock names as labels.
+// raw lock names as labels. A request refused before it was routed (by
+// authentication or self-protection) has the pattern of the route it asked
+// for; one no route serves is "unmatched".
 func routeOf(r *http.Request) string {
-	if rc := chi.RouteContext(r.Context()); rc != nil {
-		if p := rc.RoutePattern(); p != "" {
+	rc := chi.RouteContext(r.Context())
+	if rc == nil {
+		return unmatchedRoute
+	}
+	if p := rc.RoutePattern(); p != "" {
+		return p
+	}
+	if rc.Routes != nil {
+		if p := rc.Routes.Find(chi.NewRouteContext(), r.Method, routePath(r)); p != "" {
 			return p
 		}
 	}
-	return "unmatched"
+	if _, ok := gatePolicy(r.URL.Path); ok {
+		return gatePattern(r.URL.Path) // the gate answers every method
+	}
+	return unmatchedRoute
+}
+
+// routePath is the path chi routes r on: the raw (still percent-encoded)
+// path when the request has one.
+func routePath(r *http.Request) string {
+	if r.URL.RawPath != "" {
+		return r.URL.RawPath
+	}
+	return r.URL.Path
 }
 
 // requestIDHeader carries a request's ID: a client (or a proxy in front of

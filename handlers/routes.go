@@ -109,12 +109,12 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 			detail: "method " + r.Method + " is not allowed on " + r.URL.Path})
 	})
 
-	r.Get("/healthz", a.handleHealthz)
-	r.Get("/readyz", a.handleReadyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
-	r.Get("/openapi.yaml", handleOpenAPI)
-	r.Get("/docs", redirectToDocs)
-	r.Get("/docs/*", docsHandler())
+	getAndHead(r, "/healthz", http.HandlerFunc(a.handleHealthz))
+	getAndHead(r, "/readyz", http.HandlerFunc(a.handleReadyz))
+	getAndHead(r, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	getAndHead(r, "/openapi.yaml", http.HandlerFunc(handleOpenAPI))
+	getAndHead(r, "/docs", http.HandlerFunc(redirectToDocs))
+	getAndHead(r, "/docs/*", docsHandler())
 
 	a.leaseRoutes(r, "/v1/locks/{name}", leaseHandlers{a.handleAcquireLock, a.handleGetLock, a.handleReleaseLock, a.handleRenewLock, a.handleHoldLock})
 	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock})
@@ -146,4 +146,16 @@ func (a *api) leaseRoutes(r chi.Router, base string, h leaseHandlers) {
 	r.Delete(base, a.handle(h.release))
 	r.Post(base+"/renew", a.handle(h.renew))
 	r.Post(base+"/hold", a.handle(h.hold))
+}
+
+// getAndHead mounts h for GET and HEAD on pattern: HEAD answers as GET
+// does, without the body (net/http drops what h writes), whatever method
+// h itself accepts (Swagger UI's handler answers GET only).
+func getAndHead(r chi.Router, pattern string, h http.Handler) {
+	r.Method(http.MethodGet, pattern, h)
+	r.Method(http.MethodHead, pattern, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		get := req.WithContext(req.Context())
+		get.Method = http.MethodGet
+		h.ServeHTTP(w, get)
+	}))
 }

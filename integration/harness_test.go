@@ -140,6 +140,7 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 		}
 	}
 	srv := httptest.NewUnstartedServer(handlers.NewRouter(svc.lockService, svc.limitService, c.router))
+	srv.Listener = handlers.ProblemListener(srv.Listener, c.router.Logger) // as cmd/server serves plain HTTP
 	if c.server != nil {
 		c.server(srv.Config)
 	}

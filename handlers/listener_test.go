@@ -1,0 +1,116 @@
+package handlers_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/latchkey/latchkey/handlers"
+)
+
+// newProblemServer serves the router on a ProblemListener over TCP, for
+// requests net/http reads itself; it returns the address and the log.
+func newProblemServer(t *testing.T) (string, *syncBuffer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := newJSONLogger(&logs)
+	srv := &http.Server{Handler: newTestRouter(t, &fakeService{}, handlers.Config{Logger: log})}
+	go func() { _ = srv.Serve(handlers.ProblemListener(ln, log)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String(), &logs
+}
+
+// rawExchange sends raw on a new connection and reads the answers to the
+// requests it holds, n of them.
+func rawExchange(t *testing.T, addr, raw string, n int) []*http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var out []*http.Response
+	for range n {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d to %q: %v", len(out)+1, raw, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body = io.NopCloser(strings.NewReader(string(body)))
+		out = append(out, resp)
+	}
+	return out
+}
+
+// TestNetHTTPRefusalsAreProblems: a request net/http refuses before any
+// handler (a malformed escape in the path, a bad request line, a missing
+// Host, a bad header) is answered as a 400 invalid-request problem naming
+// what is wrong, with the request ID in X-Request-Id, in the body and in a
+// logged request line.
+func TestNetHTTPRefusalsAreProblems(t *testing.T) {
+	addr, logs := newProblemServer(t)
+	tests := []struct {
+		desc, raw, field, rule string
+	}{
+		{"malformed escape", "DELETE /v1/locks/a%zz?force=true HTTP/1.1\r\nHost: x\r\n\r\n", "request-line", "format"},
+		{"truncated escape", "GET /v1/locks/a%2 HTTP/1.1\r\nHost: x\r\n\r\n", "request-line", "format"},
+		{"space in the target", "GET /v1/locks/a b HTTP/1.1\r\nHost: x\r\n\r\n", "request-line", "format"},
+		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", "Host", "required"},
+		{"bad header name", "GET /healthz HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n", "header", "format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			resp := rawExchange(t, addr, tt.raw, 1)[0]
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("answer: %d %q, want 400 application/problem+json", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			var p handlers.Problem
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				t.Fatal(err)
+			}
+			id := resp.Header.Get("X-Request-Id")
+			if p.Type != "invalid-request" || p.Status != 400 || p.Detail == "" || id == "" || p.RequestID != id {
+				t.Errorf("problem %+v with X-Request-Id %q, want invalid-request with a detail and the header's ID", p, id)
+			}
+			if len(p.Errors) != 1 || p.Errors[0].Field != tt.field || p.Errors[0].Rule != tt.rule {
+				t.Errorf("errors = %+v, want one naming %s, rule %s", p.Errors, tt.field, tt.rule)
+			}
+			if !strings.Contains(logs.String(), `"request_id":"`+id+`"`) {
+				t.Errorf("no log line carries request_id %s:\n%s", id, logs.String())
+			}
+		})
+	}
+}
+
+// TestProblemListenerPassesAnswers: answers to requests net/http could
+// read go out as they are, several on one connection, problems included.
+func TestProblemListenerPassesAnswers(t *testing.T) {
+	addr, _ := newProblemServer(t)
+	answers := rawExchange(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"GET /v1/nope HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 3)
+	want := []struct {
+		status int
+		ct     string
+	}{{200, "application/json"}, {404, "application/problem+json"}, {405, "application/problem+json"}}
+	for i, resp := range answers {
+		if resp.StatusCode != want[i].status || resp.Header.Get("Content-Type") != want[i].ct {
+			t.Errorf("answer %d: %d %q, want %d %q", i+1, resp.StatusCode, resp.Header.Get("Content-Type"), want[i].status, want[i].ct)
+		}
+	}
+}
