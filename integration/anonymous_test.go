@@ -111,7 +111,9 @@ func TestAnonymousClientKeysStayBounded(t *testing.T) {
 		func(i int) { use(fmt.Sprintf("/v1/locks/once-%06d", i), `{"ttl":"1s"}`, "", true) },
 		func(i int) { use(fmt.Sprintf("/v1/locks/once-%06d", i), `{"ttl":"2s"}`, "", false) },
 		func(i int) { use(fmt.Sprintf("/v1/locks/once-%06d", i), `{"ttl":"1s"}`, "", true) },
-		func(i int) { use(fmt.Sprintf("/v1/rwlocks/once-%06d", i), `{"mode":"read","ttl":"2s"}`, "?mode=read", true) },
+		func(i int) {
+			use(fmt.Sprintf("/v1/rwlocks/once-%06d", i), `{"mode":"read","ttl":"2s"}`, "?mode=read", true)
+		},
 		func(i int) { use(fmt.Sprintf("/v1/semaphores/once-%06d", i), `{"permits":2,"ttl":"2s"}`, "", i%2 == 0) },
 		func(i int) {
 			do("POST", "/v1/ratelimit/check", fmt.Sprintf(`{"key":"once-%06d","limit":5,"window":"10s","algorithm":"sliding_window"}`, i))
