@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -162,4 +163,79 @@ func grantAndReleaseShort(t *testing.T, e *testEnv, name string) int64 {
 	l := e.acquire(t, name, `{"ttl":"1s"}`)
 	wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK)
 	return l.Fence
+}
+
+// On a real Redis as on miniredis, the key holding a name's last fence
+// (the fence counter, a semaphore's capacity record) is kept for the
+// longest lease on it and the retention after it: a shorter lease beside
+// a longer one does not cut that, and the release that leaves no lease
+// keeps it for the retention only.
+func TestFenceRetentionFollowsTheLeaseOnRedis(t *testing.T) {
+	const retention = 10 * time.Minute
+	e := newTestEnv(t, withServiceConfig(func(sc *serviceConfig) { sc.FenceTTL = retention }))
+	svc := e.Svc
+	read := func(ttl time.Duration) locks.AcquireRequest {
+		return locks.AcquireRequest{Mode: locks.ModeRead, TTL: ttl}
+	}
+	sem := func(ttl time.Duration) locks.SemaphoreRequest {
+		return locks.SemaphoreRequest{AcquireRequest: locks.AcquireRequest{TTL: ttl}, Permits: 5, Count: 1}
+	}
+	cases := []struct {
+		name    string
+		key     string
+		grant   func(ttl time.Duration) (token string, err error)
+		release func(token string) error
+	}{
+		{"read lease", locks.RWKeysOf(e.Prefix, "catalog").Fence,
+			func(ttl time.Duration) (string, error) {
+				l, err := svc.AcquireRW(t.Context(), "catalog", read(ttl))
+				return l.Token, err
+			},
+			func(tok string) error {
+				_, err := svc.ReleaseRW(t.Context(), "catalog", tok, locks.ModeRead)
+				return err
+			}},
+		{"semaphore", locks.SemaphoreKeysOf(e.Prefix, "pool").Capacity,
+			func(ttl time.Duration) (string, error) {
+				l, err := svc.AcquireSemaphore(t.Context(), "pool", sem(ttl))
+				return l.Token, err
+			},
+			func(tok string) error { _, err := svc.ReleaseSemaphore(t.Context(), "pool", tok); return err }},
+	}
+	// PTTL reads a little below what was set, by the time the test took.
+	const slack = 5 * time.Second
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pttl := func() time.Duration {
+				d, err := e.RDB.PTTL(t.Context(), c.key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			long, err := c.grant(time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, err := c.grant(time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(); d < time.Hour+retention-slack || d > time.Hour+retention {
+				t.Errorf("%s PTTL with a 1h and a 1m lease = %s, want the 1h lease and the retention, %s", c.key, d, time.Hour+retention)
+			}
+			if err := c.release(short); err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(); d < time.Hour+retention-slack {
+				t.Errorf("%s PTTL after the 1m lease's release = %s, want %s still", c.key, d, time.Hour+retention)
+			}
+			if err := c.release(long); err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(); d < retention-slack || d > retention {
+				t.Errorf("%s PTTL once no lease is left = %s, want the retention %s", c.key, d, retention)
+			}
+		})
+	}
 }
