@@ -187,9 +187,8 @@ end
 -- The fence: max(counter + 1, TIME in µs), see above. GET and SET with PX
 -- refresh the counter's TTL in as many calls as INCR and PEXPIRE did: the
 -- lease's span (a keep-alive lease's max hold, which is at least its TTL)
--- and the retention. The
--- clock's digits are the fence as a string, as a rule; a number is only
--- formatted when counter + 1 wins.
+-- and the retention. The clock's digits are the fence as a string, as a
+-- rule; a number is only formatted when counter + 1 wins.
 local granted = t[1] .. string.sub('000000' .. t[2], -6)
 local fence = granted
 local last = tonumber(redis.call('GET', KEYS[2]))

@@ -56,6 +56,7 @@
 --   wake-up: until the first lease expires, or the queue head's deadline.
 -- A grant's fence is max(last fence + 1, Redis TIME in µs), as acquire.lua's.
 local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- keep_for keeps key K for at least ms more; it never shortens K's TTL, which
 -- may cover another holder's longer lease
 local function keep_for(K, ms)
@@ -63,7 +64,6 @@ local function keep_for(K, ms)
     redis.call('PEXPIRE', K, ms)
   end
 end
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok, fair = ARGV[1], ARGV[4] == '1'
 local n, count = tonumber(ARGV[12]), tonumber(ARGV[13])
 local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
