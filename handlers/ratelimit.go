@@ -17,6 +17,12 @@ type RateLimitConfig struct {
 	// SelfPolicy names a policy applied per client IP to Latchkey's own /v1
 	// API (the gate excepted); empty disables it.
 	SelfPolicy string
+	// AnonymousPolicy names a policy applied as SelfPolicy is, but only to
+	// anonymous callers (the API is open: no key set is active) whose
+	// address is not loopback, and only when SelfPolicy is empty. It bounds
+	// how fast one such client can make Latchkey keep state in Redis (lock
+	// names, inline rate-limit counters). Empty disables it.
+	AnonymousPolicy string
 }
 
 // degradedHeader marks a decision taken without Redis (fail-open).

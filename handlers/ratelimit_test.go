@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/auth"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
@@ -248,5 +249,60 @@ func TestSelfProtection(t *testing.T) {
 	}
 	if calls := fake.Calls(); cmp.Diff([]string{"Check"}, calls) != "" {
 		t.Errorf("calls = %v, want only the self check (the lock was not inspected)", calls)
+	}
+}
+
+// The anonymous policy protects an open API from callers beyond loopback
+// only: a loopback client, a caller of an API with keys (authentication
+// answers it), and every caller once a self-protection policy is set (that
+// one applies instead) are not checked against it.
+func TestAnonymousSelfProtection(t *testing.T) {
+	denied := ratelimit.Decision{Policy: "anonymous", Limit: 100, Window: time.Second, RetryAfter: time.Second}
+	tests := []struct {
+		name       string
+		remote     string
+		keys       bool   // a key set is active
+		self       string // the self-protection policy
+		wantStatus int
+		wantCheck  string // the policy checked, "" for none
+	}{
+		{"anonymous beyond loopback", "192.0.2.1:1234", false, "", http.StatusTooManyRequests, "anonymous"},
+		{"anonymous IPv6 beyond loopback", "[2001:db8::1]:1234", false, "", http.StatusTooManyRequests, "anonymous"},
+		{"loopback", "127.0.0.1:1234", false, "", http.StatusOK, ""},
+		{"IPv6 loopback", "[::1]:1234", false, "", http.StatusOK, ""},
+		{"API keys on", "192.0.2.1:1234", true, "", http.StatusUnauthorized, ""},
+		{"self-protection policy set", "127.0.0.1:1234", false, "api", http.StatusTooManyRequests, "api"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var checked []string
+			fake := &fakeService{
+				CheckFn: func(_ context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+					checked = append(checked, req.Policy)
+					d := denied
+					d.Policy, d.Key = req.Policy, req.Key
+					return d, nil
+				},
+				InspectFn: func(context.Context, string, string) (locks.LockState, error) { return locks.LockState{}, nil },
+			}
+			cfg := handlers.Config{RateLimit: handlers.RateLimitConfig{AnonymousPolicy: "anonymous", SelfPolicy: tt.self}}
+			if tt.keys {
+				set := mustKeySet(t, "")
+				cfg.Auth.Keys = func() *auth.KeySet { return set }
+			}
+			req := newRequest("GET", "/v1/locks/x", "")
+			req.RemoteAddr = tt.remote
+			rec := serve(t, newTestRouter(t, fake, cfg), req)
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d (body %s)", rec.Code, tt.wantStatus, rec.Body)
+			}
+			want := []string{}
+			if tt.wantCheck != "" {
+				want = []string{tt.wantCheck}
+			}
+			if diff := cmp.Diff(want, append([]string{}, checked...)); diff != "" {
+				t.Errorf("policies checked (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

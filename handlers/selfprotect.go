@@ -9,10 +9,12 @@ import (
 
 // selfProtect applies the self-protection policy, per client IP, to the /v1
 // API except the gate (whose callers are gateways asking on behalf of many
-// clients). A denied caller gets 429 rate-limited with the policy's headers.
+// clients): SelfPolicy to every caller, or else AnonymousPolicy to anonymous
+// callers beyond loopback (see RateLimitConfig). A denied caller gets 429
+// rate-limited with the policy's headers.
 func (a *api) selfProtect(next http.Handler) http.Handler {
-	policy := a.cfg.RateLimit.SelfPolicy
-	if policy == "" {
+	self, anonymous := a.cfg.RateLimit.SelfPolicy, a.cfg.RateLimit.AnonymousPolicy
+	if self == "" && anonymous == "" {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -20,12 +22,20 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		key, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
+		ip, err := a.cfg.RateLimit.ClientIP.ClientIP(r)
 		if err != nil {
 			writeError(w, r, a.log, badRequest("client", "address", err.Error()))
 			return
 		}
-		d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: policy, Key: "api:" + key})
+		policy := self
+		if policy == "" {
+			if ip.IsLoopback() || !a.open() {
+				next.ServeHTTP(w, r)
+				return
+			}
+			policy = anonymous
+		}
+		d, err := a.svc.Check(r.Context(), ratelimit.Request{Policy: policy, Key: "api:" + a.cfg.RateLimit.ClientIP.Key(ip)})
 		if err != nil {
 			writeError(w, r, a.log, err)
 			return
@@ -41,4 +51,10 @@ func (a *api) selfProtect(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// open reports whether the API is open: no key set is active, so every
+// caller is anonymous.
+func (a *api) open() bool {
+	return a.cfg.Auth.Keys == nil || a.cfg.Auth.Keys() == nil
 }

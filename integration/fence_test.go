@@ -51,7 +51,7 @@ func TestFencesAfterPartialLoss(t *testing.T) {
 			t.Fatalf("fences %v do not strictly increase", fences)
 		}
 	}
-	// The counter keeps its long TTL, refreshed on grant, as a compact integer.
+	// Once released, the counter is kept for the fence retention, as a compact integer.
 	fenceTTL := e.Svc.lockService.Config().FenceTTL
 	if ttl, err := e.RDB.PTTL(t.Context(), e.fenceKey(name)).Result(); err != nil || ttl < fenceTTL-time.Minute {
 		t.Errorf("fence counter TTL = %s (%v), want about %s", ttl, err, fenceTTL)

@@ -83,6 +83,89 @@ func TestMemoryPerHeldLock(t *testing.T) {
 	}
 }
 
+// maxBytesPerOneOffName is the Redis memory budget of a name used once
+// (MEMORY USAGE on real Redis, the default key prefix, a name of 20
+// characters): what a released lock, read lease or semaphore lease, or an
+// inline rate-limit check, leaves behind until its retention ends. The
+// README's worst case for an anonymous client multiplies it.
+const maxBytesPerOneOffName = 128
+
+// TestMemoryPerOneOffName measures what a name used once and let go leaves
+// in Redis: one key (a fence counter, a semaphore's capacity record, an
+// inline limit's counter) within the budget, that ends by itself within the
+// fence retention (the inline counter: within its window).
+func TestMemoryPerOneOffName(t *testing.T) {
+	_, url := startRedisContainer(t)
+	rdb := newClient(t, url)
+	svc := newTestEnv(t, withRedisClient(rdb, url), withPrefix(store.DefaultKeyPrefix), unloaded(),
+		withServiceConfig(func(s *serviceConfig) { s.RateLimit.AllowInline = true })).Svc
+	retention := svc.lockService.Config().FenceTTL
+	const window = 24 * time.Hour // the longest inline window
+	cases := []struct {
+		name string
+		use  func(t *testing.T, name string)
+		keep time.Duration // the longest the key may live
+	}{
+		{"lock", func(t *testing.T, name string) {
+			l, err := svc.Acquire(t.Context(), name, locks.AcquireRequest{TTL: time.Minute})
+			if err == nil {
+				_, err = svc.Release(t.Context(), name, l.Token)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, retention},
+		{"rwlock", func(t *testing.T, name string) {
+			l, err := svc.AcquireRW(t.Context(), name, locks.AcquireRequest{Mode: locks.ModeRead, TTL: time.Minute})
+			if err == nil {
+				_, err = svc.ReleaseRW(t.Context(), name, l.Token, locks.ModeRead)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, retention},
+		{"semaphore", func(t *testing.T, name string) {
+			req := locks.SemaphoreRequest{AcquireRequest: locks.AcquireRequest{TTL: time.Minute}, Permits: 5, Count: 1}
+			l, err := svc.AcquireSemaphore(t.Context(), name, req)
+			if err == nil {
+				_, err = svc.ReleaseSemaphore(t.Context(), name, l.Token)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, retention},
+		{"inline", func(t *testing.T, name string) {
+			l := ratelimit.Limit{Limit: 5, Window: window}
+			if _, err := svc.Check(t.Context(), ratelimit.Request{Key: name, Inline: &l}); err != nil {
+				t.Fatal(err)
+			}
+		}, window},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 200
+			for i := range n {
+				tc.use(t, fmt.Sprintf("%s-once-%0*d", tc.name, 20-len(tc.name+"-once-"), i)) // 20 characters
+			}
+			total, keys := memoryOf(t, rdb, "latchkey:*"+tc.name+"-once-*")
+			defer rdb.Del(context.Background(), keys...)
+			per := float64(total) / n
+			t.Logf("%s: %d keys for %d one-off names, %.0f bytes per name (budget %d)", tc.name, len(keys), n, per, maxBytesPerOneOffName)
+			if len(keys) != n {
+				t.Errorf("%s: %d keys for %d one-off names, want one each: %q", tc.name, len(keys), n, keys[:min(len(keys), 5)])
+			}
+			if per > maxBytesPerOneOffName {
+				t.Errorf("%s: %.0f bytes per one-off name, want at most %d", tc.name, per, maxBytesPerOneOffName)
+			}
+			for _, k := range keys {
+				if ttl, err := rdb.PTTL(t.Context(), k).Result(); err != nil || ttl <= 0 || ttl > tc.keep {
+					t.Fatalf("%s: TTL %s (%v), want at most %s", k, ttl, err, tc.keep)
+				}
+			}
+		})
+	}
+}
+
 func TestMemoryPerRateLimitKey(t *testing.T) {
 	_, url := startRedisContainer(t)
 	rdb := newClient(t, url)

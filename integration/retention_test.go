@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/service/locks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,10 +30,11 @@ func (e *testEnv) nameKeys(name string) []string {
 
 // Two hundred one-off lock names, used every way a name can be (released,
 // left to expire, fair with a waiter that gave up, force-released, kept
-// alive until max_hold), leave nothing in Redis once the fence retention has
-// passed on Redis's clock. Right after each use every key the name has has a
-// TTL, and its fence counter is there unless the retention has already
-// passed since its grant.
+// alive until max_hold), leave nothing in Redis once their leases and the
+// fence retention have passed on Redis's clock. Right after each use every
+// key the name has has a TTL of at most the longest lease and the retention,
+// and its fence counter is there unless the retention has already passed
+// since its grant.
 func TestOneOffNamesExpire(t *testing.T) {
 	const retention = 2 * time.Second
 	e := newTestEnv(t, withRetention(retention))
@@ -90,8 +92,9 @@ func TestOneOffNamesExpire(t *testing.T) {
 }
 
 // wantTTLs checks, right after a use of name, that none of its keys lives
-// for ever and that its fence counter is there with at most the retention
-// (gone only if the retention has passed since the grant, on Redis's clock).
+// for ever or past the longest lease (withRetention: the retention) and the
+// retention after it, and that its fence counter is there (gone only if the
+// retention has passed since the grant, on Redis's clock).
 func wantTTLs(t *testing.T, e *testEnv, name string, fence int64, retention time.Duration) {
 	t.Helper()
 	pipe := e.RDB.Pipeline()
@@ -110,8 +113,8 @@ func wantTTLs(t *testing.T, e *testEnv, name string, fence int64, retention time
 		switch {
 		case ttl == -1:
 			t.Errorf("%s has no TTL: it would outlive its use for ever", k)
-		case ttl > retention:
-			t.Errorf("%s: TTL %s, above the retention %s", k, ttl, retention)
+		case ttl > 2*retention:
+			t.Errorf("%s: TTL %s, above the longest lease and the retention %s", k, ttl, 2*retention)
 		case strings.Contains(k, ":fence:") && ttl == -2 && now-fence < retention.Microseconds():
 			t.Errorf("%s gone %s after its grant, before the retention %s", k,
 				time.Duration(now-fence)*time.Microsecond, retention)
@@ -160,4 +163,79 @@ func grantAndReleaseShort(t *testing.T, e *testEnv, name string) int64 {
 	l := e.acquire(t, name, `{"ttl":"1s"}`)
 	wantStatus(t, e.do(t, "DELETE", "/v1/locks/"+name, "", "Lock-Token", l.Token), http.StatusOK)
 	return l.Fence
+}
+
+// On a real Redis as on miniredis, the key holding a name's last fence
+// (the fence counter, a semaphore's capacity record) is kept for the
+// longest lease on it and the retention after it: a shorter lease beside
+// a longer one does not cut that, and the release that leaves no lease
+// keeps it for the retention only.
+func TestFenceRetentionFollowsTheLeaseOnRedis(t *testing.T) {
+	const retention = 10 * time.Minute
+	e := newTestEnv(t, withServiceConfig(func(sc *serviceConfig) { sc.FenceTTL = retention }))
+	svc := e.Svc
+	read := func(ttl time.Duration) locks.AcquireRequest {
+		return locks.AcquireRequest{Mode: locks.ModeRead, TTL: ttl}
+	}
+	sem := func(ttl time.Duration) locks.SemaphoreRequest {
+		return locks.SemaphoreRequest{AcquireRequest: locks.AcquireRequest{TTL: ttl}, Permits: 5, Count: 1}
+	}
+	cases := []struct {
+		name    string
+		key     string
+		grant   func(ttl time.Duration) (token string, err error)
+		release func(token string) error
+	}{
+		{"read lease", locks.RWKeysOf(e.Prefix, "catalog").Fence,
+			func(ttl time.Duration) (string, error) {
+				l, err := svc.AcquireRW(t.Context(), "catalog", read(ttl))
+				return l.Token, err
+			},
+			func(tok string) error {
+				_, err := svc.ReleaseRW(t.Context(), "catalog", tok, locks.ModeRead)
+				return err
+			}},
+		{"semaphore", locks.SemaphoreKeysOf(e.Prefix, "pool").Capacity,
+			func(ttl time.Duration) (string, error) {
+				l, err := svc.AcquireSemaphore(t.Context(), "pool", sem(ttl))
+				return l.Token, err
+			},
+			func(tok string) error { _, err := svc.ReleaseSemaphore(t.Context(), "pool", tok); return err }},
+	}
+	// PTTL reads a little below what was set, by the time the test took.
+	const slack = 5 * time.Second
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pttl := func() time.Duration {
+				d, err := e.RDB.PTTL(t.Context(), c.key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			long, err := c.grant(time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, err := c.grant(time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(); d < time.Hour+retention-slack || d > time.Hour+retention {
+				t.Errorf("%s PTTL with a 1h and a 1m lease = %s, want the 1h lease and the retention, %s", c.key, d, time.Hour+retention)
+			}
+			if err := c.release(short); err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(); d < time.Hour+retention-slack {
+				t.Errorf("%s PTTL after the 1m lease's release = %s, want %s still", c.key, d, time.Hour+retention)
+			}
+			if err := c.release(long); err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(); d < retention-slack || d > retention {
+				t.Errorf("%s PTTL once no lease is left = %s, want the retention %s", c.key, d, retention)
+			}
+		})
+	}
 }

@@ -38,7 +38,7 @@ type Config struct {
 	HoldPing        time.Duration
 	MaxHold         time.Duration // default max_hold of a keep-alive lease
 	MaxHoldCap      time.Duration // largest max_hold a request may ask for
-	FenceRetention  time.Duration // how long a lock name's fence counter outlives its last grant
+	FenceRetention  time.Duration // how long a lock name's fence counter outlives its last lease
 	RenewParallel   int           // keep-alive renewal script calls in flight per instance
 	MinReplicas     int           // replicas that must have a lock change before it is reported
 	ReplicaTimeout  time.Duration // how long a lock change waits for them
@@ -135,7 +135,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.integer(&c.RedisMaxQueued, "redis-max-queued", "LATCHKEY_REDIS_MAX_QUEUED", ratelimit.DefaultConfig().MaxQueued, "scripts that may wait for a pipeline, and rate-limit decisions of each algorithm that may wait for a batch; past it requests get 503")
 	e.dur(&c.MaxHold, "max-hold", "LATCHKEY_MAX_HOLD", ld.DefaultMaxHold, "max_hold of a keep-alive lease that names none")
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", ld.MaxHoldCap, "largest max_hold a keep-alive lease may ask for (400 above)")
-	e.dur(&c.FenceRetention, "fence-retention", "LATCHKEY_FENCE_RETENTION", ld.FenceTTL, "how long a lock name's fence counter and other keys are kept after its last grant, renewal or force-release; at least -max-ttl and -max-hold-cap")
+	e.dur(&c.FenceRetention, "fence-retention", "LATCHKEY_FENCE_RETENTION", ld.FenceTTL, "how long a lock name's fence counter (a semaphore's capacity) and other keys are kept after its last lease ends; fences increase as long as Redis's clock never steps back by more")
 	e.integer(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", ld.RenewParallel, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
 	e.str(&c.PprofAddr, "pprof-addr", "LATCHKEY_PPROF_ADDR", "", "serve Go profiling endpoints (/debug/pprof/) on this loopback address; empty: off")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
@@ -227,9 +227,7 @@ func (c Config) Validate() error {
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
 	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)
-	check(c.FenceRetention < c.MaxTTL || c.FenceRetention < c.MaxHoldCap,
-		"-fence-retention %s must be at least -max-ttl %s and -max-hold-cap %s, so a lease never outlives its fence counter",
-		c.FenceRetention, c.MaxTTL, c.MaxHoldCap)
+	check(c.FenceRetention <= 0, "-fence-retention must be positive, got %s", c.FenceRetention)
 	check(c.RenewParallel < 1 || c.RenewParallel > maxRenewParallel,
 		"-renew-parallel must be between 1 and %d, got %d", maxRenewParallel, c.RenewParallel)
 	check(c.MaxBodyBytes < 1024, "-max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)

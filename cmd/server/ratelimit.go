@@ -29,6 +29,8 @@ type RateLimitFlags struct {
 	LogInterval      time.Duration
 	LegacyHeaders    bool
 	SelfPolicy       string
+	AnonymousLimit   int64
+	AnonymousWindow  time.Duration
 	TrustedProxies   string
 	RealIP           bool
 	IPv6Prefix       int
@@ -47,6 +49,8 @@ func (f *RateLimitFlags) register(e *envFlags) {
 	e.dur(&f.LogInterval, "ratelimit-log-interval", "LATCHKEY_RATELIMIT_LOG_INTERVAL", d.LogInterval, "at most one fail-open warning per interval")
 	e.boolean(&f.LegacyHeaders, "ratelimit-legacy-headers", "LATCHKEY_RATELIMIT_LEGACY_HEADERS", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
 	e.str(&f.SelfPolicy, "ratelimit-self-policy", "LATCHKEY_RATELIMIT_SELF_POLICY", "", "policy applied per client IP to Latchkey's own /v1 API; empty disables it")
+	e.int64(&f.AnonymousLimit, "ratelimit-anonymous-limit", "LATCHKEY_RATELIMIT_ANONYMOUS_LIMIT", 100, "without API keys or -ratelimit-self-policy: requests per -ratelimit-anonymous-window a client beyond loopback may make to the /v1 API (policy \"anonymous\"); 0 turns it off")
+	e.dur(&f.AnonymousWindow, "ratelimit-anonymous-window", "LATCHKEY_RATELIMIT_ANONYMOUS_WINDOW", time.Second, "window of the \"anonymous\" policy")
 	e.str(&f.TrustedProxies, "trusted-proxies", "LATCHKEY_TRUSTED_PROXIES", "", "comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed")
 	e.boolean(&f.RealIP, "real-ip", "LATCHKEY_REAL_IP", false, "take the client address from X-Real-IP sent by a trusted proxy")
 	e.integer(&f.IPv6Prefix, "ipv6-prefix", "LATCHKEY_IPV6_PREFIX", 64, "IPv6 clients share a limit per network of this many bits (128: per address)")
@@ -56,6 +60,9 @@ func (f RateLimitFlags) validate() []error {
 	var errs []error
 	if f.DefaultLimit < 0 {
 		errs = append(errs, fmt.Errorf("-ratelimit-default-limit must be 0 (off) or positive, got %d", f.DefaultLimit))
+	}
+	if f.AnonymousLimit < 0 {
+		errs = append(errs, fmt.Errorf("-ratelimit-anonymous-limit must be 0 (off) or positive, got %d", f.AnonymousLimit))
 	}
 	if f.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("-ratelimit-timeout must be positive, got %s", f.Timeout))
@@ -87,7 +94,7 @@ func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateL
 	srl := ratelimit.Config{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
 		CacheSize: f.CacheSize, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
-		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (the default policy (-ratelimit-default-*)): %w", err)
+		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (the default policy (-ratelimit-default-*), the anonymous policy (-ratelimit-anonymous-*)): %w", err)
 	}
 	if f.PoliciesFile == "" {
 		if err := f.checkSelfPolicy(policies); err != nil {
@@ -99,15 +106,26 @@ func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateL
 		ClientIP:      handlers.ClientIPConfig{TrustedProxies: trusted, UseRealIP: f.RealIP, IPv6Prefix: f.IPv6Prefix},
 		LegacyHeaders: f.LegacyHeaders, SelfPolicy: f.SelfPolicy,
 	}
+	if f.AnonymousLimit > 0 {
+		hrl.AnonymousPolicy = anonymousPolicyName
+	}
 	return srl, hrl, nil
 }
 
+// anonymousPolicyName names the policy that protects an open API from
+// anonymous callers beyond loopback (handlers.RateLimitConfig.AnonymousPolicy).
+const anonymousPolicyName = "anonymous"
+
 // withDefaultPolicy adds the per-IP policy named "default" unless ps has
-// one or it is turned off.
+// one or it is turned off, and likewise the "anonymous" policy.
 func (f RateLimitFlags) withDefaultPolicy(ps []ratelimit.Policy) []ratelimit.Policy {
 	if f.DefaultLimit > 0 && !hasPolicy(ps, ratelimit.DefaultPolicyName) {
 		ps = append(ps, ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Key: "ip",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.Algorithm(f.DefaultAlgorithm), Limit: f.DefaultLimit, Window: f.DefaultWindow}})
+	}
+	if f.AnonymousLimit > 0 && !hasPolicy(ps, anonymousPolicyName) {
+		ps = append(ps, ratelimit.Policy{Name: anonymousPolicyName, Key: "ip",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: f.AnonymousLimit, Window: f.AnonymousWindow}})
 	}
 	return ps
 }

@@ -41,7 +41,7 @@ func TestRunRefusesBadRateLimitConfig(t *testing.T) {
 		{"bad deny status", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  d:\n    limit: 3\n    window: 10s\n    deny_status: 500\n")},
 			`policy "d": deny_status must be 401, 403 or 429`},
 		{"bad default algorithm", []string{"-ratelimit-default-algorithm", "leaky"}, `policy "default": algorithm must be one of`},
-		{"unknown self policy", []string{"-ratelimit-self-policy", "nope"}, "-ratelimit-self-policy nope: no such policy (known: default)"},
+		{"unknown self policy", []string{"-ratelimit-self-policy", "nope"}, "-ratelimit-self-policy nope: no such policy (known: default, anonymous)"},
 		{"bad trusted proxy", []string{"-trusted-proxies", "10.0.0.0/8,nonsense"}, `-trusted-proxies: trusted proxy "nonsense" is not a CIDR`},
 		{"bad IPv6 prefix", []string{"-ipv6-prefix", "129"}, "-ipv6-prefix must be between 1 and 128, got 129"},
 		{"bad timeout", []string{"-ratelimit-timeout", "0s"}, "-ratelimit-timeout must be positive"},
@@ -78,6 +78,38 @@ func TestRunServesRateLimits(t *testing.T) {
 	// The default per-IP policy exists too (60 per minute).
 	if resp, d := s.call(t, http.MethodPost, "/v1/ratelimit/check", `{"policy":"default"}`); resp.StatusCode != http.StatusOK || d["limit"] != 60.0 {
 		t.Errorf("default policy: %d %v, want 200 with limit 60", resp.StatusCode, d)
+	}
+}
+
+// Without API keys or a self-protection policy, a client beyond loopback
+// (here a forwarded one) is held to the anonymous policy, 100 requests a
+// second by default; a loopback client is not.
+func TestRunLimitsAnonymousClientsBeyondLoopback(t *testing.T) {
+	c, err := parseConfig(nil, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RateLimit.AnonymousLimit != 100 || c.RateLimit.AnonymousWindow != time.Second {
+		t.Errorf("anonymous policy = %d per %s, want 100 per 1s by default", c.RateLimit.AnonymousLimit, c.RateLimit.AnonymousWindow)
+	}
+	s := startServer(t, "-trusted-proxies", "127.0.0.1/32", "-ratelimit-anonymous-limit", "2", "-ratelimit-anonymous-window", "1m")
+	for i := 1; i <= 3; i++ {
+		resp, _ := s.call(t, http.MethodGet, "/v1/locks/orders", "", "X-Forwarded-For", "198.51.100.7")
+		want := http.StatusOK
+		if i == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if resp.StatusCode != want {
+			t.Fatalf("request %d from a client beyond loopback: %d, want %d", i, resp.StatusCode, want)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); i == 3 && got != `"anonymous";q=2;w=60` {
+			t.Errorf("RateLimit-Policy = %q, want the anonymous policy's", got)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		if resp, _ := s.call(t, http.MethodGet, "/v1/locks/orders", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d from loopback: %d, want 200 (loopback is not limited)", i, resp.StatusCode)
+		}
 	}
 }
 

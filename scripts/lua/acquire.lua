@@ -10,8 +10,10 @@
 --          o the owner text when one was given (absent otherwise), and g the
 --          grant's Redis TIME in µs only when it differs from the fence (the
 --          fence is that time as a rule, see below: a grant costs no g field)
--- KEYS[2]  fence counter (string); kept for the fence retention (ARGV[3])
---          after every grant, re-entries included, so it outlives the lease
+-- KEYS[2]  fence counter (string); every grant, re-entries included, keeps
+--          it for the lease's span (its TTL, or for a keep-alive lease its
+--          max hold) and the fence retention (ARGV[3]) after it, so it
+--          outlives the lease by the retention
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms, Redis clock)
 -- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
 -- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
@@ -19,7 +21,8 @@
 --          grant drops its token's reason, which was an earlier lease's
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  fence retention in milliseconds (the counter's TTL)
+-- ARGV[3]  fence retention in milliseconds: how long the counter outlives
+--          the last lease it fenced
 -- ARGV[4]  mode: "1" fair, "0" plain
 -- ARGV[5]  waiter timeout in milliseconds: when > 0 and the lock is not
 --          granted, the caller stays registered as a waiter until now + this
@@ -53,9 +56,10 @@
 -- back (an AOF that lost its last second, a failover to a lagging replica),
 -- as long as the clock did not go back further than the time since the lost
 -- grants; when the clock steps back, counter + 1 keeps fences increasing.
--- A counter that expired was last set one retention ago by Redis's own clock,
--- so fences only fall back after it if that clock steps back by more than
--- the retention.
+-- A counter that expired outlived the last lease it fenced by the retention,
+-- by Redis's own clock, so fences only fall back after it if that clock
+-- steps back by more than the retention (or than the time since that
+-- lease's grant, whichever is longer).
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -149,9 +153,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
       end
     end
     redis.call('HSET', KEYS[1], 'l', ttl_s)
-    -- a re-entry is a grant: the counter outlives the lease it extends
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
     local pttl, untl, hb = keepalive(false)
+    -- a re-entry is a grant: the counter outlives the lease it extends
+    redis.call('PEXPIRE', KEYS[2], math.max(pttl, untl - now_ms) + tonumber(ARGV[3]))
     redis.call('PEXPIRE', KEYS[1], ms(pttl))
     return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}
   end
@@ -181,16 +185,18 @@ if waiting then
 end
 
 -- The fence: max(counter + 1, TIME in µs), see above. GET and SET with PX
--- refresh the counter's TTL in as many calls as INCR and PEXPIRE did. The
--- clock's digits are the fence as a string, as a rule; a number is only
--- formatted when counter + 1 wins.
+-- refresh the counter's TTL in as many calls as INCR and PEXPIRE did: the
+-- lease's span (a keep-alive lease's max hold, which is at least its TTL)
+-- and the retention. The clock's digits are the fence as a string, as a
+-- rule; a number is only formatted when counter + 1 wins.
 local granted = t[1] .. string.sub('000000' .. t[2], -6)
 local fence = granted
 local last = tonumber(redis.call('GET', KEYS[2]))
 if last and last >= tonumber(fence) then
   fence = string.format('%d', last + 1)
 end
-redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+local span = ARGV[6] == '1' and tonumber(ARGV[7]) or ttl
+redis.call('SET', KEYS[2], fence, 'PX', span + tonumber(ARGV[3]))
 if reasons then
   -- a loss reason belongs to an earlier lease of this token, and so does a
   -- registry entry no renewer has visited yet (inspect would take it for a

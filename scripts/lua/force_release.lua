@@ -8,7 +8,7 @@
 -- KEYS[3]  pub/sub channel that waiters of this lock listen on
 -- KEYS[4]  keep-alive registry (zset); the evicted lease is removed from it
 -- KEYS[5]  lost-lease reasons of this lock (hash: token -> reason)
--- ARGV[1]  fence retention in milliseconds (the counter's TTL)
+-- ARGV[1]  fence retention in milliseconds (the counter's TTL: no lease is left)
 -- ARGV[2]  how long lost-lease reasons are kept, in milliseconds
 -- ARGV[3]  lock name, with "@<tenant>" for a tenant's lock (keep-alive
 --          registry members are "<token>:<name>[@<tenant>]")
@@ -22,7 +22,7 @@ if removed == 1 then
   -- is the larger of the counter and the evicted fence, so it is above the
   -- evicted fence also when the counter went back or is gone (see
   -- acquire.lua); the next grant's fence is above the bump. It is kept for
-  -- the fence retention, as a grant's.
+  -- the fence retention: no lease is left.
   local last = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(v[2]) or 0)
   local t = redis.call('TIME')
   local bump = t[1] .. string.sub('000000' .. t[2], -6)

@@ -5,8 +5,11 @@
 -- KEYS[2]  pub/sub channel that waiters of this lock listen on
 -- KEYS[3]  keep-alive registry (zset); the last hold removes the lease from it
 -- KEYS[4]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[5]  fence counter; the last hold keeps it for the fence retention
+--          only (it was kept for the lease's span and the retention)
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  keep-alive registry member ("<token>:<name>")
+-- ARGV[3]  fence retention in milliseconds
 --
 -- Reply: {status, hold_count}
 --   status 1 = released (hold_count is what remains; 0 means the lock is free)
@@ -25,6 +28,7 @@ if count > 0 then
   return {1, count}
 end
 redis.call('DEL', KEYS[1])
+redis.call('PEXPIRE', KEYS[5], ARGV[3])
 if v[2] then
   -- keep-alive: no renewal may follow a release (only a lease with a
   -- max-hold deadline, ku, has a registry entry)

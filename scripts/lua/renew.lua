@@ -6,13 +6,14 @@
 -- KEYS[2]  lost-lease reasons of this lock (hash: token -> reason)
 -- KEYS[3]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[4]  pub/sub channel that waiters and hold streams of this lock listen on
--- KEYS[5]  fence counter; a renewal keeps it for the fence retention, so it
---          outlives a lease renewed for longer than the retention in all
+-- KEYS[5]  fence counter; a renewal keeps it, as a grant does, for the
+--          lease's span (its TTL, or until a keep-alive lease's max-hold
+--          deadline) and the fence retention after it
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  new lease TTL in milliseconds; 0 renews for the lease's own TTL
 -- ARGV[3]  how long lost-lease reasons are kept, in milliseconds
 -- ARGV[4]  keep-alive registry member ("<token>:<name>")
--- ARGV[5]  fence retention in milliseconds (the counter's TTL)
+-- ARGV[5]  fence retention in milliseconds: how long the counter outlives the lease
 --
 -- Reply: {status, hold_count, fence, ttl_ms, now_ms, ka_until_ms, ka_heartbeat_ms}
 --   status 1 = renewed, -1 = no such lease (expired or released),
@@ -55,5 +56,5 @@ if changed and pttl < redis.call('PTTL', KEYS[1]) then
   redis.call('PUBLISH', KEYS[4], 'shortened')
 end
 redis.call('PEXPIRE', KEYS[1], pttl)
-redis.call('PEXPIRE', KEYS[5], ARGV[5])
+redis.call('PEXPIRE', KEYS[5], math.max(pttl, (untl or 0) - now_ms) + tonumber(ARGV[5]))
 return {1, tonumber(v[2]), tonumber(v[3]), pttl, now_ms, untl or 0, tonumber(v[6]) or 0}

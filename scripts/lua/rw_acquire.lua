@@ -14,7 +14,9 @@
 --          token, value "n,l,f,ku,kh,kb,o" (hold count, lease TTL ms, fence,
 --          keep-alive deadline/heartbeat/last heartbeat ms, 0 when not kept
 --          alive, owner text last). Lives while anyone holds or waits.
--- KEYS[2]  fence counter (string); kept for the fence retention (ARGV[3])
+-- KEYS[2]  fence counter (string); every grant, re-entries included, keeps
+--          it for at least the lease's span (its TTL, or for a keep-alive
+--          lease its max hold) and the fence retention (ARGV[3]) after it
 -- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms)
 -- KEYS[4]  queue list: "r<token>" / "w<token>" of waiters in arrival order
 -- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
@@ -22,7 +24,8 @@
 -- KEYS[7]  readers zset: member = reader token, score = its lease's expiry (ms)
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  fence retention in milliseconds (the counter's TTL)
+-- ARGV[3]  fence retention in milliseconds: how long the counter outlives
+--          the last lease it fenced
 -- ARGV[4]  fairness: "1" fair, "0" plain
 -- ARGV[5]  waiter timeout in milliseconds (0: try once, register nothing)
 -- ARGV[6]  "1" to keep the lease alive (renewed by the service), else "0"
@@ -105,7 +108,7 @@ if mode == 'w' and writer == tok then
     pttl = keepalive(untl, lttl)
   end
   redis.call('HSET', S, 'wl', lttl, 'wx', now_ms + pttl)
-  redis.call('PEXPIRE', F, ARGV[3])
+  rw_keep(F, math.max(pttl, (untl or 0) - now_ms) + tonumber(ARGV[3]))
   settle()
   return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[6] == '1' and 1 or 0, untl or 0, hb}
 end
@@ -122,7 +125,7 @@ if mode == 'r' and rv then
   end
   redis.call('HSET', S, tok, rw_packed(r))
   redis.call('ZADD', H, now_ms + pttl, tok)
-  redis.call('PEXPIRE', F, ARGV[3])
+  rw_keep(F, math.max(pttl, r.ku - now_ms) + tonumber(ARGV[3]))
   settle()
   return {2, r.n, tonumber(r.f), pttl, now_ms, 0, v[6] == '1' and 1 or 0, r.ku > 0 and r.ku or 0, r.kh}
 end
@@ -182,7 +185,7 @@ if blocked then
 end
 
 -- granted
-local fence = rw_fence(F, ARGV[3])
+local fence = rw_fence(F, (ARGV[6] == '1' and tonumber(ARGV[7]) or ttl) + tonumber(ARGV[3]))
 if #queue > 0 then
   redis.call('ZREM', W, tok)
   redis.call('LREM', Q, 0, mode .. tok)

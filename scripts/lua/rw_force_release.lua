@@ -30,7 +30,7 @@ local bump = rw_now_us()
 if last >= tonumber(bump) then
   bump = string.format('%d', last + 1)
 end
-redis.call('SET', F, bump, 'PX', ARGV[1])
+redis.call('SET', F, bump, 'PX', ARGV[1]) -- no lease is left: kept for the retention
 for _, tok in ipairs(holders) do
   redis.call('ZREM', R, 'rw/' .. tok .. ':' .. ARGV[3])
   redis.call('HSET', L, tok, 'force_released')

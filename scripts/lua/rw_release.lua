@@ -8,10 +8,13 @@
 -- KEYS[4]  pub/sub channel that waiters of this lock listen on
 -- KEYS[5]  keep-alive registry (zset)
 -- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[7]  fence counter; when nobody holds the lock any more it is kept
+--          for the fence retention only
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  mode: "w" write, "r" read, "" the token's write lease when it
 --          holds one, else its read lease
 -- ARGV[3]  keep-alive registry member ("rw/<token>:<name>")
+-- ARGV[4]  fence retention in milliseconds
 --
 -- Reply: {status, hold_count, mode}
 --   status 1 = released (hold_count is what remains of that lease),
@@ -19,7 +22,7 @@
 --   -2 = no such lease, and another token holds the lock;
 --   mode 1 = the read lease, 2 = the write lease.
 --#include lib/rw.lua
-local S, H, W, C, R, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local S, H, W, C, R, L, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, mode = ARGV[1], ARGV[2]
 local writer, readers = rw_prune(S, H)
 if mode == '' then
@@ -64,6 +67,10 @@ if count <= 0 then
 end
 rw_settle(S, H, W)
 if freed then
+  if redis.call('ZCARD', H) == 0 and redis.call('HEXISTS', S, 'w') == 0 then
+    -- nobody holds the lock: the counter outlives its last lease by the retention
+    redis.call('PEXPIRE', F, ARGV[4])
+  end
   redis.call('PUBLISH', C, 'released')
 end
 return {1, math.max(count, 0), m}

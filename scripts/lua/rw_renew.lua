@@ -7,7 +7,8 @@
 -- KEYS[3]  lost-lease reasons of this lock (hash: token -> reason)
 -- KEYS[4]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[5]  pub/sub channel that waiters and hold streams listen on
--- KEYS[6]  fence counter; kept for the fence retention
+-- KEYS[6]  fence counter; kept, as a grant keeps it, for at least the
+--          renewed leases' span and the fence retention after it
 -- KEYS[7]  waiters zset (token -> deadline, ms)
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  new lease TTL in milliseconds; 0 renews for each lease's own TTL
@@ -38,6 +39,7 @@ if not want_w and not rv then
 end
 local ask = tonumber(ARGV[2])
 local shortened, due = false, nil
+local span = 0 -- the longest the renewed leases may last without another renewal
 -- renew gives one lease its new expiry; returns its TTL (ms)
 local function renew(lttl, untl, old_exp)
   local pttl = lttl
@@ -47,6 +49,7 @@ local function renew(lttl, untl, old_exp)
     if not due or d < due then due = d end
   end
   if now_ms + pttl < old_exp then shortened = true end
+  span = math.max(span, pttl, (untl or 0) - now_ms)
   return pttl
 end
 local out
@@ -74,7 +77,7 @@ if due and ask > 0 then
   redis.call('ZADD', R, due, ARGV[4])
 end
 rw_settle(S, H, W)
-redis.call('PEXPIRE', F, ARGV[5])
+rw_keep(F, span + tonumber(ARGV[5]))
 if shortened then
   redis.call('PUBLISH', C, 'shortened')
 end

@@ -6,11 +6,14 @@
 -- permits, so a large request is never overtaken by small ones.
 --
 -- KEYS[1]  capacity hash: p permits (N), f last fence issued, m "1" when
---          the last grant or waiter was fair ("0" when not); kept for the fence
---          retention (ARGV[3]) after every grant
+--          the last grant or waiter was fair ("0" when not); every grant
+--          keeps it for at least the lease's span (its TTL, or for a
+--          keep-alive lease its max hold) and the fence retention (ARGV[3])
+--          after it, a waiter for its wait and the retention
 -- KEYS[2]  holders zset: member = lease token, score = the lease's expiry
 --          (ms, Redis clock); every script drops the members past it, and
---          their permits return at once
+--          their permits return at once. It and the leases hash are kept
+--          for at least the lease's span
 -- KEYS[3]  leases hash: token -> "count:fence:ttl_ms:ku:kh:kb:owner", ku the
 --          keep-alive max-hold deadline (ms, 0 when not kept alive), kh the
 --          heartbeat interval (ms, 0 for none), kb the last heartbeat (ms)
@@ -23,7 +26,8 @@
 --          ("granted:<available>")
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  fence retention in milliseconds (the capacity record's TTL)
+-- ARGV[3]  fence retention in milliseconds: how long the capacity record
+--          outlives the last lease it fenced
 -- ARGV[4]  mode: "1" fair, "0" plain
 -- ARGV[5]  waiter timeout in milliseconds: when > 0 and the permits are not
 --          granted, the caller stays registered as a waiter until now + this
@@ -53,6 +57,13 @@
 -- A grant's fence is max(last fence + 1, Redis TIME in µs), as acquire.lua's.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- keep_for keeps key K for at least ms more; it never shortens K's TTL, which
+-- may cover another holder's longer lease
+local function keep_for(K, ms)
+  if redis.call('PTTL', K) < ms then
+    redis.call('PEXPIRE', K, ms)
+  end
+end
 local tok, fair = ARGV[1], ARGV[4] == '1'
 local n, count = tonumber(ARGV[12]), tonumber(ARGV[13])
 local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
@@ -118,7 +129,7 @@ if available < count or (head and head ~= tok) then
       redis.call('RPUSH', KEYS[5], tok)
       redis.call('PEXPIRE', KEYS[5], keep)
     end
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    keep_for(KEYS[1], timeout + tonumber(ARGV[3]))
   end
   return {0, 0, 0, now_ms, recheck, fair and 1 or 0, 0, 0, n, available}
 end
@@ -150,9 +161,10 @@ if pttl < ttl then
 end
 redis.call('HSET', KEYS[3], tok, table.concat({count, fence, ARGV[2], untl, hb, untl > 0 and now_ms or 0, ARGV[11]}, ':'))
 redis.call('ZADD', KEYS[2], now_ms + pttl, tok)
-for i = 1, 3 do
-  redis.call('PEXPIRE', KEYS[i], ARGV[3])
-end
+local span = math.max(pttl, untl - now_ms)
+keep_for(KEYS[1], span + tonumber(ARGV[3]))
+keep_for(KEYS[2], span)
+keep_for(KEYS[3], span)
 available = available - count
 if available > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
   -- permits remain: the next waiters may take them

@@ -35,6 +35,6 @@ if last >= tonumber(bump) then
   bump = string.format('%d', last + 1)
 end
 redis.call('HSET', KEYS[1], 'f', bump)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1]) -- no lease is left: kept for the retention
 redis.call('PUBLISH', KEYS[6], 'forced')
 return #live

@@ -10,6 +10,8 @@
 --          wake-up says how many permits are free ("released:<available>")
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  keep-alive registry member of the lease
+-- ARGV[3]  fence retention in milliseconds: when no lease is left, the
+--          capacity hash (KEYS[1]) is kept for that long only
 --
 -- Reply: {status, count}
 --   status 1 = released (count is the permits given back),
@@ -35,6 +37,10 @@ redis.call('HDEL', KEYS[5], ARGV[1])
 local available = tonumber(redis.call('HGET', KEYS[1], 'p')) or 0
 for _, w in ipairs(redis.call('HVALS', KEYS[3])) do
   available = available - tonumber(string.match(w, '^%d+'))
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  -- no lease is left: the capacity record outlives the last by the retention
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 redis.call('PUBLISH', KEYS[6], 'released:' .. math.max(available, 0))
 return {1, tonumber(string.match(v, '^%d+'))}

@@ -2,8 +2,9 @@
 -- is also the holder's heartbeat, and the TTL never reaches past the lease's
 -- max-hold deadline.
 --
--- KEYS[1]  capacity hash (fields: see sem_acquire.lua); kept for the fence
---          retention after a renewal, as after a grant
+-- KEYS[1]  capacity hash (fields: see sem_acquire.lua); kept after a
+--          renewal, as after a grant, for at least the lease's span and the
+--          fence retention, and KEYS[2], KEYS[3] for the span
 -- KEYS[2]  holders zset: token -> the lease's expiry (ms)
 -- KEYS[3]  leases hash: token -> "count:fence:ttl_ms:ku:kh:kb:owner"
 -- KEYS[4]  keep-alive registry (zset: member -> next renewal due, ms)
@@ -53,7 +54,10 @@ if now_ms + pttl < expiry then
 end
 redis.call('HSET', KEYS[3], tok, table.concat({count, fence, own, untl, hb, kb, owner}, ':'))
 redis.call('ZADD', KEYS[2], now_ms + pttl, tok)
-for i = 1, 3 do
-  redis.call('PEXPIRE', KEYS[i], ARGV[5])
+local span = math.max(pttl, untl - now_ms)
+for i, ms in ipairs({span + tonumber(ARGV[5]), span, span}) do
+  if redis.call('PTTL', KEYS[i]) < ms then
+    redis.call('PEXPIRE', KEYS[i], ms)
+  end
 end
 return {1, tonumber(count), tonumber(fence), pttl, now_ms, untl, hb}

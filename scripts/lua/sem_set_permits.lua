@@ -7,11 +7,14 @@
 -- KEYS[1]  capacity hash (fields: see sem_acquire.lua)
 -- KEYS[2]  pub/sub channel that waiters of this semaphore listen on
 -- ARGV[1]  permits: the new capacity N
--- ARGV[2]  fence retention in milliseconds (the capacity record's TTL)
+-- ARGV[2]  fence retention in milliseconds: the capacity record is kept
+--          for at least that long (longer when a lease needs it)
 --
 -- Reply: the previous capacity (0 when none was stored).
 local prev = tonumber(redis.call('HGET', KEYS[1], 'p')) or 0
 redis.call('HSET', KEYS[1], 'p', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
 redis.call('PUBLISH', KEYS[2], 'resized')
 return prev

@@ -14,11 +14,14 @@ type Config struct {
 	// MinTTL and MaxTTL bound a requested TTL. Defaults 1ms and 1h.
 	MinTTL, MaxTTL time.Duration
 	// FenceTTL is the fence retention: how long a lock name's fence counter
-	// is kept after the name's last grant, renewal or force-release. It must
-	// be at least MaxTTL and MaxHoldCap, so the counter outlives every lease;
-	// past it a name used once leaves no key in Redis, and its next grant's
-	// fence comes from Redis's clock (see acquire.lua). Default 24h, or
-	// MaxTTL or MaxHoldCap when one of them is longer.
+	// (a semaphore's capacity record) outlives the last lease it fenced.
+	// A grant or renewal keeps the counter for the lease's span (its TTL,
+	// or a keep-alive lease's max hold) and the retention after it; the
+	// release or force-release that leaves no lease keeps it for the
+	// retention only. Past it a name used once leaves no key in Redis, and
+	// its next grant's fence comes from Redis's clock (see acquire.lua):
+	// fences keep increasing as long as that clock never steps back by more
+	// than the retention. Default 1h.
 	FenceTTL time.Duration
 	// MaxWait bounds how long an acquire may wait for a lock. Default 60s.
 	MaxWait time.Duration
@@ -70,7 +73,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.SubscriberPing, 10*time.Second)
 	lostUnset := c.LostTTL <= 0
 	c = c.keepaliveDefaults()
-	setDefault(&c.FenceTTL, max(24*time.Hour, c.MaxTTL, c.MaxHoldCap))
+	setDefault(&c.FenceTTL, DefaultFenceTTL)
 	if lostUnset && c.LostTTL > c.FenceTTL {
 		// every key of a name is gone within the retention
 		c.LostTTL = c.FenceTTL
@@ -78,6 +81,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MinKeepaliveTTL, 10*c.RenewPoll)
 	return c
 }
+
+// DefaultFenceTTL is the default fence retention (Config.FenceTTL).
+const DefaultFenceTTL = time.Hour
 
 // setDefault sets *v to d when it is unset (not above zero).
 func setDefault[T ~int | ~int64](v *T, d T) {
@@ -98,14 +104,6 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
 		return fmt.Errorf("default ttl %s is outside [%s, %s]", c.DefaultTTL, c.MinTTL, c.MaxTTL)
-	}
-	if c.FenceTTL < c.MaxTTL {
-		return fmt.Errorf("fence retention %s must be at least the max ttl %s: the fence counter must outlive every lease",
-			c.FenceTTL, c.MaxTTL)
-	}
-	if c.FenceTTL < c.MaxHoldCap {
-		return fmt.Errorf("fence retention %s must be at least the max hold cap %s: the fence counter must outlive every lease",
-			c.FenceTTL, c.MaxHoldCap)
 	}
 	if c.LostTTL > c.FenceTTL {
 		return fmt.Errorf("lost ttl %s must be at most the fence retention %s: a lock name's keys are all gone within it",

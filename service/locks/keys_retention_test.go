@@ -31,10 +31,15 @@ func keysWithoutTTL(m *miniredis.Miniredis) []string {
 	return out
 }
 
-// A name used once leaves nothing in Redis once the fence retention has
-// passed, whatever it was used for: every key it left has a TTL right after
-// its use, none longer than the retention (lost-lease reasons included: their
-// default follows a retention below an hour).
+// retentionAfterLongest is how long a key of a lock name may outlive its
+// use under retentionConfig: the longest lease (a TTL or a max hold), then
+// the fence retention.
+var retentionAfterLongest = max(retentionConfig.MaxTTL, retentionConfig.MaxHoldCap) + retentionConfig.FenceTTL
+
+// A name used once leaves nothing in Redis once its longest possible lease
+// and the fence retention have passed, whatever it was used for: every key
+// it left has a TTL right after its use, none longer than that (lost-lease
+// reasons included: their default follows a retention below an hour).
 func TestOneOffNamesLeaveNoKeys(t *testing.T) {
 	svc, m := newTestService(t, retentionConfig, store.Config{KeyPrefix: "lk:"})
 	if got := svc.Config().LostTTL; got != 10*time.Minute {
@@ -70,6 +75,22 @@ func TestOneOffNamesLeaveNoKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		"released read lease": func(name string) {
+			l := mustAcquireRW(t, svc, name, locks.AcquireRequest{Mode: locks.ModeRead, TTL: time.Minute})
+			if _, err := svc.ReleaseRW(t.Context(), name, l.Token, locks.ModeRead); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"expiring write lease": func(name string) {
+			mustAcquireRW(t, svc, name, locks.AcquireRequest{Mode: locks.ModeWrite, TTL: time.Minute})
+		},
+		"released semaphore lease": func(name string) {
+			l := mustSem(t, svc, name, semReq(3, 1, time.Minute))
+			if _, err := svc.ReleaseSemaphore(t.Context(), name, l.Token); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"expiring semaphore lease": func(name string) { mustSem(t, svc, name, semReq(3, 2, time.Minute)) },
 	}
 	const perUse = 20
 	for use, do := range uses {
@@ -85,8 +106,8 @@ func TestOneOffNamesLeaveNoKeys(t *testing.T) {
 		t.Fatalf("keys without a TTL after use: %v", bad)
 	}
 	for _, k := range keys {
-		if ttl := m.TTL(k); ttl > retentionConfig.FenceTTL {
-			t.Errorf("%s: TTL %s, above the retention %s", k, ttl, retentionConfig.FenceTTL)
+		if ttl := m.TTL(k); ttl > retentionAfterLongest {
+			t.Errorf("%s: TTL %s, above the longest lease and the retention %s", k, ttl, retentionAfterLongest)
 		}
 	}
 	if m.Exists("lk:keepalive") {
@@ -94,22 +115,117 @@ func TestOneOffNamesLeaveNoKeys(t *testing.T) {
 		t.Errorf("keep-alive registry left %v after every keep-alive lease ended", members)
 	}
 
-	m.FastForward(retentionConfig.FenceTTL)
+	m.FastForward(retentionAfterLongest)
 	if left := m.Keys(); len(left) > 0 {
-		t.Errorf("%d keys left one retention after use, want none: %v", len(left), left)
+		t.Errorf("%d keys left the longest lease and one retention after use, want none: %v", len(left), left)
 	}
 }
 
-// The fence counter outlives every lease: grants, re-entries, renewals and
-// force-releases each keep it for the retention, so a lease renewed for
-// longer than the retention still has its counter when it ends.
+// retentionCase is one lock primitive as the fence retention sees it: how
+// to grant a lease of a TTL (a keep-alive one up to a max hold when
+// maxHold > 0), how to release it, and the key that holds the name's last
+// fence.
+type retentionCase struct {
+	grant   func(t *testing.T, svc *locks.Service, name string, ttl, maxHold time.Duration) (token string)
+	release func(t *testing.T, svc *locks.Service, name, token string)
+	counter func(name string) string
+	shared  bool // leases of several tokens at once
+}
+
+var retentionCases = map[string]retentionCase{
+	"lock": {
+		grant: func(t *testing.T, svc *locks.Service, name string, ttl, maxHold time.Duration) string {
+			return mustAcquire(t, svc, name, locks.AcquireRequest{TTL: ttl, Keepalive: maxHold > 0, MaxHold: maxHold}).Token
+		},
+		release: func(t *testing.T, svc *locks.Service, name, token string) {
+			if _, err := svc.Release(t.Context(), name, token); err != nil {
+				t.Fatal(err)
+			}
+		},
+		counter: func(name string) string { return "lk:fence:{" + name + "}" },
+	},
+	"read lease": {
+		grant: func(t *testing.T, svc *locks.Service, name string, ttl, maxHold time.Duration) string {
+			return mustAcquireRW(t, svc, name, locks.AcquireRequest{Mode: locks.ModeRead, TTL: ttl, Keepalive: maxHold > 0, MaxHold: maxHold}).Token
+		},
+		release: func(t *testing.T, svc *locks.Service, name, token string) {
+			if _, err := svc.ReleaseRW(t.Context(), name, token, locks.ModeRead); err != nil {
+				t.Fatal(err)
+			}
+		},
+		counter: func(name string) string { return "lk:rw:fence:{" + name + "}" },
+		shared:  true,
+	},
+	"semaphore": {
+		grant: func(t *testing.T, svc *locks.Service, name string, ttl, maxHold time.Duration) string {
+			req := semReq(5, 1, ttl)
+			req.Keepalive, req.MaxHold = maxHold > 0, maxHold
+			return mustSem(t, svc, name, req).Token
+		},
+		release: func(t *testing.T, svc *locks.Service, name, token string) {
+			if _, err := svc.ReleaseSemaphore(t.Context(), name, token); err != nil {
+				t.Fatal(err)
+			}
+		},
+		counter: func(name string) string { return "lk:sem:lock:{" + name + "}" },
+		shared:  true,
+	},
+}
+
+// A name's last fence is kept for what its leases need, not a fixed day:
+// a grant keeps it for the lease's TTL (a keep-alive lease's max hold) and
+// the retention after it, a shorter lease of another holder never cuts
+// that, and the release that leaves no lease keeps it for the retention
+// only.
+func TestFenceRetentionFollowsTheLease(t *testing.T) {
+	retention := retentionConfig.FenceTTL
+	for prim, c := range retentionCases {
+		t.Run(prim, func(t *testing.T) {
+			svc, m := newTestService(t, retentionConfig, store.Config{KeyPrefix: "lk:"})
+			counter := c.counter("orders")
+			long := c.grant(t, svc, "orders", time.Minute, 0)
+			if ttl := m.TTL(counter); ttl != time.Minute+retention {
+				t.Fatalf("%s TTL after a 1m lease = %s, want the lease and the retention %s", counter, ttl, time.Minute+retention)
+			}
+			if c.shared {
+				short := c.grant(t, svc, "orders", time.Second, 0)
+				if ttl := m.TTL(counter); ttl != time.Minute+retention {
+					t.Errorf("%s TTL after a 1s lease beside the 1m one = %s, want %s still", counter, ttl, time.Minute+retention)
+				}
+				c.release(t, svc, "orders", short)
+				if ttl := m.TTL(counter); ttl != time.Minute+retention {
+					t.Errorf("%s TTL after a release that leaves the 1m lease = %s, want %s still", counter, ttl, time.Minute+retention)
+				}
+			}
+			c.release(t, svc, "orders", long)
+			if ttl := m.TTL(counter); ttl != retention {
+				t.Errorf("%s TTL once no lease is left = %s, want the retention %s", counter, ttl, retention)
+			}
+
+			kept := c.grant(t, svc, "kept", 10*time.Second, time.Minute)
+			if ttl := m.TTL(c.counter("kept")); ttl != time.Minute+retention {
+				t.Errorf("%s TTL after a keep-alive lease of max hold 1m = %s, want the max hold and the retention %s",
+					c.counter("kept"), ttl, time.Minute+retention)
+			}
+			c.release(t, svc, "kept", kept)
+			if ttl := m.TTL(c.counter("kept")); ttl != retention {
+				t.Errorf("%s TTL once the keep-alive lease is released = %s, want the retention %s", c.counter("kept"), ttl, retention)
+			}
+		})
+	}
+}
+
+// The fence counter outlives every lease: grants, re-entries and renewals
+// each keep it for the lease's TTL and the retention, so a lease renewed
+// for longer than the retention still has its counter when it ends; a
+// force-release, which leaves no lease, keeps it for the retention.
 func TestFenceCounterRetentionRefreshed(t *testing.T) {
 	svc, m := newTestService(t, retentionConfig, store.Config{KeyPrefix: "lk:"})
 	const counter = "lk:fence:{orders}"
-	retention := retentionConfig.FenceTTL
+	retention := time.Minute + retentionConfig.FenceTTL // the lease's TTL, then the retention
 	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{TTL: time.Minute})
 	if ttl := m.TTL(counter); ttl != retention {
-		t.Fatalf("counter TTL after a grant = %s, want the retention %s", ttl, retention)
+		t.Fatalf("counter TTL after a grant = %s, want the lease and the retention %s", ttl, retention)
 	}
 	for i := range 15 { // 15 × 50s: longer than the retention
 		m.FastForward(50 * time.Second)
@@ -128,8 +244,8 @@ func TestFenceCounterRetentionRefreshed(t *testing.T) {
 	if ok, err := svc.ForceRelease(t.Context(), "orders"); err != nil || !ok {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
-	if ttl := m.TTL(counter); ttl != retention {
-		t.Errorf("counter TTL after a force-release = %s, want the retention %s, refreshed", ttl, retention)
+	if ttl := m.TTL(counter); ttl != retentionConfig.FenceTTL {
+		t.Errorf("counter TTL after a force-release = %s, want the retention %s", ttl, retentionConfig.FenceTTL)
 	}
 }
 

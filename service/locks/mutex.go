@@ -337,8 +337,8 @@ func (s *Service) Release(ctx context.Context, name, token string) (Released, er
 
 func (m mutex) release(ctx context.Context, k lockKeys, token string) (Released, error) {
 	s := m.s
-	res, err := s.st.RunReplicated(ctx, mutexScripts.release, []string{k.lock, k.channel, s.registryKey(k), k.lost},
-		releaseArgs(kindMutex, k.regName(), token)...)
+	res, err := s.st.RunReplicated(ctx, mutexScripts.release, []string{k.lock, k.channel, s.registryKey(k), k.lost, k.fence},
+		releaseArgs(s.cfg, kindMutex, k.regName(), token)...)
 	v, err := ownerReply("release", 2, res, err)
 	if err != nil {
 		return Released{}, err

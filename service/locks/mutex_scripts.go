@@ -97,10 +97,11 @@ func inspectReply(op string, n, ints int, res any, err error) (arr []any, v []in
 
 // releaseArgs is release.lua's and sem_release.lua's ARGV. name is the
 // lock's registry name (regName).
-func releaseArgs(kd kind, name, token string) []any {
+func releaseArgs(cfg Config, kd kind, name, token string) []any {
 	return []any{
-		token,                  // ARGV[1] token
-		kd.member(token, name), // ARGV[2] keep-alive registry member
+		token,                       // ARGV[1] token
+		kd.member(token, name),      // ARGV[2] keep-alive registry member
+		cfg.FenceTTL.Milliseconds(), // ARGV[3] fence retention, ms
 	}
 }
 

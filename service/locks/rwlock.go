@@ -81,8 +81,8 @@ func (l rwlock) release(ctx context.Context, k lockKeys, token string) (Released
 func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode RWMode) (Released, error) {
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwScripts.release,
-		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(k), k.lost},
-		rwReleaseArgs(k.regName(), token, mode)...)
+		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(k), k.lost, k.fence},
+		rwReleaseArgs(s.cfg, k.regName(), token, mode)...)
 	v, err := ownerReply("rw_release", 3, res, err)
 	if err != nil {
 		return Released{}, err

@@ -35,11 +35,12 @@ func rwAcquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout ti
 }
 
 // rwReleaseArgs is rw_release.lua's ARGV.
-func rwReleaseArgs(name, token string, mode RWMode) []any {
+func rwReleaseArgs(cfg Config, name, token string, mode RWMode) []any {
 	return []any{
-		token,                      // ARGV[1] token
-		modeArg(mode),              // ARGV[2] mode: "r", "w", "" for the token's write lease, else its read lease
-		kindRW.member(token, name), // ARGV[3] keep-alive registry member
+		token,                       // ARGV[1] token
+		modeArg(mode),               // ARGV[2] mode: "r", "w", "" for the token's write lease, else its read lease
+		kindRW.member(token, name),  // ARGV[3] keep-alive registry member
+		cfg.FenceTTL.Milliseconds(), // ARGV[4] fence retention, ms
 	}
 }
 

@@ -54,7 +54,7 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		entries int // batch entries in args
 	}{
 		{"acquire.lua", lua.Acquire, acquireArgs(cfg, kindMutex, req, "orders", time.Second, true, 0), 0},
-		{"release.lua", lua.Release, releaseArgs(kindMutex, "orders", req.Token), 0},
+		{"release.lua", lua.Release, releaseArgs(cfg, kindMutex, "orders", req.Token), 0},
 		{"renew.lua", lua.Renew, renewArgs(cfg, kindMutex, "orders", req.Token, time.Second, 0), 0},
 		{"inspect.lua", lua.Inspect, inspectArgs(kindMutex, "orders", req.Token), 0},
 		{"force_release.lua", lua.ForceRelease, forceReleaseArgs(cfg, "orders"), 0},
@@ -62,7 +62,7 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		{"keepalive_due.lua", lua.KeepaliveDue, keepaliveDueArgs(10), 0},
 		{"renew_batch.lua", lua.RenewBatch, renewBatchArgs(cfg, members), len(members)},
 		{"rw_acquire.lua", lua.RWAcquire, rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
-		{"rw_release.lua", lua.RWRelease, rwReleaseArgs("orders", req.Token, ModeRead), 0},
+		{"rw_release.lua", lua.RWRelease, rwReleaseArgs(cfg, "orders", req.Token, ModeRead), 0},
 		{"rw_renew.lua", lua.RWRenew, rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
 		{"rw_inspect.lua", lua.RWInspect, inspectArgs(kindRW, "orders", req.Token), 0},
 		{"rw_force_release.lua", lua.RWForceRelease, forceReleaseArgs(cfg, "orders"), 0},

@@ -20,7 +20,7 @@ func TestSemaphoreScriptArgsMatchTheirHeaders(t *testing.T) {
 		entries int // batch entries in args
 	}{
 		{"sem_acquire.lua", lua.SemAcquire, semAcquireArgs(cfg, req, "pool", time.Second), 0},
-		{"sem_release.lua", lua.SemRelease, releaseArgs(kindSem, "pool", req.Token), 0},
+		{"sem_release.lua", lua.SemRelease, releaseArgs(cfg, kindSem, "pool", req.Token), 0},
 		{"sem_renew.lua", lua.SemRenew, renewArgs(cfg, kindSem, "pool", req.Token, time.Second, 0), 0},
 		{"sem_inspect.lua", lua.SemInspect, inspectArgs(kindSem, "pool", req.Token), 0},
 		{"sem_force_release.lua", lua.SemForceRelease, semForceReleaseArgs(cfg, "pool"), 0},
@@ -51,7 +51,7 @@ func TestSharedArgsCarryTheKindsMember(t *testing.T) {
 		{"acquire ARGV[9]", acquireArgs(cfg, kindMutex, req.AcquireRequest, "pool", 0, false, 0)[8], registryMember(tok, "pool")},
 		{"rw_acquire ARGV[9]", rwAcquireArgs(cfg, req.AcquireRequest, "pool", 0, false)[8], kindRW.member(tok, "pool")},
 		{"sem_acquire ARGV[9]", semAcquireArgs(cfg, req, "pool", 0)[8], semMember(tok, "pool")},
-		{"sem_release ARGV[2]", releaseArgs(kindSem, "pool", tok)[1], semMember(tok, "pool")},
+		{"sem_release ARGV[2]", releaseArgs(cfg, kindSem, "pool", tok)[1], semMember(tok, "pool")},
 		{"sem_renew ARGV[4]", renewArgs(cfg, kindSem, "pool", tok, 0, 0)[3], semMember(tok, "pool")},
 		{"rw_renew ARGV[4]", rwRenewArgs(cfg, "pool", tok, "", 0)[3], kindRW.member(tok, "pool")},
 		{"sem_inspect ARGV[2]", inspectArgs(kindSem, "pool", tok)[1], semMember(tok, "pool")},

@@ -57,7 +57,7 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.release,
 		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
-		releaseArgs(kindSem, k.regName(), token)...)
+		releaseArgs(s.cfg, kindSem, k.regName(), token)...)
 	v, err := ownerReply("sem_release", 2, res, err)
 	if err != nil {
 		return 0, err

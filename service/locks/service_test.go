@@ -87,7 +87,7 @@ func TestConfigDefaults(t *testing.T) {
 		DefaultTTL: 30 * time.Second,
 		MinTTL:     time.Millisecond,
 		MaxTTL:     time.Hour,
-		FenceTTL:   24 * time.Hour,
+		FenceTTL:   time.Hour,
 		MaxWait:    60 * time.Second,
 
 		SubscriberPing: 10 * time.Second,

@@ -221,9 +221,21 @@ func (c Config) validateLimit(prefix string, l Limit) error {
 		return invalid(prefix+"lease", "excluded", "%slease applies to the fixed_window algorithm only", prefix)
 	}
 	if l.Algorithm == TokenBucket {
-		return validateRefill(prefix, l)
+		return validateRefill(prefix, l, maxRefill, " (10 years)")
 	}
 	return nil
+}
+
+// validateInline checks an inline limit, beyond validateLimit: a token
+// bucket must refill within MaxWindow, as a window must end within it. An
+// inline limit's counter is kept for its window (a sliding window's for
+// two) or its refill time, so no request makes a counter that outlives
+// 2 × MaxWindow, not the 10 years a policy's bucket may take to refill.
+func (c Config) validateInline(l Limit) error {
+	if l.Algorithm != TokenBucket {
+		return nil
+	}
+	return validateRefill("", l, c.MaxWindow, " for an inline limit")
 }
 
 // maxRefill bounds a token bucket's window and the time an empty bucket
@@ -236,13 +248,14 @@ const maxRefill = 87600 * time.Hour // 10 years of 365 days
 // arithmetic (2^48); the default MaxLimit is far below.
 const maxBucketLimit = 1 << 48
 
-// validateRefill checks a token bucket against maxRefill and maxBucketLimit.
-func validateRefill(prefix string, l Limit) error {
+// validateRefill checks a token bucket against maxBucketLimit, and its
+// window and refill time against most (which bound says names in errors).
+func validateRefill(prefix string, l Limit, most time.Duration, which string) error {
 	if l.Limit >= maxBucketLimit {
 		return invalid(prefix+"limit", "max", "%slimit of a token_bucket must be below %d, got %d", prefix, int64(maxBucketLimit), l.Limit)
 	}
-	if l.Window > maxRefill {
-		return invalid(prefix+"window", "max", "%swindow of a token_bucket must be at most %s (10 years), got %s", prefix, maxRefill, l.Window)
+	if l.Window > most {
+		return invalid(prefix+"window", "max", "%swindow of a token_bucket must be at most %s%s, got %s", prefix, most, which, l.Window)
 	}
 	if l.Burst <= l.Limit {
 		return nil // refills within the window
@@ -251,7 +264,7 @@ func validateRefill(prefix string, l Limit) error {
 	// sees the window; 128-bit products, as they overflow int64.
 	w := uint64(l.Window.Milliseconds())
 	hi, lo := bits.Mul64(w, uint64(l.Burst))
-	maxHi, maxLo := bits.Mul64(uint64(maxRefill.Milliseconds()), uint64(l.Limit))
+	maxHi, maxLo := bits.Mul64(uint64(most.Milliseconds()), uint64(l.Limit))
 	if hi < maxHi || hi == maxHi && lo <= maxLo {
 		return nil
 	}
@@ -260,8 +273,8 @@ func validateRefill(prefix string, l Limit) error {
 	if refill < float64(math.MaxInt64/int64(time.Millisecond)) {
 		got = time.Duration(refill * float64(time.Millisecond)).Round(time.Microsecond).String()
 	}
-	return invalid(prefix+"burst", "max", "%sburst × window / limit (the time an empty bucket takes to refill) must be at most %s (10 years), got %s",
-		prefix, maxRefill, got)
+	return invalid(prefix+"burst", "max", "%sburst × window / limit (the time an empty bucket takes to refill) must be at most %s%s, got %s",
+		prefix, most, which, got)
 }
 
 func (c Config) validatePolicy(p Policy) error {

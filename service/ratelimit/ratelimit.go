@@ -292,6 +292,9 @@ func (s *Service) resolvePolicy(set *policySet, req Request) (Policy, error) {
 	if err := s.rl.cfg.validateLimit("", l); err != nil {
 		return Policy{}, err
 	}
+	if err := s.rl.cfg.validateInline(l); err != nil {
+		return Policy{}, err
+	}
 	return Policy{Name: InlinePolicyName, Limit: l, Key: "ip", DenyStatus: 429, Fail: FailClosed}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,6 +163,29 @@ func TestCheckRateLimitFailModes(t *testing.T) {
 	}
 }
 
+// An inline token bucket refills within the max window, so the counter one
+// request makes is kept no longer than a window; a policy's may take up to
+// 10 years. The refused request leaves no key.
+func TestInlineBucketRefillsWithinTheMaxWindow(t *testing.T) {
+	svc, m := newTestService(t, rlConfig(0, bucket("slow", 1, 24*time.Hour, 2)))
+	inline := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Burst: 2, Window: 24 * time.Hour}
+	_, err := svc.Check(t.Context(), ratelimit.Request{Key: "k", Inline: &inline})
+	want := "burst × window / limit (the time an empty bucket takes to refill) must be at most 24h0m0s for an inline limit, got 48h0m0s"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("inline bucket refilling in 48h: error = %v, want one containing %q", err, want)
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Errorf("the refused check left %v, want no key", keys)
+	}
+	inline.Burst = 1
+	if d := mustCheck(t, svc, ratelimit.Request{Key: "k", Inline: &inline}); !d.Allowed {
+		t.Errorf("inline bucket refilling in 24h: %+v, want allowed", d)
+	}
+	if d := mustCheck(t, svc, ratelimit.Request{Policy: "slow", Key: "k"}); !d.Allowed {
+		t.Errorf("policy bucket refilling in 48h: %+v, want allowed", d)
+	}
+}
+
 func TestCheckRateLimitInvalid(t *testing.T) {
 	svc, _ := newTestService(t, rlConfig(ratelimit.DefaultCacheSize, fixed("p", 3, time.Minute)))
 	noInline := ratelimit.Config{Policies: []ratelimit.Policy{fixed("p", 3, time.Minute)}}
@@ -182,6 +206,10 @@ func TestCheckRateLimitInvalid(t *testing.T) {
 			Inline: &ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 10, Burst: 2, Window: time.Second}}, "cost", "max"},
 		{"inline bucket refilling in over 10 years", svc, ratelimit.Request{Key: "k",
 			Inline: &ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Burst: 1_000_000_000, Window: 24 * time.Hour}}, "burst", "max"},
+		// An inline counter is kept at most the max window (24h): a bucket
+		// that refills in two days would keep one per request for two days.
+		{"inline bucket refilling in over the max window", svc, ratelimit.Request{Key: "k",
+			Inline: &ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 1, Burst: 2, Window: 24 * time.Hour}}, "burst", "max"},
 		{"inline disabled", strict, ratelimit.Request{Key: "k", Inline: &ratelimit.Limit{Limit: 1, Window: time.Second}}, "limit", "disabled"},
 	}
 	for _, tt := range tests {

@@ -65,15 +65,25 @@ local function rw_packed(r)
   return r.n .. ',' .. r.l .. ',' .. r.f .. ',' .. r.ku .. ',' .. r.kh .. ',' .. r.kb .. ',' .. r.o
 end
 
+-- rw_keep keeps key K for at least ms more: a lease's span and the fence
+-- retention after it. It never shortens K's TTL, which may cover another
+-- holder's longer lease.
+local function rw_keep(K, ms)
+  if redis.call('PTTL', K) < ms then
+    redis.call('PEXPIRE', K, ms)
+  end
+end
+
 -- rw_fence issues a fence above every earlier one of the name: max(counter
--- + 1, TIME in µs), as acquire.lua's, kept for retention ms.
-local function rw_fence(F, retention)
+-- + 1, TIME in µs), as acquire.lua's, and keeps the counter for at least
+-- keep ms (rw_keep).
+local function rw_fence(F, keep)
   local fence = rw_now_us()
   local last = tonumber(redis.call('GET', F))
   if last and last >= tonumber(fence) then
     fence = string.format('%d', last + 1)
   end
-  redis.call('SET', F, fence, 'PX', retention)
+  redis.call('SET', F, fence, 'PX', math.max(redis.call('PTTL', F), keep))
   return fence
 end
 
