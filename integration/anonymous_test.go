@@ -51,6 +51,7 @@ func (b anonymousBounds) maxKeys() int {
 // expiry alike), so the test takes no wall-clock time to cover them;
 // TestMemoryPerOneOffName measures the bytes of each key on a real Redis.
 func TestAnonymousClientKeysStayBounded(t *testing.T) {
+	singleNode(t)
 	b := anonymousBounds{maxTTL: 2 * time.Second, retention: 20 * time.Second, maxWindow: 10 * time.Second,
 		limit: 50, window: time.Second}
 	m := miniredis.RunT(t)

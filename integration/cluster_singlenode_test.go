@@ -12,6 +12,7 @@ import (
 var singleNodeOnly = map[string]string{
 	"TestAcquireTimeoutLeavesNoLease":                             "a proxy in front of one Redis node delays its replies; a cluster client dials the addresses the nodes announce, past any proxy",
 	"TestAcquireTimeoutKeepsTheClientsHolds":                      "a proxy in front of one Redis node delays its replies; a cluster client dials the addresses the nodes announce, past any proxy",
+	"TestAnonymousClientKeysStayBounded":                          "runs on a miniredis of its own whose clock it moves; the store under test is not used",
 	"TestAcquireCancelledMidScriptLeavesNoLease":                  "a proxy in front of one Redis node delays its replies; a cluster client dials the addresses the nodes announce, past any proxy",
 	"TestClientRedisPausedPastLease":                              "pauses the one Redis node (CLIENT PAUSE); TestClusterFailoverUnderLoad loses a cluster node under load",
 	"TestContainersPublishOnLoopback":                             "checks the ports of a Redis container",
@@ -20,6 +21,7 @@ var singleNodeOnly = map[string]string{
 	"TestKeepaliveSurvivesShortRedisOutage":                       "pauses the one Redis container; TestClusterFailoverUnderLoad loses a cluster node under load",
 	"TestKeepaliveTwoInstancesParallelBatchesRenewOncePerDueTime": "sets the due times in the one keep-alive registry and counts renew_batch calls; on a cluster the registry is sharded with a directory of due shards (TestKeepaliveTwoInstancesRenewOncePerDueTime runs there)",
 	"TestLostReasonAfterRedisPause":                               "pauses the one Redis container",
+	"TestMemoryPerOneOffName":                                     "measures memory on a private Redis with the default key prefix; a cluster holds the same keys, spread over nodes",
 	"TestMemoryPerHeldLock":                                       "measures memory on a private Redis with the default key prefix; a cluster holds the same keys, spread over nodes",
 	"TestMemoryPerRateLimitKey":                                   "measures memory on a private Redis with the default key prefix; a cluster holds the same keys, spread over nodes",
 	"TestMemoryPerReadLease":                                      "measures memory on a private Redis with the default key prefix; a cluster holds the same keys, spread over nodes",
