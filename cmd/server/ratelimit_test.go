@@ -31,7 +31,7 @@ func TestRunRefusesBadRateLimitConfig(t *testing.T) {
 	}{
 		{"missing file", []string{"-ratelimit-policies", "/nonexistent/policies.yaml"}, "-ratelimit-policies: policy file: open /nonexistent/policies.yaml"},
 		{"unknown field", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  a:\n    limit: 3\n    window: 10s\n    rate: 2\n")},
-			"field rate not found"},
+			`line 5: unknown field "rate" in policies.a: the fields there are key, limit,`},
 		{"zero window", []string{"-ratelimit-policies", writeFile(t, "p.yaml", "policies:\n  a:\n    limit: 3\n    window: 0s\n")},
 			`policy "a": window must be at least 1s, got 0s`},
 		{"limit 0 in JSON", []string{"-ratelimit-policies", writeFile(t, "p.json", `{"policies":{"b":{"limit":0,"window":"1m"}}}`)},

@@ -4,20 +4,17 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/latchkey/latchkey/internal/yamlcheck"
 	"github.com/latchkey/latchkey/service/store"
-	"go.yaml.in/yaml/v3"
 )
 
 // Scope is a permission a key carries.
@@ -164,26 +161,27 @@ func (s *KeySet) Version() string {
 	return s.version
 }
 
-// fileKeys is the keys file as written.
+// fileKeys is the keys file as written; an expect tag says in words what
+// its field takes, for the file's errors (see yamlcheck).
 type fileKeys struct {
 	Defaults struct {
 		Quotas Quotas `yaml:"quotas"`
 	} `yaml:"defaults"`
 	Tenants map[string]struct {
 		Quotas *Quotas   `yaml:"quotas"`
-		Keys   []fileKey `yaml:"keys"`
-	} `yaml:"tenants"`
+		Keys   []fileKey `yaml:"keys" expect:"a list of keys"`
+	} `yaml:"tenants" expect:"a map of tenant names to tenants"`
 	Admin struct {
-		Keys []fileKey `yaml:"keys"`
+		Keys []fileKey `yaml:"keys" expect:"a list of keys"`
 	} `yaml:"admin"`
-	PublicGate []string `yaml:"public_gate"`
+	PublicGate []string `yaml:"public_gate" expect:"a list of policy names"`
 }
 
 type fileKey struct {
 	ID     string   `yaml:"id"`
 	SHA256 string   `yaml:"sha256"`
-	Scopes []string `yaml:"scopes"`
-	Names  []string `yaml:"names"`
+	Scopes []string `yaml:"scopes" expect:"a list of scopes"`
+	Names  []string `yaml:"names" expect:"a list of lock names and name prefixes"`
 }
 
 // Parse reads a keys file (YAML). Unknown fields, tenant names other than
@@ -194,16 +192,7 @@ type fileKey struct {
 // which would refuse every request.
 func Parse(b []byte) (*KeySet, error) {
 	var f fileKeys
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("keys file: %w", err)
-	}
-	if err := unknownField(&doc, reflect.TypeFor[fileKeys](), ""); err != nil {
-		return nil, fmt.Errorf("keys file: %w", err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	if err := yamlcheck.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("keys file: %w", err)
 	}
 	sum := sha256.Sum256(b)

@@ -106,6 +106,20 @@ func TestParseErrors(t *testing.T) {
 		{"negative quota", "defaults:\n  quotas: {leases: -1}\n", "defaults.quotas"},
 		{"bad public policy", "public_gate: ['a b']\n", "public_gate[0]"},
 		{"not yaml", "tenants: [", "keys file"},
+		// A value of the wrong kind is named by its path and line, with what
+		// the field takes in words.
+		{"tenants as a list", "tenants: [a, b]\n", "keys file: line 1: tenants must be a map of tenant names to tenants, got a list"},
+		{"tenant as a list", "tenants:\n  a: [x]\n", "line 2: tenants.a must be a map of the fields quotas, keys, got a list"},
+		{"scopes as a string", "tenants:\n  a:\n    keys:\n      - {id: k, sha256: " + h + ", scopes: locks:read}\n",
+			"line 4: tenants.a.keys[0].scopes must be a list of scopes, got a string"},
+		{"quota as a word", "tenants:\n  a:\n    quotas: {leases: \"many\"}\n", "line 3: tenants.a.quotas.leases must be a whole number, got a string"},
+		{"quota as a fraction", "defaults:\n  quotas: {waiters: 1.5}\n", "line 2: defaults.quotas.waiters must be a whole number, got a number"},
+		{"quota out of range", "defaults:\n  quotas: {waiters: 99999999999999999999}\n", "defaults.quotas.waiters must be a whole number, got a whole number out of range"},
+		{"keys as a map", "admin:\n  keys: {id: k}\n", "line 2: admin.keys must be a list of keys, got a map"},
+		{"id as a list", "admin:\n  keys:\n    - {id: [k], sha256: " + h + ", scopes: [admin]}\n", "line 3: admin.keys[0].id must be a string, got a list"},
+		{"public gate as a string", "public_gate: sidecar\n", "line 1: public_gate must be a list of policy names, got a string"},
+		{"file as a list", "- a\n", "line 1: the top level must be a map of the fields defaults, tenants, admin, public_gate, got a list"},
+		{"tenant given twice", "tenants:\n  a: {}\n  a: {}\n", `line 3: "a" is given twice in tenants (first at line 2)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +130,22 @@ func TestParseErrors(t *testing.T) {
 			if err != nil && strings.Contains(err.Error(), h) {
 				t.Errorf("error %v repeats a hash", err)
 			}
+			wantNoGoType(t, err)
 		})
+	}
+}
+
+// wantNoGoType fails the test if err prints a Go type: a keys file's
+// errors speak of its fields, not of the code that reads them.
+func wantNoGoType(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, marker := range []string{"struct {", "map[", "[]", "auth.", "int64", "string}", "!!", "unmarshal"} {
+		if strings.Contains(err.Error(), marker) {
+			t.Errorf("error %q prints a Go type (%q)", err, marker)
+		}
 	}
 }
 

@@ -23,7 +23,8 @@ func (f *fileVar) read() ([]byte, error) {
 
 // TestKeysFileNamingNoKey: a file that names no key is refused at start,
 // and on reload it leaves the active keys as they were, as a file that
-// cannot be read does: no request is refused for it.
+// cannot be read or has a value of the wrong kind does: no request is
+// refused for it.
 func TestKeysFileNamingNoKey(t *testing.T) {
 	file := &fileVar{}
 	if _, err := auth.LoadKeys(auth.KeysConfig{Path: "keys.yaml", Read: file.read}); err == nil || !strings.Contains(err.Error(), "keys.yaml: keys file: it names no key") {
@@ -37,7 +38,7 @@ func TestKeysFileNamingNoKey(t *testing.T) {
 	}
 	active := keys.Current()
 	loaded := keys.Loaded()
-	for _, bad := range []string{"", "tenants:\n  billing:\n    keys: []\n", "admin:\n  kyes: []\n"} {
+	for _, bad := range []string{"", "tenants:\n  billing:\n    keys: []\n", "admin:\n  kyes: []\n", "tenants: [a, b]\n", "admin:\n  keys: {id: ops}\n"} {
 		file.set(bad)
 		changed, err := keys.Reload(false)
 		if changed || err == nil {

@@ -1,13 +1,13 @@
 package ratelimit
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/latchkey/latchkey/service/store"
 	"go.yaml.in/yaml/v3"
 )
@@ -107,7 +107,8 @@ func (c *costEntry) fromString(s string) error {
 	return nil
 }
 
-// UnmarshalYAML reads either form, refusing unknown fields.
+// UnmarshalYAML reads either form. The map's fields have been checked by
+// yamlcheck, which puts the line and the field's path before the errors.
 func (c *costEntry) UnmarshalYAML(n *yaml.Node) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
@@ -117,32 +118,28 @@ func (c *costEntry) UnmarshalYAML(n *yaml.Node) error {
 		}
 		return c.fromString(s)
 	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			switch k := n.Content[i].Value; k {
-			case "header", "max", "default":
-			default:
-				return fmt.Errorf("line %d: field %s not found in cost (known: header, max, default)", n.Content[i].Line, k)
-			}
-		}
 		type plain costEntry
 		return n.Decode((*plain)(c))
 	}
-	return fmt.Errorf("line %d: %w", n.Line, errCostShape)
+	return errCostShape
 }
 
-// UnmarshalJSON reads either form, refusing unknown fields.
-func (c *costEntry) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+// UnmarshalJSONFrom reads either form, its errors those of the policy
+// file's decoder, which names the field by its path and line.
+func (c *costEntry) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	switch dec.PeekKind() {
+	case '"':
+		tok, err := dec.ReadToken()
+		if err != nil {
 			return err
 		}
-		return c.fromString(s)
+		return c.fromString(tok.String())
+	case '{':
+		type plain costEntry
+		return jsonv2.UnmarshalDecode(dec, (*plain)(c))
 	}
-	if len(b) == 0 || b[0] != '{' {
-		return errCostShape
+	if err := dec.SkipValue(); err != nil {
+		return err
 	}
-	type plain costEntry
-	return unmarshalJSON(b, (*plain)(c))
+	return errCostShape
 }

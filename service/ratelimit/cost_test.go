@@ -51,7 +51,9 @@ func TestParsePoliciesCost(t *testing.T) {
 
 func TestPolicyCostErrors(t *testing.T) {
 	for _, tt := range []struct{ name, src, want string }{
-		{"unknown field", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: {header: X-C, min: 1}\n", "field min not found in cost"},
+		{"unknown field", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: {header: X-C, min: 1}\n", `line 5: unknown field "min" in policies.p.cost: the fields there are header, max, default`},
+		{"max not a number", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: {header: X-C, max: many}\n", "line 5: policies.p.cost.max must be a whole number, got a string"},
+		{"a list", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: [X-C]\n", `line 5: policies.p.cost: cost must be "header:NAME"`},
 		{"bad string", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: X-C\n", `cost must be "header:NAME"`},
 		{"max above limit", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: {header: X-C, max: 4}\n", `policy "p": cost: max must be between 1 and the limit's capacity (3`},
 		{"default above max", "policies:\n  p:\n    limit: 3\n    window: 1s\n    cost: {header: X-C, max: 2, default: 3}\n", "default must be between 1 and max (2)"},
@@ -66,6 +68,7 @@ func TestPolicyCostErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tt.want)
 			}
+			wantNoGoType(t, err)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +100,18 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ..
 		}
 	}
 	return 0
+}
+
+// wantNoGoType fails the test if err prints a Go type: a policy file's
+// errors speak of its fields, not of the code that reads them.
+func wantNoGoType(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, marker := range []string{"struct {", "map[", "[]", "ratelimit.", "int64", "!!", "unmarshal", "Go "} {
+		if strings.Contains(err.Error(), marker) {
+			t.Errorf("error %q prints a Go type (%q)", err, marker)
+		}
+	}
 }

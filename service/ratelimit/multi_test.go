@@ -254,7 +254,7 @@ policies:
 	for _, c := range []struct{ file, want string }{
 		{`{policies: {p: {limits: [{name: a, limit: 1}]}}}`, `policy "p": limits[0] (a): window is required`},
 		{`{policies: {p: {limit: 1, window: 1s, limits: [{name: a, limit: 1, window: 1s}]}}}`, `policy "p": give either limits or a single limit`},
-		{`{policies: {p: {limits: [{name: a, limit: 1, window: 1s, lease: 3, burst_x: 1}]}}}`, `field burst_x not found`},
+		{`{policies: {p: {limits: [{name: a, limit: 1, window: 1s, lease: 3, burst_x: 1}]}}}`, `line 1: unknown field "burst_x" in policies.p.limits[0]: the fields there are name, key,`},
 		{`{policies: {p: {lease: 3, limits: [{name: a, limit: 1, window: 1s}]}}}`, `policy "p": give either limits or a single limit`},
 		{`{policies: {p: {limits: []}}}`, `policy "p": limits must list at least one limit`},
 	} {

@@ -1,10 +1,8 @@
 package ratelimit
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/bits"
 	"regexp"
@@ -12,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/latchkey/latchkey/internal/yamlcheck"
 	"github.com/latchkey/latchkey/service/store"
 )
 
@@ -343,9 +340,10 @@ func (c Config) validateLimits(p Policy) error {
 	return nil
 }
 
-// policyFile is the on-disk shape of a policy file (YAML or JSON).
+// policyFile is the on-disk shape of a policy file (YAML or JSON); an
+// expect tag says in words what its field takes, for the file's errors.
 type policyFile struct {
-	Policies map[string]policyEntry `json:"policies" yaml:"policies"`
+	Policies map[string]policyEntry `json:"policies" yaml:"policies" expect:"a map of policy names to policies"`
 }
 
 type policyEntry struct {
@@ -353,7 +351,7 @@ type policyEntry struct {
 	DenyStatus  int          `json:"deny_status" yaml:"deny_status"`
 	Fail        string       `json:"fail" yaml:"fail"`
 	Cost        *costEntry   `json:"cost" yaml:"cost"`
-	Limits      []limitEntry `json:"limits" yaml:"limits"`
+	Limits      []limitEntry `json:"limits" yaml:"limits" expect:"a list of limits"`
 }
 
 // limitEntry is the on-disk shape of one limit of a "limits:" list.
@@ -387,20 +385,19 @@ func (f limitFields) limit() (Limit, error) {
 // {name, key, limit, window, algorithm, burst, lease, shadow};
 // algorithm defaults to fixed_window, key to ip, deny_status to 429, fail to
 // open, shadow to false; cost is "header:NAME" or {header, max, default}.
-// Unknown fields, and a field given twice, are errors. Returns an error
-// naming the policy and field at fault; the policies are checked in full by Config.Validate.
+// Unknown fields, a field given twice and a value of the wrong kind are
+// errors naming the line and the field by its path (policies.api.limit),
+// with what it takes in words, in YAML as in JSON; other errors name the
+// policy and field at fault. The policies are checked in full by
+// Config.Validate.
 func ParsePolicies(b []byte, isJSON bool) ([]Policy, error) {
 	var f policyFile
 	if isJSON {
 		if err := unmarshalJSON(b, &f); err != nil {
 			return nil, err
 		}
-	} else {
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
+	} else if err := yamlcheck.Unmarshal(b, &f); err != nil {
+		return nil, err
 	}
 	if len(f.Policies) == 0 {
 		return nil, errors.New("no policies: the file must hold a \"policies\" map with at least one entry")

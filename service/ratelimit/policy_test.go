@@ -61,21 +61,50 @@ func TestParsePoliciesErrors(t *testing.T) {
 	}{
 		{"empty", "", false, "no policies"},
 		{"no map", "policies: {}", false, "no policies"},
-		{"unknown field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    rate: 5", false, "field rate not found"},
-		{"unknown JSON field", `{"policies":{"a":{"limit":3,"window":"1s","rate":5}}}`, true, `unknown field "rate"`},
+		{"unknown field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    rate: 5", false,
+			`line 5: unknown field "rate" in policies.a: the fields there are key, limit, window, algorithm, burst, lease, shadow, deny_status, fail, cost, limits`},
+		{"unknown JSON field", "{\"policies\":{\"a\":{\"limit\":3,\n\"window\":\"1s\",\n\"rate\":5}}}", true,
+			`line 3: unknown field "rate" in policies.a: the fields there are key, limit, window, algorithm, burst, lease, shadow, deny_status, fail, cost, limits`},
+		{"unknown limit field", "policies:\n  a:\n    limits: [{name: x, limit: 3, window: 1s, rate: 1}]", false,
+			`line 3: unknown field "rate" in policies.a.limits[0]: the fields there are name, key, limit, window, algorithm, burst, lease, shadow`},
+		{"unknown JSON limit field", `{"policies":{"a":{"limits":[{"name":"x","limit":3,"window":"1s","rate":1}]}}}`, true,
+			`line 1: unknown field "rate" in policies.a.limits[0]: the fields there are name, key,`},
 		{"missing window", "policies:\n  a:\n    limit: 3", false, `policy "a": window is required`},
 		{"bad window", "policies:\n  a:\n    limit: 3\n    window: soon", false, `policy "a": window "soon" is not a duration`},
-		{"limit not a number", "policies:\n  a:\n    limit: many\n    window: 1s", false, "cannot unmarshal"},
+		// A value of the wrong kind is named by its path and line, with what
+		// the field takes in words.
+		{"limit not a number", "policies:\n  a:\n    limit: many\n    window: 1s", false, "line 3: policies.a.limit must be a whole number, got a string"},
+		{"limit a fraction", "policies:\n  a:\n    limit: 1.5\n    window: 1s", false, "line 3: policies.a.limit must be a whole number, got a number"},
+		{"JSON limit a fraction", `{"policies":{"a":{"limit":1.5,"window":"1s"}}}`, true, "line 1: policies.a.limit must be a whole number, got a JSON number"},
+		{"JSON limit out of range", `{"policies":{"a":{"limit":99999999999999999999,"window":"1s"}}}`, true, "policies.a.limit must be a whole number, got a JSON number out of range"},
+		{"policies as a list", "policies: [a]\n", false, "line 1: policies must be a map of policy names to policies, got a list"},
+		{"JSON policies as a list", `{"policies":["a"]}`, true, "line 1: policies must be a map of policy names to policies, got a JSON array"},
+		{"policy as a list", "policies:\n  a: [1]\n", false, "line 2: policies.a must be a map of the fields key, limit,"},
+		{"limits as a map", "policies:\n  a:\n    limits: {a: 1}\n", false, "line 3: policies.a.limits must be a list of limits, got a map"},
+		{"JSON limits as a map", `{"policies":{"a":{"limits":{"a":1}}}}`, true, "line 1: policies.a.limits must be a list of limits, got a JSON object"},
+		{"limit's limit not a number", "policies:\n  a:\n    limits:\n      - {name: x, limit: many, window: 1s}\n", false,
+			"line 4: policies.a.limits[0].limit must be a whole number, got a string"},
+		{"JSON limit's limit not a number", `{"policies":{"a":{"limits":[{"name":"x","limit":"3"}]}}}`, true,
+			"line 1: policies.a.limits[0].limit must be a whole number, got a JSON string"},
+		{"shadow not a boolean", "policies:\n  a:\n    limit: 3\n    window: 1s\n    shadow: maybe\n", false, "line 5: policies.a.shadow must be true or false, got a string"},
+		{"file as a list", "- a\n", false, "line 1: the top level must be a map of the fields policies, got a list"},
+		{"JSON file as a list", `[]`, true, "line 1: the top level must be a map of the fields policies, got a JSON array"},
 		{"bad JSON", `{"policies":`, true, "malformed JSON: the file ends too early"},
 		// A field given twice is refused in JSON as in YAML and in request
 		// bodies: which of the two values was meant is not for us to guess.
-		{"duplicate JSON field", `{"policies":{"a":{"limit":3,"window":"1s","limit":5}}}`, true, `policies.a: field "limit" is given twice`},
-		{"duplicate JSON policy", `{"policies":{"a":{"limit":3,"window":"1s"},"a":{"limit":5,"window":"1s"}}}`, true, `policies: field "a" is given twice`},
-		{"duplicate JSON cost field", `{"policies":{"a":{"limit":3,"window":"1s","cost":{"header":"X","header":"Y"}}}}`, true, `policies.a.cost: field "header" is given twice`},
-		{"duplicate JSON limit field", `{"policies":{"a":{"limits":[{"name":"x","limit":3,"window":"1s","window":"1m"}]}}}`, true, `policies.a.limits.0: field "window" is given twice`},
-		{"duplicate YAML field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    limit: 5", false, `mapping key "limit" already defined at line 3`},
-		{"JSON field of another case", `{"policies":{"a":{"Limit":3,"window":"1s"}}}`, true, `policies.a: unknown field "Limit" (known: key, limit,`},
-		{"JSON type", `{"policies":{"a":{"limit":"3","window":"1s"}}}`, true, `policies.a.limit: must be a whole number, got a JSON string`},
+		{"duplicate JSON field", `{"policies":{"a":{"limit":3,"window":"1s","limit":5}}}`, true, `line 1: "limit" is given twice in policies.a`},
+		{"duplicate JSON policy", `{"policies":{"a":{"limit":3,"window":"1s"},"a":{"limit":5,"window":"1s"}}}`, true, `line 1: "a" is given twice in policies`},
+		{"duplicate JSON cost field", `{"policies":{"a":{"limit":3,"window":"1s","cost":{"header":"X","header":"Y"}}}}`, true, `line 1: "header" is given twice in policies.a.cost`},
+		{"duplicate JSON limit field", `{"policies":{"a":{"limits":[{"name":"x","limit":3,"window":"1s","window":"1m"}]}}}`, true, `line 1: "window" is given twice in policies.a.limits[0]`},
+		{"duplicate YAML field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    limit: 5", false, `line 5: "limit" is given twice in policies.a (first at line 3)`},
+		{"duplicate YAML policy", "policies:\n  a: {limit: 3, window: 1s}\n  a: {limit: 5, window: 1s}\n", false, `line 3: "a" is given twice in policies (first at line 2)`},
+		{"JSON field of another case", `{"policies":{"a":{"Limit":3,"window":"1s"}}}`, true, `line 1: unknown field "Limit" in policies.a: the fields there are key, limit,`},
+		{"JSON unknown cost field", `{"policies":{"p":{"limit":3,"window":"1s","cost":{"header":"X-C","min":1}}}}`, true,
+			`line 1: unknown field "min" in policies.p.cost: the fields there are header, max, default`},
+		{"JSON cost max not a number", `{"policies":{"p":{"limit":3,"window":"1s","cost":{"header":"X-C","max":"many"}}}}`, true,
+			"line 1: policies.p.cost.max must be a whole number, got a JSON string"},
+		{"JSON cost a number", `{"policies":{"p":{"limit":3,"window":"1s","cost":5}}}`, true, `line 1: policies.p.cost: cost must be "header:NAME"`},
+		{"JSON type", `{"policies":{"a":{"limit":"3","window":"1s"}}}`, true, `line 1: policies.a.limit must be a whole number, got a JSON string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +112,7 @@ func TestParsePoliciesErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %v, want one containing %q", err, tt.want)
 			}
+			wantNoGoType(t, err)
 		})
 	}
 }

@@ -204,6 +204,13 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 	if _, _, err := r.Reload(true); err == nil || reloads("error") != 2 {
 		t.Errorf("forced reload of a bad file: %v, errors counted %v", err, reloads("error"))
 	}
+	// A value of the wrong kind is refused the same way, the field named.
+	writePolicies(t, path, "policies: [api]\n")
+	if _, changed, err := r.Reload(false); changed || err == nil ||
+		!strings.Contains(err.Error(), "line 1: policies must be a map of policy names to policies, got a list") ||
+		svc.ActivePolicies().Version != good {
+		t.Errorf("file of the wrong kind: changed %v err %v", changed, err)
+	}
 	// A missing file is refused too.
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
