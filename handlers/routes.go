@@ -5,6 +5,7 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -87,6 +88,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Use(a.newAuthenticator(r, cfg.Registry).middleware)
 
 	gate := a.handle(a.handleGateRateLimit)
+	mux := r
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, &httpError{typ: routeNotFound,
 			detail: "no route for " + r.Method + " " + r.URL.Path})
@@ -105,8 +107,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 			gate(w, r)
 			return
 		}
-		writeError(w, r, a.log, &httpError{typ: methodNotAllowed,
-			detail: "method " + r.Method + " is not allowed on " + r.URL.Path})
+		allowed := allowedMethods(r, mux)
+		writeError(w, r, a.log, &httpError{typ: methodNotAllowed, allow: allowed,
+			detail: "method " + r.Method + " is not allowed on " + r.URL.Path + ": it allows " + strings.Join(allowed, ", ")})
 	})
 
 	getAndHead(r, "/healthz", http.HandlerFunc(a.handleHealthz))
@@ -129,6 +132,28 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	}
 	metrics.learnRoutes(r)
 	return r
+}
+
+// routeMethods are the methods chi routes: the candidates of an Allow header.
+var routeMethods = []string{http.MethodConnect, http.MethodDelete, http.MethodGet, http.MethodHead,
+	http.MethodOptions, http.MethodPatch, http.MethodPost, http.MethodPut, http.MethodTrace}
+
+// allowedMethods are the methods mux serves on r's path, in alphabetical
+// order: the Allow header of a 405 (RFC 9110 §15.5.6). They come from the
+// route tree itself, path matched as chi matches it (the raw path when
+// the request has one), so they cannot drift from the routes.
+func allowedMethods(r *http.Request, mux *chi.Mux) []string {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var allowed []string
+	for _, m := range routeMethods {
+		if mux.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 // leaseHandlers are the operations every lease primitive (lock, read/write

@@ -255,3 +255,43 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		})
 	}
 }
+
+// TestMethodNotAllowedListsAllow: a 405 carries the Allow header RFC 9110
+// §15.5.6 requires, listing exactly the methods api/openapi.yaml documents
+// for the path (HEAD where it lists HEAD), for every path with a method it
+// does not document. The gate's paths answer every method and have none.
+func TestMethodNotAllowedListsAllow(t *testing.T) {
+	doc := mustSpec(t)
+	h := newTestRouter(t, &fakeService{}, handlers.Config{})
+	candidates := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodTrace}
+	checked := 0
+	for path, item := range doc.Paths.Map() {
+		if strings.HasPrefix(path, "/v1/ratelimit/gate/") {
+			continue
+		}
+		var want []string
+		for method := range item.Operations() {
+			want = append(want, method)
+		}
+		slices.Sort(want)
+		target := strings.NewReplacer("{name}", "orders", "{path}", "x").Replace(path)
+		for _, method := range candidates {
+			if slices.Contains(want, method) {
+				continue
+			}
+			t.Run(method+" "+path, func(t *testing.T) {
+				req := newRequest(method, target, "")
+				rec := serve(t, h, req)
+				wantProblem(t, rec, req, http.StatusMethodNotAllowed, "method-not-allowed")
+				if got := rec.Header().Get("Allow"); got != strings.Join(want, ", ") {
+					t.Errorf("Allow = %q, want %q (the spec's methods for %s)", got, strings.Join(want, ", "), path)
+				}
+			})
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no path of the spec has a method it does not document")
+	}
+}

@@ -13,8 +13,8 @@ import (
 )
 
 // TestUnknownRoutesWithKeys: with API keys on, a path or method no route
-// serves is a 404 or 405 problem whatever key is sent, and changes nothing
-// in Redis. These requests are not in api/openapi.yaml, so they go through
+// serves is a 404 or 405 problem whatever key is sent (a 405 with Allow
+// listing the path's methods), and changes nothing in Redis. These requests are not in api/openapi.yaml, so they go through
 // a client that does not check answers against it.
 func TestUnknownRoutesWithKeys(t *testing.T) {
 	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile(""))))
@@ -26,12 +26,14 @@ func TestUnknownRoutesWithKeys(t *testing.T) {
 		method, path string
 		status       int
 		typ          string
+		allow        string
 	}{
-		{"GET", "/v1/nope", http.StatusNotFound, "not-found"},
-		{"POST", "/v1/locks/", http.StatusNotFound, "not-found"},
-		{"PATCH", "/v1/locks/x", http.StatusMethodNotAllowed, "method-not-allowed"},
-		{"GET", "/v1/locks/x/hold", http.StatusMethodNotAllowed, "method-not-allowed"},
-		{"DELETE", "/v1/locks/x/renew?force=true", http.StatusMethodNotAllowed, "method-not-allowed"},
+		{"GET", "/v1/nope", http.StatusNotFound, "not-found", ""},
+		{"POST", "/v1/locks/", http.StatusNotFound, "not-found", ""},
+		{"PATCH", "/v1/locks/x", http.StatusMethodNotAllowed, "method-not-allowed", "DELETE, GET, POST"},
+		{"GET", "/v1/locks/x/hold", http.StatusMethodNotAllowed, "method-not-allowed", "POST"},
+		{"DELETE", "/v1/locks/x/renew?force=true", http.StatusMethodNotAllowed, "method-not-allowed", "POST"},
+		{"POST", "/healthz", http.StatusMethodNotAllowed, "method-not-allowed", "GET, HEAD"},
 	}
 	keys := map[string][]string{"no key": nil, "a wrong key": bearer("not-a-key-0123456789"),
 		"the application's key": append(bearer(secretA), "Lock-Token", held.Token), "the admin's key": bearer(secretOps)}
@@ -41,6 +43,9 @@ func TestUnknownRoutesWithKeys(t *testing.T) {
 			p := wantProblem(t, r, rq.status, rq.typ)
 			if p.RequestID == "" || p.RequestID != r.Header.Get("X-Request-Id") {
 				t.Errorf("%s %s with %s: request_id %q, X-Request-Id %q", rq.method, rq.path, desc, p.RequestID, r.Header.Get("X-Request-Id"))
+			}
+			if got := r.Header.Get("Allow"); got != rq.allow {
+				t.Errorf("%s %s with %s: Allow %q, want %q", rq.method, rq.path, desc, got, rq.allow)
 			}
 		}
 	}
