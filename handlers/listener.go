@@ -93,11 +93,14 @@ func (c *problemConn) CloseWrite() error {
 const refusalHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
 // netHTTPRefusals name what is wrong in each 400 net/http writes itself:
-// by the text after "400 Bad Request: ", "" for its bare 400 (a request
-// line it could not parse).
+// by the text after "400 Bad Request: ". Its bare 400 says nothing: it
+// answers so a request line it could not parse (a malformed escape in the
+// path, method or version), a header line it could not parse, a second
+// Host header, and Content-Length headers that disagree or do not parse,
+// so that one names the request and every cause it may be.
 var netHTTPRefusals = map[string]FieldError{
-	"": {Field: "request-line", Rule: "format",
-		Detail: "the request line could not be read: a '%' in the path must start an escape of two hex digits (%25 for '%' itself), and the method and HTTP version must be well-formed"},
+	"": {Field: "request", Rule: "format",
+		Detail: "the request could not be read: its request line or a header is malformed (a '%' in the path must start an escape of two hex digits, %25 for '%' itself; the method, HTTP version and header lines must be well-formed; Host must be sent once; Content-Length must be one decimal number)"},
 	"missing required Host header": {Field: "Host", Rule: "required", Detail: "the Host header is required"},
 	"malformed Host header":        {Field: "Host", Rule: "format", Detail: "the Host header is malformed"},
 	"invalid header name":          {Field: "header", Rule: "format", Detail: "a header name is malformed"},

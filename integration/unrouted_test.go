@@ -87,20 +87,28 @@ func TestHeadOnOperationsRoutes(t *testing.T) {
 	}
 }
 
-// TestMalformedEscapeIsAProblem: a path with a malformed escape, which
-// net/http refuses before any handler, is a 400 invalid-request
-// problem+json with a request ID, as the server answers it, and changes
-// nothing (a force-release of a lock whose name it spoils included).
+// TestMalformedEscapeIsAProblem: a path with a malformed escape, or a
+// second Host or Content-Length header, which net/http refuses before any
+// handler, is a 400 invalid-request problem+json with a request ID, as the
+// server answers it, and changes nothing (a force-release of a lock whose
+// name it spoils included).
 func TestMalformedEscapeIsAProblem(t *testing.T) {
 	e := newTestEnv(t)
 	held := e.acquire(t, "victim", `{"ttl":"1m"}`)
 	before := e.dumps(t)
-	for _, target := range []string{"/v1/locks/victim%zz?force=true", "/v1/locks/a%zz", "/v1/locks/victim%2"} {
+	for _, rq := range []struct{ target, extra string }{
+		{"/v1/locks/victim%zz?force=true", ""},
+		{"/v1/locks/a%zz", ""},
+		{"/v1/locks/victim%2", ""},
+		{"/v1/locks/victim?force=true", "Host: other\r\n"},
+		{"/v1/locks/victim?force=true", "Content-Length: 1\r\nContent-Length: 2\r\n"},
+	} {
+		target := rq.target
 		c, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(c, "DELETE %s HTTP/1.1\r\nHost: latchkey\r\nAuthorization: Bearer %s\r\nLock-Token: %s\r\n\r\n", target, testAdminKey, held.Token)
+		fmt.Fprintf(c, "DELETE %s HTTP/1.1\r\nHost: latchkey\r\n%sAuthorization: Bearer %s\r\nLock-Token: %s\r\n\r\n", target, rq.extra, testAdminKey, held.Token)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatalf("DELETE %s: %v", target, err)
@@ -111,7 +119,7 @@ func TestMalformedEscapeIsAProblem(t *testing.T) {
 		if derr != nil || resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("DELETE %s: %d %q (%v), want a 400 problem", target, resp.StatusCode, resp.Header.Get("Content-Type"), derr)
 		}
-		if p.Type != "invalid-request" || p.RequestID == "" || p.RequestID != resp.Header.Get("X-Request-Id") || len(p.Errors) != 1 {
+		if p.Type != "invalid-request" || p.RequestID == "" || p.RequestID != resp.Header.Get("X-Request-Id") || len(p.Errors) != 1 || p.Errors[0].Field != "request" {
 			t.Errorf("DELETE %s: problem %+v, X-Request-Id %q", target, p, resp.Header.Get("X-Request-Id"))
 		}
 	}
