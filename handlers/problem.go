@@ -56,6 +56,10 @@ const (
 	leaseNotFound
 	conflict
 	payloadTooLarge
+	headersTooLarge
+	expectationFailed
+	transferCodingNotSupported
+	httpVersionNotSupported
 	storeUnavailable
 	unsupportedMedia
 	forbidden
@@ -108,6 +112,14 @@ var problemTypes = [...]problemRow{
 		match: is(store.ErrConflict)},
 	payloadTooLarge: {typ: "payload-too-large", title: "Request body too large", status: http.StatusRequestEntityTooLarge,
 		match: as[*http.MaxBytesError](), detail: tooLargeDetail},
+	headersTooLarge: {typ: "headers-too-large", title: "Request headers too large",
+		status: http.StatusRequestHeaderFieldsTooLarge},
+	expectationFailed: {typ: "expectation-failed", title: "Expectation not supported",
+		status: http.StatusExpectationFailed},
+	transferCodingNotSupported: {typ: "transfer-coding-not-supported", title: "Transfer coding not supported",
+		status: http.StatusNotImplemented},
+	httpVersionNotSupported: {typ: "http-version-not-supported", title: "HTTP version not supported",
+		status: http.StatusHTTPVersionNotSupported},
 	storeUnavailable: {typ: "store-unavailable", title: "Store unavailable", status: http.StatusServiceUnavailable,
 		match:  anyOf(is(store.ErrUnavailable), is(context.DeadlineExceeded), as[*interruptedError]()),
 		detail: unavailableDetail, header: retryAfterOne},
