@@ -1,8 +1,10 @@
 package handlers
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,7 +26,7 @@ func queryParam(r *http.Request, name string) (string, bool, error) {
 	}
 	for n := range q {
 		if n != name && strings.EqualFold(n, name) {
-			return "", false, badRequest(n, "unknown", "unknown query parameter "+strconv.Quote(n)+
+			return "", false, badRequest(n, "unknown", "unknown query parameter "+store.Quote(n)+
 				" (parameter names are case-sensitive): did you mean "+strconv.Quote(name)+"?")
 		}
 	}
@@ -37,6 +39,40 @@ func queryParam(r *http.Request, name string) (string, bool, error) {
 			name+" must be given at most once, got it "+strconv.Itoa(len(vs))+" times")
 	}
 	return vs[0], true, nil
+}
+
+// knownParams refuses a query parameter of r other than accepted, the
+// ones its route reads: one it does not read must not pass for a setting
+// the client believes it made (?ttl=5m on an acquire, whose ttl is in the
+// body). Returns queryParam's error for a query string that cannot be
+// parsed, and an invalid-request error naming the first unknown parameter
+// (in name order) and listing the route's.
+func knownParams(r *http.Request, accepted ...string) error {
+	q, err := parseQuery(r)
+	if err != nil {
+		return err
+	}
+	names := slices.Sorted(maps.Keys(q))
+	for _, n := range names {
+		if slices.Contains(accepted, n) {
+			continue
+		}
+		detail := "unknown query parameter " + store.Quote(n)
+		for _, a := range accepted {
+			if strings.EqualFold(n, a) {
+				return badRequest(n, "unknown", detail+" (parameter names are case-sensitive): did you mean "+strconv.Quote(a)+"?")
+			}
+		}
+		if len(accepted) == 0 {
+			return badRequest(n, "unknown", detail+": this route takes no query parameter")
+		}
+		quoted := make([]string, len(accepted))
+		for i, a := range accepted {
+			quoted[i] = strconv.Quote(a)
+		}
+		return badRequest(n, "unknown", detail+": this route takes only "+strings.Join(quoted, " and "))
+	}
+	return nil
 }
 
 // parseQuery parses r's query string. Returns an invalid-request error
