@@ -48,6 +48,9 @@ func queryParam(r *http.Request, name string) (string, bool, error) {
 // parsed, and an invalid-request error naming the first unknown parameter
 // (in name order) and listing the route's.
 func knownParams(r *http.Request, accepted ...string) error {
+	if r.URL.RawQuery == "" {
+		return nil // most requests: no map to build
+	}
 	q, err := parseQuery(r)
 	if err != nil {
 		return err
