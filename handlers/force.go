@@ -3,12 +3,9 @@ package handlers
 import (
 	"crypto/subtle"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/latchkey/latchkey/service/auth"
-	"github.com/latchkey/latchkey/service/store"
 )
 
 // forceParam reads the ?force= of a release: the one reading of it, used
@@ -21,32 +18,8 @@ import (
 // and one meant as force must not pass for a release), and naming the
 // query when the query string cannot be parsed (a force could hide in it).
 func forceParam(r *http.Request) (bool, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return false, badRequest("query", "format",
-			"the query string is malformed ("+err.Error()+"): escape '%' as %25 and separate parameters with '&'")
-	}
-	for name := range q {
-		if name != "force" && strings.EqualFold(name, "force") {
-			return false, badRequest(name, "unknown", "unknown query parameter "+strconv.Quote(name)+
-				" (parameter names are case-sensitive): did you mean \"force\"?")
-		}
-	}
-	vs, ok := q["force"]
-	switch {
-	case !ok:
-		return false, nil
-	case len(vs) > 1:
-		return false, badRequest("force", "duplicate",
-			"force must be given at most once, got it "+strconv.Itoa(len(vs))+" times")
-	}
-	switch vs[0] {
-	case "true":
-		return true, nil
-	case "false":
-		return false, nil
-	}
-	return false, badRequest("force", "oneof", "force must be true or false (in lower case), got "+store.Quote(vs[0]))
+	v, _, err := oneOfParam(r, "force", "true", "false")
+	return v == "true", err
 }
 
 // checkAdmin requires the admin credential: with API keys on, the key the

@@ -194,13 +194,20 @@ func (a *api) handleRenewLock(w http.ResponseWriter, r *http.Request) error {
 // exclusive lock, and answers it. Returns the errors of decoding the request
 // and of the service's renew.
 func (a *api) renew(w http.ResponseWriter, r *http.Request, rw bool) error {
+	var mode locks.RWMode
+	if rw {
+		var err error
+		if mode, err = modeParam(r); err != nil {
+			return err
+		}
+	}
 	token, ttl, err := a.decodeRenew(w, r)
 	if err != nil {
 		return err
 	}
 	var lease locks.Lease
 	if rw {
-		lease, err = a.svc.RenewRW(r.Context(), lockName(r), token, modeParam(r), ttl)
+		lease, err = a.svc.RenewRW(r.Context(), lockName(r), token, mode, ttl)
 	} else {
 		lease, err = a.svc.Renew(r.Context(), lockName(r), token, ttl)
 	}

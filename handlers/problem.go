@@ -56,6 +56,10 @@ const (
 	leaseNotFound
 	conflict
 	payloadTooLarge
+	headersTooLarge
+	expectationFailed
+	transferCodingNotSupported
+	httpVersionNotSupported
 	storeUnavailable
 	unsupportedMedia
 	forbidden
@@ -108,6 +112,14 @@ var problemTypes = [...]problemRow{
 		match: is(store.ErrConflict)},
 	payloadTooLarge: {typ: "payload-too-large", title: "Request body too large", status: http.StatusRequestEntityTooLarge,
 		match: as[*http.MaxBytesError](), detail: tooLargeDetail},
+	headersTooLarge: {typ: "headers-too-large", title: "Request headers too large",
+		status: http.StatusRequestHeaderFieldsTooLarge},
+	expectationFailed: {typ: "expectation-failed", title: "Expectation not supported",
+		status: http.StatusExpectationFailed},
+	transferCodingNotSupported: {typ: "transfer-coding-not-supported", title: "Transfer coding not supported",
+		status: http.StatusNotImplemented},
+	httpVersionNotSupported: {typ: "http-version-not-supported", title: "HTTP version not supported",
+		status: http.StatusHTTPVersionNotSupported},
 	storeUnavailable: {typ: "store-unavailable", title: "Store unavailable", status: http.StatusServiceUnavailable,
 		match:  anyOf(is(store.ErrUnavailable), is(context.DeadlineExceeded), as[*interruptedError]()),
 		detail: unavailableDetail, header: retryAfterOne},
@@ -118,9 +130,10 @@ var problemTypes = [...]problemRow{
 		header: challenge},
 	quotaExceeded: {typ: "quota-exceeded", title: "Tenant quota exceeded", status: http.StatusTooManyRequests,
 		match: as[*store.QuotaError](), detail: quotaDetail, header: quotaRetryAfter},
-	routeNotFound:    {typ: "not-found", title: "Not found", status: http.StatusNotFound},
-	methodNotAllowed: {typ: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed},
-	rateLimited:      {typ: "rate-limited", title: "Too many requests", status: http.StatusTooManyRequests},
+	routeNotFound: {typ: "not-found", title: "Not found", status: http.StatusNotFound},
+	methodNotAllowed: {typ: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed,
+		header: allow},
+	rateLimited: {typ: "rate-limited", title: "Too many requests", status: http.StatusTooManyRequests},
 	internal: {typ: "internal", title: "Internal error", status: http.StatusInternalServerError,
 		detail: fixed("internal error")},
 }
@@ -136,6 +149,8 @@ type httpError struct {
 	status int
 	// challenge is the WWW-Authenticate header of a 401 or 403.
 	challenge string
+	// allow are the methods the Allow header of a 405 lists.
+	allow []string
 }
 
 func (e *httpError) Error() string { return e.detail }
@@ -318,6 +333,14 @@ func challenge(h http.Header, err error) {
 	var he *httpError
 	if errors.As(err, &he) && he.challenge != "" {
 		h.Set("WWW-Authenticate", he.challenge)
+	}
+}
+
+// allow sets the Allow header of a 405: the methods its route serves.
+func allow(h http.Header, err error) {
+	var he *httpError
+	if errors.As(err, &he) {
+		h.Set("Allow", strings.Join(he.allow, ", "))
 	}
 }
 

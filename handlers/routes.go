@@ -5,6 +5,7 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -87,6 +88,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Use(a.newAuthenticator(r, cfg.Registry).middleware)
 
 	gate := a.handle(a.handleGateRateLimit)
+	mux := r
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, a.log, &httpError{typ: routeNotFound,
 			detail: "no route for " + r.Method + " " + r.URL.Path})
@@ -105,8 +107,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 			gate(w, r)
 			return
 		}
-		writeError(w, r, a.log, &httpError{typ: methodNotAllowed,
-			detail: "method " + r.Method + " is not allowed on " + r.URL.Path})
+		allowed := allowedMethods(r, mux)
+		writeError(w, r, a.log, &httpError{typ: methodNotAllowed, allow: allowed,
+			detail: "method " + r.Method + " is not allowed on " + r.URL.Path + ": it allows " + strings.Join(allowed, ", ")})
 	})
 
 	getAndHead(r, "/healthz", http.HandlerFunc(a.handleHealthz))
@@ -116,13 +119,14 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	getAndHead(r, "/docs", http.HandlerFunc(redirectToDocs))
 	getAndHead(r, "/docs/*", docsHandler())
 
-	a.leaseRoutes(r, "/v1/locks/{name}", leaseHandlers{a.handleAcquireLock, a.handleGetLock, a.handleReleaseLock, a.handleRenewLock, a.handleHoldLock})
-	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock})
-	a.leaseRoutes(r, "/v1/semaphores/{name}", leaseHandlers{a.handleAcquireSemaphore, a.handleGetSemaphore, a.handleReleaseSemaphore, a.handleRenewSemaphore, a.handleHoldSemaphore})
-	r.Put("/v1/semaphores/{name}", a.handle(a.handleSetSemaphorePermits))
+	a.leaseRoutes(r, "/v1/locks/{name}", leaseHandlers{a.handleAcquireLock, a.handleGetLock, a.handleReleaseLock, a.handleRenewLock, a.handleHoldLock, nil})
+	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock, []string{"mode"}})
+	a.leaseRoutes(r, "/v1/semaphores/{name}", leaseHandlers{a.handleAcquireSemaphore, a.handleGetSemaphore, a.handleReleaseSemaphore, a.handleRenewSemaphore, a.handleHoldSemaphore, nil})
+	r.Put("/v1/semaphores/{name}", a.handleParams(a.handleSetSemaphorePermits))
 
-	r.Post("/v1/ratelimit/check", a.handle(a.handleCheckRateLimit))
-	r.Get("/v1/ratelimit/policies", a.handle(a.handleListPolicies))
+	r.Post("/v1/ratelimit/check", a.handleParams(a.handleCheckRateLimit))
+	r.Get("/v1/ratelimit/policies", a.handleParams(a.handleListPolicies))
+	// The gate takes any query: a gateway forwards its client's.
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", gate)
 		r.Method(m, "/v1/ratelimit/gate/{policy}/*", gate)
@@ -131,21 +135,57 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	return r
 }
 
+// routeMethods are the methods chi routes: the candidates of an Allow header.
+var routeMethods = []string{http.MethodConnect, http.MethodDelete, http.MethodGet, http.MethodHead,
+	http.MethodOptions, http.MethodPatch, http.MethodPost, http.MethodPut, http.MethodTrace}
+
+// allowedMethods are the methods mux serves on r's path, in alphabetical
+// order: the Allow header of a 405 (RFC 9110 §15.5.6). They come from the
+// route tree itself, path matched as chi matches it (the raw path when
+// the request has one), so they cannot drift from the routes.
+func allowedMethods(r *http.Request, mux *chi.Mux) []string {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var allowed []string
+	for _, m := range routeMethods {
+		if mux.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
+}
+
 // leaseHandlers are the operations every lease primitive (lock, read/write
-// lock, semaphore) serves on its resource.
+// lock, semaphore) serves on its resource, and the query parameters its
+// release and renew read beyond the release's force (the read/write lock's
+// mode).
 type leaseHandlers struct {
 	acquire, get, release, renew, hold handlerFunc
+	params                             []string
 }
 
 // leaseRoutes mounts a lease primitive's operations under base, its
 // resource's pattern: POST acquires, GET reads, DELETE releases, and
 // POST base/renew and base/hold renew and hold.
 func (a *api) leaseRoutes(r chi.Router, base string, h leaseHandlers) {
-	r.Post(base, a.handle(h.acquire))
-	r.Get(base, a.handle(h.get))
-	r.Delete(base, a.handle(h.release))
-	r.Post(base+"/renew", a.handle(h.renew))
-	r.Post(base+"/hold", a.handle(h.hold))
+	r.Post(base, a.handleParams(h.acquire))
+	r.Get(base, a.handleParams(h.get))
+	r.Delete(base, a.handleParams(h.release, append([]string{"force"}, h.params...)...))
+	r.Post(base+"/renew", a.handleParams(h.renew, h.params...))
+	r.Post(base+"/hold", a.handleParams(h.hold))
+}
+
+// handleParams adapts h as handle does, refusing first a query parameter
+// other than accepted (see knownParams).
+func (a *api) handleParams(h handlerFunc, accepted ...string) http.HandlerFunc {
+	return a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := knownParams(r, accepted...); err != nil {
+			return err
+		}
+		return h(w, r)
+	})
 }
 
 // getAndHead mounts h for GET and HEAD on pattern: HEAD answers as GET

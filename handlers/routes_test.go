@@ -255,3 +255,100 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		})
 	}
 }
+
+// TestMethodNotAllowedListsAllow: a 405 carries the Allow header RFC 9110
+// §15.5.6 requires, listing exactly the methods api/openapi.yaml documents
+// for the path (HEAD where it lists HEAD), for every path with a method it
+// does not document. The gate's paths answer every method and have none.
+func TestMethodNotAllowedListsAllow(t *testing.T) {
+	doc := mustSpec(t)
+	h := newTestRouter(t, &fakeService{}, handlers.Config{})
+	candidates := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodTrace}
+	checked := 0
+	for path, item := range doc.Paths.Map() {
+		if strings.HasPrefix(path, "/v1/ratelimit/gate/") {
+			continue
+		}
+		var want []string
+		for method := range item.Operations() {
+			want = append(want, method)
+		}
+		slices.Sort(want)
+		target := strings.NewReplacer("{name}", "orders", "{path}", "x").Replace(path)
+		for _, method := range candidates {
+			if slices.Contains(want, method) {
+				continue
+			}
+			t.Run(method+" "+path, func(t *testing.T) {
+				req := newRequest(method, target, "")
+				rec := serve(t, h, req)
+				wantProblem(t, rec, req, http.StatusMethodNotAllowed, "method-not-allowed")
+				if got := rec.Header().Get("Allow"); got != strings.Join(want, ", ") {
+					t.Errorf("Allow = %q, want %q (the spec's methods for %s)", got, strings.Join(want, ", "), path)
+				}
+			})
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no path of the spec has a method it does not document")
+	}
+}
+
+// TestUnknownQueryParametersRefused: every /v1 operation but the gate's
+// refuses a query parameter it does not read (?ttl=5m on an acquire, which
+// would otherwise be a 201 with the default ttl) with a 400 naming it and
+// listing the parameters the operation takes, exactly those
+// api/openapi.yaml documents for it, before any service call. The gate
+// takes any query: gateways forward their client's.
+func TestUnknownQueryParametersRefused(t *testing.T) {
+	doc := mustSpec(t)
+	h := newTestRouter(t, &fakeService{}, handlers.Config{AdminKey: adminKey})
+	checked := 0
+	for path, item := range doc.Paths.Map() {
+		if !strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/v1/ratelimit/gate/") {
+			continue
+		}
+		for method, op := range item.Operations() {
+			var params []string
+			for _, p := range append(item.Parameters, op.Parameters...) {
+				if p.Value.In == "query" {
+					params = append(params, p.Value.Name)
+				}
+			}
+			target := strings.ReplaceAll(path, "{name}", "orders") + "?ttl=5m"
+			t.Run(method+" "+target, func(t *testing.T) {
+				fake := &fakeService{}
+				req := newRequest(method, target, "", "Lock-Token", tokenA, "Authorization", "Bearer "+adminKey)
+				rec := serve(t, newTestRouter(t, fake, handlers.Config{AdminKey: adminKey}), req)
+				p := wantProblem(t, rec, req, http.StatusBadRequest, "invalid-request")
+				if len(p.Errors) != 1 || p.Errors[0].Field != "ttl" || p.Errors[0].Rule != "unknown" {
+					t.Errorf("errors = %+v, want one naming ttl, rule unknown", p.Errors)
+				}
+				want := "this route takes no query parameter"
+				if len(params) > 0 {
+					slices.Sort(params)
+					want = `this route takes only "` + strings.Join(params, `" and "`) + `"`
+				}
+				if !strings.HasSuffix(p.Detail, want) {
+					t.Errorf("detail %q, want it to end %q (the spec's query parameters)", p.Detail, want)
+				}
+				if calls := fake.Calls(); len(calls) != 0 {
+					t.Errorf("service calls = %v, want none", calls)
+				}
+			})
+			checked++
+		}
+	}
+	if checked < 16 {
+		t.Fatalf("checked %d /v1 operations, want every one but the gate's", checked)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		req := newRequest(method, "/v1/ratelimit/gate/per-ip/some/path?ttl=5m&utm_source=x", "")
+		rec := serve(t, h, req)
+		if rec.Code == http.StatusBadRequest {
+			t.Errorf("%s gate with an arbitrary query: %d %s, want it not refused for the query", method, rec.Code, rec.Body)
+		}
+	}
+}

@@ -69,9 +69,14 @@ func (req rwHoldRequest) serviceRequest(token string) locks.AcquireRequest {
 
 func rwLockLocation(name string) string { return "/v1/rwlocks/" + url.PathEscape(name) }
 
-// modeParam reads the optional ?mode= naming the lease to release or renew;
-// the service checks it.
-func modeParam(r *http.Request) locks.RWMode { return locks.RWMode(r.URL.Query().Get("mode")) }
+// modeParam reads the optional ?mode= naming the lease to release or renew:
+// absent it is "" (the service's default); given once, it is exactly read
+// or write. Returns queryParam's errors, and an invalid-request error
+// naming mode for any other value (READ, an empty mode=).
+func modeParam(r *http.Request) (locks.RWMode, error) {
+	mode, _, err := oneOfParam(r, "mode", string(locks.ModeRead), string(locks.ModeWrite))
+	return locks.RWMode(mode), err
+}
 
 // handleAcquireRWLock implements operationId acquireRWLock. Returns the
 // errors of decoding the request and of locks.Service.AcquireRW, or an
@@ -126,11 +131,15 @@ func (a *api) handleRenewRWLock(w http.ResponseWriter, r *http.Request) error {
 // of reading the request, a forbidden error without the admin credential,
 // and the errors of locks.Service.ReleaseRW and ForceReleaseRW.
 func (a *api) handleReleaseRWLock(w http.ResponseWriter, r *http.Request) error {
+	mode, err := modeParam(r)
+	if err != nil {
+		return err
+	}
 	token, err := a.releaseOrForce(w, r, a.svc.ForceReleaseRW)
 	if token == "" || err != nil {
 		return err
 	}
-	rel, err := a.svc.ReleaseRW(r.Context(), lockName(r), token, modeParam(r))
+	rel, err := a.svc.ReleaseRW(r.Context(), lockName(r), token, mode)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +223,61 @@ func TestRWLockProblems(t *testing.T) {
 				wantField(t, p, tt.field)
 			}
 		})
+	}
+}
+
+// TestRWModeIsReadOrWriteOnly: a release's or renew's ?mode= is exactly
+// read or write, given at most once, as ?force= is: a repeated mode, an
+// empty one, another case, and a parameter Mode are a 400 naming the
+// parameter (the value quoted in the detail) and reach no service, rather
+// than the first mode winning or an empty one passing for none.
+func TestRWModeIsReadOrWriteOnly(t *testing.T) {
+	spellings := []struct{ query, field, rule, inDetail string }{
+		{"mode=read&mode=write", "mode", "duplicate", "2 times"},
+		{"mode=write&mode=write", "mode", "duplicate", "2 times"},
+		{"mode=", "mode", "oneof", `got ""`},
+		{"mode", "mode", "oneof", `got ""`},
+		{"mode=READ", "mode", "oneof", `got "READ"`},
+		{"mode=both", "mode", "oneof", `got "both"`},
+		{"Mode=read", "Mode", "unknown", `"Mode"`},
+		{"mode=%zz", "query", "format", "malformed"},
+	}
+	for _, op := range []struct{ method, path, body string }{
+		{http.MethodDelete, "/v1/rwlocks/dm", ""},
+		{http.MethodDelete, "/v1/rwlocks/dm?force=true&", ""},
+		{http.MethodPost, "/v1/rwlocks/dm/renew", `{"ttl":"5s"}`},
+	} {
+		for _, sp := range spellings {
+			sep := "?"
+			if strings.Contains(op.path, "?") {
+				sep = ""
+			}
+			target := op.path + sep + sp.query
+			t.Run(op.method+" "+target, func(t *testing.T) {
+				fake := &fakeService{fakeRW: fakeRW{
+					ReleaseRWFn: func(context.Context, string, string, locks.RWMode) (locks.Released, error) {
+						t.Error("ReleaseRW called")
+						return locks.Released{}, nil
+					},
+					ForceReleaseRWFn: func(context.Context, string) (bool, error) {
+						t.Error("ForceReleaseRW called")
+						return true, nil
+					},
+					RenewRWFn: func(context.Context, string, string, locks.RWMode, time.Duration) (locks.Lease, error) {
+						t.Error("RenewRW called")
+						return locks.Lease{}, nil
+					},
+				}}
+				req := newRequest(op.method, target, op.body, "Lock-Token", tokenA, "Authorization", "Bearer "+adminKey)
+				rec := serve(t, newTestRouter(t, fake, handlers.Config{AdminKey: adminKey}), req)
+				p := wantProblem(t, rec, req, http.StatusBadRequest, "invalid-request")
+				if len(p.Errors) != 1 || p.Errors[0].Field != sp.field || p.Errors[0].Rule != sp.rule {
+					t.Errorf("errors = %+v, want one naming %s, rule %s", p.Errors, sp.field, sp.rule)
+				}
+				if !strings.Contains(p.Detail, sp.inDetail) {
+					t.Errorf("detail %q does not say %q", p.Detail, sp.inDetail)
+				}
+			})
+		}
 	}
 }

@@ -49,6 +49,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 	const victim = "victim"
 	held := e.acquire(t, victim, `{"ttl":"50s"}`)
 	tok := held.Token
+	// rwVictim is held for read by rwTok: a release or renew that picked a
+	// mode from a repeated or empty ?mode= would drop or extend it.
+	const rwVictim = "rwvictim"
+	r := e.do(t, "POST", "/v1/rwlocks/"+rwVictim, `{"mode":"read","ttl":"50s"}`)
+	wantStatus(t, r, http.StatusCreated)
+	rwTok, _ := r.JSON(t)["token"].(string)
 	before := e.snapshot(t, victim)
 
 	long := strings.Repeat("a", 129)
@@ -151,6 +157,23 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"renew without Lock-Token", "POST", "/v1/locks/" + victim + "/renew", "", nil, 400, "invalid-request", "Lock-Token", "Lock-Token header is required"},
 		{"release without Lock-Token", "DELETE", "/v1/locks/" + victim, "", nil, 400, "invalid-request", "Lock-Token", "Lock-Token header is required"},
 		{"force that is not a boolean", "DELETE", "/v1/locks/" + victim + "?force=yes", "", []string{"Authorization", "Bearer " + testAdminKey}, 400, "invalid-request", "force", "force must be true or false"},
+
+		// A query parameter a route does not read is refused, not ignored (the gate's excepted).
+		{"ttl in the query of an acquire", "POST", "/v1/locks/uq?ttl=5m", "", nil, 400, "invalid-request", "ttl", `unknown query parameter "ttl": this route takes no query parameter`},
+		{"ttl in the query of a re-entry", "POST", "/v1/locks/" + victim + "?ttl=59s", "", []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", "unknown query parameter"},
+		{"ttl in the query of a renew", "POST", "/v1/locks/" + victim + "/renew?ttl=59s", "", []string{"Lock-Token", tok}, 400, "invalid-request", "ttl", "unknown query parameter"},
+		{"misspelt force", "DELETE", "/v1/locks/" + victim + "?forse=true", "", []string{"Lock-Token", tok}, 400, "invalid-request", "forse", `this route takes only "force"`},
+		{"mode on a lock release", "DELETE", "/v1/locks/" + victim + "?mode=read", "", []string{"Lock-Token", tok}, 400, "invalid-request", "mode", "unknown query parameter"},
+		{"permits in the query of a semaphore acquire", "POST", "/v1/semaphores/fresh?permits=3", `{"permits":2}`, nil, 400, "invalid-request", "permits", "unknown query parameter"},
+		{"wait in the query of a rwlock acquire", "POST", "/v1/rwlocks/" + rwVictim + "?wait=5s", `{"mode":"read"}`, nil, 400, "invalid-request", "wait", "unknown query parameter"},
+		{"limit in the query of a check", "POST", "/v1/ratelimit/check?limit=1000", `{"key":"k","limit":1,"window":"1m"}`, nil, 400, "invalid-request", "limit", "unknown query parameter"},
+
+		// ?mode= is read as ?force= is: exactly read or write, given at most once.
+		{"two modes on rwlock release", "DELETE", "/v1/rwlocks/" + rwVictim + "?mode=read&mode=write", "", []string{"Lock-Token", rwTok}, 400, "invalid-request", "mode", "mode must be given at most once, got it 2 times"},
+		{"empty mode on rwlock release", "DELETE", "/v1/rwlocks/" + rwVictim + "?mode=", "", []string{"Lock-Token", rwTok}, 400, "invalid-request", "mode", `mode must be read or write (in lower case), got ""`},
+		{"upper-case mode on rwlock release", "DELETE", "/v1/rwlocks/" + rwVictim + "?mode=READ", "", []string{"Lock-Token", rwTok}, 400, "invalid-request", "mode", `got "READ"`},
+		{"two modes on rwlock renew", "POST", "/v1/rwlocks/" + rwVictim + "/renew?mode=read&mode=write", `{"ttl":"59s"}`, []string{"Lock-Token", rwTok}, 400, "invalid-request", "mode", "at most once"},
+		{"empty mode on rwlock renew", "POST", "/v1/rwlocks/" + rwVictim + "/renew?mode=", `{"ttl":"59s"}`, []string{"Lock-Token", rwTok}, 400, "invalid-request", "mode", `got ""`},
 	}
 	for desc, bad := range badTokens {
 		hdr := []string{"Lock-Token", bad}
@@ -194,6 +217,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 	// None of that extended the victim's lease (renew to 90s or 1h was refused).
 	if pttl, err := e.RDB.PTTL(t.Context(), e.lockKey(victim)).Result(); err != nil || pttl > 50*time.Second {
 		t.Errorf("victim PTTL = %s (%v), want at most the 50s it was granted", pttl, err)
+	}
+	// Nor released or extended the read lease.
+	st := e.do(t, "GET", "/v1/rwlocks/"+rwVictim, "", "Lock-Token", rwTok).JSON(t)
+	if st["owned"] != true || st["mode"] != "read" || st["hold_count"] != 1.0 || st["ttl_ms"].(float64) > 50000 {
+		t.Errorf("read lease after the refusals: %v, want it owned, read, one hold, at most the 50s granted", st)
 	}
 }
 

@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	} else {
-		ln = handlers.ProblemListener(ln, log) // net/http's own 400s as problem+json
+		ln = handlers.ProblemListener(ln, log) // net/http's own refusals as problem+json
 	}
 	// The warning comes before "listening", so whoever waits for that line
 	// (an operator, a supervisor, a test) has seen it too.
