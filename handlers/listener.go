@@ -73,12 +73,14 @@ func (c *problemConn) Write(p []byte) (int, error) {
 	b.WriteString(id)
 	b.WriteString("\r\n\r\n")
 	b.Write(body)
-	if _, err := c.Conn.Write(b.Bytes()); err != nil {
-		return 0, err
-	}
+	// The line is logged before the answer goes out, so whoever has read
+	// the answer finds its line.
 	c.log.Info("request", slog.String("request_id", id), slog.String("method", ""),
 		slog.String("route", unmatchedRoute), slog.Int("status", row.status), slog.Int("bytes", len(body)),
 		slog.String("refused", ref.fe.Detail))
+	if _, err := c.Conn.Write(b.Bytes()); err != nil {
+		return 0, err
+	}
 	return len(p), nil
 }
 
