@@ -65,15 +65,21 @@ func Sharded(src string) string {
 	return strings.ReplaceAll(src, "redis.call('PUBLISH', ", "redis.call('SPUBLISH', ")
 }
 
-// mustAssemble is Assemble for the package's own scripts, which the tests
-// assemble and load.
-func mustAssemble(name string) string {
-	s, err := Assemble(name)
+// Source returns the script name (the file name without ".lua", such as
+// "ratelimit_multi") assembled as Assemble does. It panics when the file or
+// a fragment is missing: scripts are declared at package initialisation, so
+// every test of the package declaring it fails. Every script is declared
+// one way, store.NewScript(name, lua.Source(name)), named as its file.
+func Source(name string) string {
+	s, err := Assemble(name + ".lua")
 	if err != nil {
 		panic("lua: " + err.Error())
 	}
 	return s
 }
+
+// mustAssemble is Source for a file name.
+func mustAssemble(file string) string { return Source(strings.TrimSuffix(file, ".lua")) }
 
 // Acquire takes a lock lease or re-enters it with the owning token.
 //
