@@ -163,6 +163,21 @@ func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error 
 	return a.validate.StructCtx(r.Context(), dst)
 }
 
+// decodeLease reads a lease request: its optional JSON body into dst (see
+// decodeJSON), then its optional Lock-Token. Returns the errors of
+// decodeJSON and of lockToken.
+func (a *api) decodeLease(w http.ResponseWriter, r *http.Request, dst any) (token string, err error) {
+	if err := a.decodeJSON(w, r, dst); err != nil {
+		return "", err
+	}
+	return lockToken(r)
+}
+
+// lockToken returns the optional Lock-Token header; its format is the
+// service's to check. Returns an invalid-request error when it is sent more
+// than once.
+func lockToken(r *http.Request) (string, error) { return singleHeader(r, "Lock-Token") }
+
 // singleHeader returns the value of the request header name, "" when the
 // request does not send it. Every header Latchkey reads is read through it:
 // a header sent more than once is an invalid-request error naming it,
