@@ -10,13 +10,14 @@ import (
 
 // forceParam reads the ?force= of a release: the one reading of it, used
 // both by the scope check (see routeScope) and by the release itself (see
-// releaseOrForce), so the two never disagree on whether a request is an
-// admin action. Absent, it is false; given once, it is exactly true or
-// false. Returns an invalid-request error naming force for any other
-// spelling (1, t, TRUE, yes, an empty value) and for force given more
-// than once, naming a parameter Force or FORCE (names are case-sensitive,
-// and one meant as force must not pass for a release), and naming the
-// query when the query string cannot be parsed (a force could hide in it).
+// primitive.handleRelease), so the two never disagree on whether a
+// request is an admin action. Absent, it is false; given once, it is
+// exactly true or false. Returns an invalid-request error naming force
+// for any other spelling (1, t, TRUE, yes, an empty value) and for force
+// given more than once, naming a parameter Force or FORCE (names are
+// case-sensitive, and one meant as force must not pass for a release), and
+// naming the query when the query string cannot be parsed (a force could
+// hide in it).
 func forceParam(r *http.Request) (bool, error) {
 	v, _, err := oneOfParam(r, "force", "true", "false")
 	return v == "true", err

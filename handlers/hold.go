@@ -10,16 +10,6 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 )
 
-// holdRequest is the body of POST /v1/locks/{name}/hold; every field is
-// optional. It is what every body that takes a lock holds. A duration field
-// that is absent or null takes its default; "" is no duration (a 400).
-type holdRequest struct {
-	TTL   *string `json:"ttl" validate:"omitempty,posduration"`
-	Wait  *string `json:"wait" validate:"omitempty,duration"`
-	Fair  *bool   `json:"fair"`
-	Owner string  `json:"owner"` // checked by the service (locks.ValidateOwner)
-}
-
 // lostEvent is the data of a hold stream's "lost" event.
 type lostEvent struct {
 	Name   string `json:"name"`
@@ -35,53 +25,14 @@ type releasedEvent struct {
 	HoldCount int64  `json:"hold_count"`
 }
 
-// handleHoldLock implements operationId holdLock: a connection-scoped lease
-// streamed as Server-Sent Events. The lease is acquired (after an optional
-// wait) before the stream starts, so failures are ordinary problem answers.
-// The service renews it while the connection is open; the stream reports
-// "acquired", "renewed", "lost" and "released", with comment lines between
-// them so proxies keep the connection open. When the client goes away the
-// lease is released at once. Returns the errors of decoding the request
-// and of locks.Service.Hold (an *interruptedError when a shutdown cut its
+// streamHold serves a hold stream of any lease primitive (see
+// primitive.handleHold): hold takes the lease (waiting up to wait), then
+// the service renews it while the connection is open and the stream
+// reports "acquired", "renewed", "lost" and "released", with comment lines
+// between them so proxies keep the connection open; location names the
+// resource. When the client goes away the lease is released at once.
+// Returns the errors of hold (an *interruptedError when a shutdown cut its
 // wait short); once the stream has started it returns nil.
-func (a *api) handleHoldLock(w http.ResponseWriter, r *http.Request) error {
-	return holdLease[holdRequest](a, w, r, lockLocation, a.svc.Hold)
-}
-
-// holdLease serves a hold stream of any lease primitive: it decodes a body
-// of type B (see decodeLockRequest), hold takes the lease on the name (with
-// the body's wait), and streamHold reports it, location naming the
-// resource. Returns the errors of decoding the request and of hold; once
-// the stream has started it returns nil.
-func holdLease[B, R any, PB lockBody[B, R]](a *api, w http.ResponseWriter, r *http.Request,
-	location func(name string) string, hold func(ctx context.Context, name string, req R) (*locks.Hold, error)) error {
-	name, body, req, err := decodeLockRequest[B, R, PB](a, w, r)
-	if err != nil {
-		return err
-	}
-	return a.streamHold(w, r, name, location(name), body.wait(),
-		func(ctx context.Context) (*locks.Hold, error) { return hold(ctx, name, req) })
-}
-
-// wait is how long req may wait for the lease.
-func (req holdRequest) wait() time.Duration { return parseDuration(req.Wait) }
-
-// serviceRequest is req as the service takes it, under token.
-func (req holdRequest) serviceRequest(token string) locks.AcquireRequest {
-	return locks.AcquireRequest{
-		Token: token,
-		TTL:   parseDuration(req.TTL),
-		Wait:  req.wait(),
-		Fair:  req.Fair != nil && *req.Fair,
-		Owner: req.Owner,
-	}
-}
-
-// streamHold serves a hold stream of any lock primitive: hold takes the
-// lease (waiting up to wait), then the stream reports it as handleHoldLock
-// says, location naming the lock. Returns the errors of hold (an
-// *interruptedError when a shutdown cut its wait short); once the stream
-// has started it returns nil.
 func (a *api) streamHold(w http.ResponseWriter, r *http.Request, name, location string, wait time.Duration,
 	hold func(context.Context) (*locks.Hold, error)) error {
 	rc := http.NewResponseController(w)

@@ -119,9 +119,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	getAndHead(r, "/docs", http.HandlerFunc(redirectToDocs))
 	getAndHead(r, "/docs/*", docsHandler())
 
-	a.leaseRoutes(r, "/v1/locks/{name}", leaseHandlers{a.handleAcquireLock, a.handleGetLock, a.handleReleaseLock, a.handleRenewLock, a.handleHoldLock, nil})
-	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock, []string{"mode"}})
-	a.leaseRoutes(r, "/v1/semaphores/{name}", leaseHandlers{a.handleAcquireSemaphore, a.handleGetSemaphore, a.handleReleaseSemaphore, a.handleRenewSemaphore, a.handleHoldSemaphore, nil})
+	leaseRoutes(a, r, a.lockPrimitive())
+	leaseRoutes(a, r, a.rwLockPrimitive())
+	leaseRoutes(a, r, a.semaphorePrimitive())
 	r.Put("/v1/semaphores/{name}", a.handleParams(a.handleSetSemaphorePermits))
 
 	r.Post("/v1/ratelimit/check", a.handleParams(a.handleCheckRateLimit))
@@ -157,24 +157,30 @@ func allowedMethods(r *http.Request, mux *chi.Mux) []string {
 	return allowed
 }
 
-// leaseHandlers are the operations every lease primitive (lock, read/write
-// lock, semaphore) serves on its resource, and the query parameters its
-// release and renew read beyond the release's force (the read/write lock's
-// mode).
-type leaseHandlers struct {
-	acquire, get, release, renew, hold handlerFunc
-	params                             []string
+// leaseRoutes mounts a lease primitive's operations (see primitive) on
+// its resource, base+{name}: POST acquires, GET reads, DELETE releases, and
+// POST {name}/renew and {name}/hold renew and hold.
+func leaseRoutes[A, H leaseBody[R], R, L any](a *api, r chi.Router, p *primitive[A, H, R, L]) {
+	resource := p.base + "{name}"
+	r.Post(resource, a.handleParams(p.handleAcquire))
+	r.Get(resource, a.handleParams(p.handleGet))
+	r.Delete(resource, a.handleParams(p.handleRelease, append([]string{"force"}, p.params...)...))
+	r.Post(resource+"/renew", a.handleParams(p.handleRenew, p.params...))
+	r.Post(resource+"/hold", a.handleParams(p.handleHold))
 }
 
-// leaseRoutes mounts a lease primitive's operations under base, its
-// resource's pattern: POST acquires, GET reads, DELETE releases, and
-// POST base/renew and base/hold renew and hold.
-func (a *api) leaseRoutes(r chi.Router, base string, h leaseHandlers) {
-	r.Post(base, a.handleParams(h.acquire))
-	r.Get(base, a.handleParams(h.get))
-	r.Delete(base, a.handleParams(h.release, append([]string{"force"}, h.params...)...))
-	r.Post(base+"/renew", a.handleParams(h.renew, h.params...))
-	r.Post(base+"/hold", a.handleParams(h.hold))
+// handlerFunc is a handler that returns its error instead of answering it
+// (chi's _examples/custom-handler): a nil error means it answered.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle adapts h to net/http: the one place a handler's error is
+// answered, as problem+json (see writeError).
+func (a *api) handle(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, r, a.log, err)
+		}
+	}
 }
 
 // handleParams adapts h as handle does, refusing first a query parameter

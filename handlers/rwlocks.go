@@ -1,8 +1,8 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
@@ -67,8 +67,6 @@ func (req rwHoldRequest) serviceRequest(token string) locks.AcquireRequest {
 	return lr
 }
 
-func rwLockLocation(name string) string { return "/v1/rwlocks/" + url.PathEscape(name) }
-
 // modeParam reads the optional ?mode= naming the lease to release or renew:
 // absent it is "" (the service's default); given once, it is exactly read
 // or write. Returns queryParam's errors, and an invalid-request error
@@ -78,28 +76,23 @@ func modeParam(r *http.Request) (locks.RWMode, error) {
 	return locks.RWMode(mode), err
 }
 
-// handleAcquireRWLock implements operationId acquireRWLock. Returns the
-// errors of decoding the request and of locks.Service.AcquireRW, or an
-// *interruptedError when a shutdown cut its wait short.
-func (a *api) handleAcquireRWLock(w http.ResponseWriter, r *http.Request) error {
-	_, _, req, err := decodeLockRequest[rwAcquireRequest, locks.AcquireRequest](a, w, r)
-	if err != nil {
-		return err
+// rwLockPrimitive describes the read/write lock, under /v1/rwlocks/: its
+// bodies add the mode to a lock's, a release or renew acts on the lease
+// ?mode= names (both by default), and its leases answer as a lock's do.
+func (a *api) rwLockPrimitive() *primitive[rwAcquireRequest, rwHoldRequest, locks.AcquireRequest, locks.Lease] {
+	return &primitive[rwAcquireRequest, rwHoldRequest, locks.AcquireRequest, locks.Lease]{
+		a: a, base: "/v1/rwlocks/", params: []string{"mode"}, target: modeParam,
+		acquire: a.svc.AcquireRW, hold: a.svc.HoldRW, renew: a.svc.RenewRW, answer: answerLease,
+		release: a.releaseRWLock, force: forced(a.svc.ForceReleaseRW), inspect: a.inspectRWLock,
 	}
-	return a.acquire(w, r, true, req)
 }
 
-// handleGetRWLock implements operationId getRWLock. Returns the errors of
-// reading the optional Lock-Token and of locks.Service.InspectRW.
-func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
-	token, err := lockToken(r)
+// inspectRWLock is the state of the read/write lock name, with the leases
+// of token (when given). Returns the errors of locks.Service.InspectRW.
+func (a *api) inspectRWLock(ctx context.Context, name, token string) (any, error) {
+	st, err := a.svc.InspectRW(ctx, name, token)
 	if err != nil {
-		return err
-	}
-	name := lockName(r)
-	st, err := a.svc.InspectRW(r.Context(), name, token)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	resp := rwStateResponse{Name: st.Name, WriteHeld: st.WriteHeld, Readers: st.Readers, Fence: st.Fence,
 		Waiters: rwWaitersResponse{Read: st.WaitingReaders, Write: st.WaitingWriters}, Fair: st.Fair,
@@ -116,39 +109,16 @@ func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
 		resp.Keepalive = toKeepaliveResponse(st.Keepalive)
 		resp.Owner = st.Owner
 	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return resp, nil
 }
 
-// handleRenewRWLock implements operationId renewRWLock. Returns the errors
-// of decoding the request and of locks.Service.RenewRW.
-func (a *api) handleRenewRWLock(w http.ResponseWriter, r *http.Request) error {
-	return a.renew(w, r, true)
-}
-
-// handleReleaseRWLock implements operationId releaseRWLock, and with
-// ?force=true the admin force-release of every holder. Returns the errors
-// of reading the request, a forbidden error without the admin credential,
-// and the errors of locks.Service.ReleaseRW and ForceReleaseRW.
-func (a *api) handleReleaseRWLock(w http.ResponseWriter, r *http.Request) error {
-	mode, err := modeParam(r)
+// releaseRWLock gives back one hold of token's lease in mode ("": the
+// service's default) on the read/write lock name. Returns the errors of
+// locks.Service.ReleaseRW.
+func (a *api) releaseRWLock(ctx context.Context, name, token string, mode locks.RWMode) (any, error) {
+	rel, err := a.svc.ReleaseRW(ctx, name, token, mode)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	token, err := a.releaseOrForce(w, r, a.svc.ForceReleaseRW)
-	if token == "" || err != nil {
-		return err
-	}
-	rel, err := a.svc.ReleaseRW(r.Context(), lockName(r), token, mode)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rwReleaseResponse{Released: rel.Released, HoldCount: rel.HoldCount, Mode: string(rel.Mode)})
-	return nil
-}
-
-// handleHoldRWLock implements operationId holdRWLock: a connection-scoped
-// read or write lease streamed as Server-Sent Events, as handleHoldLock.
-func (a *api) handleHoldRWLock(w http.ResponseWriter, r *http.Request) error {
-	return holdLease[rwHoldRequest](a, w, r, rwLockLocation, a.svc.HoldRW)
+	return rwReleaseResponse{Released: rel.Released, HoldCount: rel.HoldCount, Mode: string(rel.Mode)}, nil
 }

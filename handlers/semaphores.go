@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -106,8 +105,6 @@ func toSemaphoreStateResponse(st locks.SemaphoreState, withToken bool) semaphore
 	return resp
 }
 
-func semaphoreLocation(name string) string { return "/v1/semaphores/" + url.PathEscape(name) }
-
 // semaphoreRequest is the service's request for these permits and a
 // lock's request lr.
 func (p semaphorePermits) semaphoreRequest(lr locks.AcquireRequest) locks.SemaphoreRequest {
@@ -128,50 +125,29 @@ func (req semaphoreHoldRequest) serviceRequest(token string) locks.SemaphoreRequ
 	return req.semaphoreRequest(req.holdRequest.serviceRequest(token))
 }
 
-// handleHoldSemaphore implements operationId holdSemaphore: permits held
-// for as long as the connection stays open, streamed as handleHoldLock
-// streams a lock's lease (streamHold); the events' hold_count is the
-// permits held. Returns the errors of decoding the request and of
-// locks.Service.HoldSemaphore; once the stream has started it returns nil.
-func (a *api) handleHoldSemaphore(w http.ResponseWriter, r *http.Request) error {
-	return holdLease[semaphoreHoldRequest](a, w, r, semaphoreLocation, a.svc.HoldSemaphore)
+// semaphorePrimitive describes the semaphore, under /v1/semaphores/: its
+// bodies add the permits to a lock's, and its leases answer with their
+// count of permits (answerSemaphoreLease). Changing its permits is its own
+// route (handleSetSemaphorePermits).
+func (a *api) semaphorePrimitive() *primitive[semaphoreAcquireRequest, semaphoreHoldRequest, locks.SemaphoreRequest, locks.SemaphoreLease] {
+	return &primitive[semaphoreAcquireRequest, semaphoreHoldRequest, locks.SemaphoreRequest, locks.SemaphoreLease]{
+		a: a, base: "/v1/semaphores/", target: anyLease,
+		acquire: a.svc.AcquireSemaphore, hold: a.svc.HoldSemaphore, answer: answerSemaphoreLease,
+		renew:   modeless(a.svc.RenewSemaphore),
+		release: a.releaseSemaphore, force: forced(a.svc.ForceReleaseSemaphore), inspect: a.inspectSemaphore,
+	}
 }
 
-// handleAcquireSemaphore implements operationId acquireSemaphore. Returns
-// the errors of decoding the request and of
-// locks.Service.AcquireSemaphore, or an *interruptedError when a shutdown
-// cut its wait short.
-func (a *api) handleAcquireSemaphore(w http.ResponseWriter, r *http.Request) error {
-	name, _, req, err := decodeLockRequest[semaphoreAcquireRequest, locks.SemaphoreRequest](a, w, r)
-	if err != nil {
-		return err
+// answerSemaphoreLease answers a semaphore lease: granted (201), with its
+// Lock-Token and the semaphore's permits and those still free, or renewed
+// (200, no token).
+func answerSemaphoreLease(w http.ResponseWriter, l locks.SemaphoreLease, granted bool) {
+	status := http.StatusOK
+	if granted {
+		w.Header().Set("Lock-Token", l.Token)
+		status = http.StatusCreated
 	}
-	ctx, cancel := a.waitContext(w, r, req.Wait)
-	defer cancel()
-	lease, err := a.svc.AcquireSemaphore(ctx, name, req)
-	if err != nil {
-		return waitError(ctx, err)
-	}
-	w.Header().Set("Lock-Token", lease.Token)
-	w.Header().Set("Location", semaphoreLocation(name))
-	writeJSON(w, http.StatusCreated, toSemaphoreLeaseResponse(lease, true))
-	return nil
-}
-
-// handleGetSemaphore implements operationId getSemaphore. Returns the
-// errors of reading the optional Lock-Token and of
-// locks.Service.InspectSemaphore.
-func (a *api) handleGetSemaphore(w http.ResponseWriter, r *http.Request) error {
-	token, err := lockToken(r)
-	if err != nil {
-		return err
-	}
-	st, err := a.svc.InspectSemaphore(r.Context(), lockName(r), token)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, toSemaphoreStateResponse(st, token != ""))
-	return nil
+	writeJSON(w, status, toSemaphoreLeaseResponse(l, granted))
 }
 
 // handleSetSemaphorePermits implements operationId setSemaphorePermits (an
@@ -198,40 +174,24 @@ func (a *api) handleSetSemaphorePermits(w http.ResponseWriter, r *http.Request) 
 	return nil
 }
 
-// handleRenewSemaphore implements operationId renewSemaphore. Returns the
-// errors of decoding the request and of locks.Service.RenewSemaphore.
-func (a *api) handleRenewSemaphore(w http.ResponseWriter, r *http.Request) error {
-	token, ttl, err := a.decodeRenew(w, r)
+// inspectSemaphore is the state of the semaphore name, with the lease of
+// token (when given). Returns the errors of locks.Service.InspectSemaphore.
+func (a *api) inspectSemaphore(ctx context.Context, name, token string) (any, error) {
+	st, err := a.svc.InspectSemaphore(ctx, name, token)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lease, err := a.svc.RenewSemaphore(r.Context(), lockName(r), token, ttl)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, toSemaphoreLeaseResponse(lease, false))
-	return nil
+	return toSemaphoreStateResponse(st, token != ""), nil
 }
 
-// handleReleaseSemaphore implements operationId releaseSemaphore, and with
-// ?force=true the admin force-release of every lease. Returns the errors
-// of reading the request, a forbidden error without the admin credential
-// (checked before the name), and the errors of
-// locks.Service.ReleaseSemaphore and ForceReleaseSemaphore.
-func (a *api) handleReleaseSemaphore(w http.ResponseWriter, r *http.Request) error {
-	token, err := a.releaseOrForce(w, r, func(ctx context.Context, name string) (bool, error) {
-		n, err := a.svc.ForceReleaseSemaphore(ctx, name)
-		return n > 0, err
-	})
-	if token == "" || err != nil {
-		return err
-	}
-	n, err := a.svc.ReleaseSemaphore(r.Context(), lockName(r), token)
+// releaseSemaphore gives back token's permits of the semaphore name.
+// Returns the errors of locks.Service.ReleaseSemaphore.
+func (a *api) releaseSemaphore(ctx context.Context, name, token string, _ locks.RWMode) (any, error) {
+	n, err := a.svc.ReleaseSemaphore(ctx, name, token)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, semaphoreReleaseResponse{Released: true, Count: n})
-	return nil
+	return semaphoreReleaseResponse{Released: true, Count: n}, nil
 }
 
 func permitsMismatchDetail(err error) string {
