@@ -14,7 +14,7 @@ import (
 // clusterClient is the part of go-redis's *redis.ClusterClient the store
 // uses on a Redis Cluster: the primaries, each for its checks and its
 // scripts, and the primary of a key, for a script that must run on a
-// connection of its own (RunReplicated) or load where NOSCRIPT came from.
+// connection of its own (RunReplicated).
 type clusterClient interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error
 	ForEachSlave(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error
@@ -64,6 +64,14 @@ func (s *Store) clusterReady(ctx context.Context, cc clusterClient) error {
 	return nil
 }
 
+// ErrSlotMoved reports a call Redis answered MOVED or ASK, and that was not
+// followed to the slot's new node (a call on one node's connection, as
+// RunReplicated makes, or a cluster client's redirects ran out): the slot
+// failed over or is moving, and the script did not run. Redis did answer,
+// so it is not a timeout; a call again goes to the new node. It wraps
+// ErrUnavailable.
+var ErrSlotMoved = fmt.Errorf("%w: the key's slot is served by another node", ErrUnavailable)
+
 // ClusterState returns the cluster_state field of a CLUSTER INFO (or INFO
 // cluster) reply, "" when it has none.
 func ClusterState(info string) string { return infoField(info, "cluster_state") }
@@ -103,18 +111,17 @@ func (s *Store) loadCluster(ctx context.Context, cc clusterClient, replicas bool
 	return nil
 }
 
-// reloadFor loads sc where a call on keys answered NOSCRIPT: on a cluster,
-// on the primary of keys[0]'s slot only, so a failed node elsewhere cannot
-// keep it from healing; otherwise on c.
-func reloadFor(ctx context.Context, c redis.Scripter, sc *Script, keys []string) error {
-	if cc, ok := c.(clusterClient); ok && len(keys) > 0 {
-		node, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return err
-		}
-		c = node
-	}
-	return c.ScriptLoad(ctx, sc.src).Err()
+// evalAfterNoScript runs sc's source with EVAL on c, after c answered
+// NOSCRIPT: the script did not run. EVAL goes where the EVALSHA went (the
+// node of c's connection, or on a cluster client the primary of keys' slot,
+// following MOVED as EVALSHA did), runs the script there and leaves it in
+// that node's script cache, so the node that lacked the script is the one
+// that gets it, in the same call. Loading it on the primary the cluster
+// client names for keys[0] would not do: during a failover that view may
+// name another node than the one that answered (the old primary, now a
+// replica), and the EVALSHA sent again would meet NOSCRIPT once more.
+func evalAfterNoScript(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
+	return c.Eval(ctx, sc.src, keys, args...).Result()
 }
 
 // isRedirect reports a MOVED or ASK reply: the slot is served elsewhere

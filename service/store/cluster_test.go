@@ -316,3 +316,69 @@ func TestClusterRunPipelinedAnswersEachCallOnItsPrimary(t *testing.T) {
 		t.Errorf("latchkey_script_reloads_total = %v, want the flushed primary's script reloaded", got)
 	}
 }
+
+// staleView is a cluster client whose view of the slots has not caught up
+// with a failover: it names the old primary as the primary of every key.
+type staleView struct {
+	*redis.ClusterClient
+	old *redis.Client
+}
+
+func (v staleView) MasterForKey(context.Context, string) (*redis.Client, error) { return v.old, nil }
+
+// NOSCRIPT from a replica promoted without the scripts heals on the node
+// that answered it, even while the client's view of the slots still names
+// the old primary: the call, redirected by MOVED to the new primary, which
+// answers NOSCRIPT, succeeds, and leaves the script on the new primary.
+func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
+	c := clustertest.Shared(t)
+	rdb := c.Client(t)
+	key := "noscript-failover"
+	if err := rdb.Del(t.Context(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := rdb.MasterForKey(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	st := newStore(t, staleView{rdb, primary}, store.Config{Registerer: reg, Cluster: true})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	replica := replicaOf(t, rdb, primary)
+	if err := replica.Do(t.Context(), "cluster", "failover").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute) // a hang guard, not a measure
+	for {
+		role, err := replica.Do(t.Context(), "role").Slice()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The promoted replica restarted empty, as far as scripts go.
+	if err := replica.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+		t.Fatalf("Run on the failed-over slot = %v, %v; want 1", res, err)
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
+		t.Errorf("latchkey_script_reloads_total = %v, want 1", got)
+	}
+	exists, err := replica.ScriptExists(t.Context(), incr.SHA()).Result()
+	if err != nil || !exists[0] {
+		t.Errorf("SCRIPT EXISTS on the new primary = %v, %v; want the script loaded where NOSCRIPT came from", exists, err)
+	}
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(2) {
+		t.Errorf("Run again = %v, %v; want 2", res, err)
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
+		t.Errorf("latchkey_script_reloads_total = %v after a second call, want still 1", got)
+	}
+}
