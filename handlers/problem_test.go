@@ -79,6 +79,7 @@ func TestUnavailableDetailSaysWhatTheStoreDid(t *testing.T) {
 	}{
 		{"moved", "the store moved the name to another node (a failover or a slot move); try again",
 			fmt.Errorf("acquire: %w: %w", store.ErrSlotMoved, errors.New("MOVED 3999 127.0.0.1:7001"))},
+		{"hold lapsed", "the lease ran out before the hold could report it (the store answered slowly); try again", locks.ErrHoldLapsed},
 		{"timeout", "the store did not answer in time; try again",
 			fmt.Errorf("acquire: %w: %w", store.ErrUnavailable, context.DeadlineExceeded)},
 	}
