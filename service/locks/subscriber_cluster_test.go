@@ -50,20 +50,7 @@ func failOver(t *testing.T, c *clustertest.Cluster, rdb *redis.ClusterClient, ke
 		primary, err = rdb.MasterForKey(t.Context(), key)
 		return err == nil && primary.Ping(t.Context()).Err() == nil
 	})
-	id, err := primary.Do(t.Context(), "cluster", "myid").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	replicas, err := primary.Do(t.Context(), "cluster", "replicas", id).StringSlice()
-	if err != nil || len(replicas) == 0 {
-		t.Fatalf("replicas of %s = %v, %v", primary.Options().Addr, replicas, err)
-	}
-	// A CLUSTER REPLICAS line is "<id> <ip:port@bus> ...".
-	f := strings.Fields(replicas[0])
-	if len(f) < 2 {
-		t.Fatalf("replicas of %s = %q", primary.Options().Addr, replicas)
-	}
-	replicaAddr, _, _ := strings.Cut(f[1], "@")
+	replicaAddr := replicaOf(t, primary)
 	replica := redis.NewClient(&redis.Options{Addr: replicaAddr, MaxRetries: -1})
 	defer func() { _ = replica.Close() }()
 	addr := primary.Options().Addr
@@ -97,13 +84,7 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 func TestClusterShardedSubscriptionsSurviveFailovers(t *testing.T) {
 	c := clustertest.Start(t)
 	rdb := c.Client(t)
-	for _, n := range c.Nodes {
-		node := redis.NewClient(&redis.Options{Addr: n.Addr})
-		if err := node.ConfigSet(t.Context(), "cluster-require-full-coverage", "no").Err(); err != nil {
-			t.Fatal(err)
-		}
-		_ = node.Close()
-	}
+	allowPartialCoverage(t, c)
 	svc := mustNew(t, rdb, locks.Config{SubscriberPing: 500 * time.Millisecond}, store.Config{Cluster: true, OpTimeout: time.Second})
 	t.Cleanup(func() { _ = svc.Close() })
 	byPrimary := namesPerPrimary(t, rdb, svc, 2)
@@ -143,6 +124,40 @@ func TestClusterShardedSubscriptionsSurviveFailovers(t *testing.T) {
 		})
 		if !got {
 			t.Errorf("%s: no wake-up", name)
+		}
+	}
+}
+
+// replicaOf returns the address of primary's replica.
+func replicaOf(t *testing.T, primary *redis.Client) string {
+	t.Helper()
+	id, err := primary.Do(t.Context(), "cluster", "myid").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas, err := primary.Do(t.Context(), "cluster", "replicas", id).StringSlice()
+	if err != nil || len(replicas) == 0 {
+		t.Fatalf("replicas of %s = %v, %v", primary.Options().Addr, replicas, err)
+	}
+	// A CLUSTER REPLICAS line is "<id> <ip:port@bus> ...".
+	f := strings.Fields(replicas[0])
+	if len(f) < 2 {
+		t.Fatalf("replicas of %s = %q", primary.Options().Addr, replicas)
+	}
+	addr, _, _ := strings.Cut(f[1], "@")
+	return addr
+}
+
+// allowPartialCoverage lets every node of c serve its slots while others
+// have no primary.
+func allowPartialCoverage(t *testing.T, c *clustertest.Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		node := redis.NewClient(&redis.Options{Addr: n.Addr})
+		err := node.ConfigSet(t.Context(), "cluster-require-full-coverage", "no").Err()
+		_ = node.Close()
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }
