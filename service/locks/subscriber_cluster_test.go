@@ -1,6 +1,7 @@
 package locks_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -79,7 +80,8 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 // Sharded subscriptions survive failovers: with channels of two slots on
 // every primary, each primary killed in turn (and restarted, a replica
 // now), every channel receives a wake-up published after the last
-// failover. go-redis alone re-subscribes a connection's channels of every
+// failover, and a waiter on every name is granted by the wake-up of its
+// holder's release (counted). go-redis alone re-subscribes a connection's channels of every
 // slot with one SSUBSCRIBE, which Redis refuses, and the wake-ups are lost.
 func TestClusterShardedSubscriptionsSurviveFailovers(t *testing.T) {
 	c := clustertest.Start(t)
@@ -125,6 +127,55 @@ func TestClusterShardedSubscriptionsSurviveFailovers(t *testing.T) {
 		if !got {
 			t.Errorf("%s: no wake-up", name)
 		}
+	}
+
+	// A waiter on every name, on every primary, is granted once the holder
+	// releases, by a wake-up: the holder's lease (a minute) outlasts the
+	// wait, so the waiter's only timed re-check is at the wait's end, and
+	// each channel's listener counts the release's wake-up.
+	type result struct {
+		name string
+		err  error
+	}
+	granted := make(chan result, len(hints))
+	for name := range hints {
+		held, err := svc.Acquire(t.Context(), name, locks.AcquireRequest{TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("acquire %s after the failovers: %v", name, err)
+		}
+		go func() {
+			_, err := svc.Acquire(context.Background(), name, locks.AcquireRequest{TTL: time.Minute, Wait: 30 * time.Second})
+			granted <- result{name, err}
+		}()
+		eventuallyTrue(t, name+" has a waiter", func() bool {
+			st, err := svc.Inspect(t.Context(), name, "")
+			return err == nil && st.Waiters == 1
+		})
+		if _, err := svc.Release(t.Context(), name, held.Token); err != nil {
+			t.Fatalf("release %s: %v", name, err)
+		}
+	}
+	for range hints {
+		if r := <-granted; r.err != nil {
+			t.Errorf("waiter on %s = %v, want it granted", r.name, r.err)
+		}
+	}
+	wakeups := 0
+	for _, h := range hints {
+		for again := true; again; {
+			select {
+			case hint := <-h:
+				if hint == locks.HintReleased {
+					wakeups++
+					again = false
+				}
+			default:
+				again = false
+			}
+		}
+	}
+	if wakeups != len(hints) {
+		t.Errorf("release wake-ups heard = %d, want %d, one per name", wakeups, len(hints))
 	}
 }
 
