@@ -39,10 +39,10 @@ func namesPerPrimary(t *testing.T, rdb *redis.ClusterClient, svc *locks.Service,
 	return out
 }
 
-// failOver SIGKILLs the primary serving key, waits until its replica took
-// its slots over (as the replica itself says), and restarts the killed
-// node, which rejoins as a replica.
-func failOver(t *testing.T, c *clustertest.Cluster, rdb *redis.ClusterClient, key string) {
+// failOver SIGKILLs the primary serving key (or, with pause, SIGSTOPs it),
+// waits until its replica took its slots over (as the replica itself
+// says), and restarts (or resumes) the node, which rejoins as a replica.
+func failOver(t *testing.T, c *clustertest.Cluster, rdb *redis.ClusterClient, key string, pause bool) {
 	t.Helper()
 	rdb.ReloadState(t.Context())
 	var primary *redis.Client
@@ -55,12 +55,20 @@ func failOver(t *testing.T, c *clustertest.Cluster, rdb *redis.ClusterClient, ke
 	replica := redis.NewClient(&redis.Options{Addr: replicaAddr, MaxRetries: -1})
 	defer func() { _ = replica.Close() }()
 	addr := primary.Options().Addr
-	c.Kill(t, addr)
+	if pause {
+		c.Pause(t, addr)
+	} else {
+		c.Kill(t, addr)
+	}
 	eventuallyTrue(t, "the replica "+replicaAddr+" of "+addr+" is promoted", func() bool {
 		role, err := replica.Do(t.Context(), "role").Slice()
 		return err == nil && len(role) > 0 && role[0] == "master"
 	})
-	c.Restart(t, addr)
+	if pause {
+		c.Resume(t, addr)
+	} else {
+		c.Restart(t, addr)
+	}
 	rdb.ReloadState(t.Context())
 }
 
@@ -79,7 +87,7 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 
 // Sharded subscriptions survive failovers: with channels of two slots on
 // every primary, each primary killed in turn (and restarted, a replica
-// now), every channel receives a wake-up published after the last
+// now), then one stopped (SIGSTOP) until its replica took over, every channel receives a wake-up published after the last
 // failover, and a waiter on every name is granted by the wake-up of its
 // holder's release (counted). go-redis alone re-subscribes a connection's channels of every
 // slot with one SSUBSCRIBE, which Redis refuses, and the wake-ups are lost.
@@ -104,7 +112,11 @@ func TestClusterShardedSubscriptionsSurviveFailovers(t *testing.T) {
 		}
 	}
 	for _, names := range byPrimary {
-		failOver(t, c, rdb, locks.Channel(svc, names[0]))
+		failOver(t, c, rdb, locks.Channel(svc, names[0]), false)
+	}
+	for _, names := range byPrimary { // one primary, as a hung machine
+		failOver(t, c, rdb, locks.Channel(svc, names[1]), true)
+		break
 	}
 	for name, h := range hints {
 		ch := locks.Channel(svc, name)
