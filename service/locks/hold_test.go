@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,41 +72,6 @@ func (c *slowSubscribe) Subscribe(ctx context.Context, channels ...string) *redi
 	return c.silent.Subscribe(ctx, channels...)
 }
 
-// silentServer accepts connections and never answers; it returns a client
-// of it, closed when t ends.
-func silentServer(t *testing.T) *redis.Client {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, DialerRetries: 1,
-		ReadTimeout: 100 * time.Millisecond, ContextTimeoutEnabled: true})
-	t.Cleanup(func() {
-		_ = rdb.Close()
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return rdb
-}
-
 // A hold whose subscription is not confirmed within the Redis timeout does
 // not hand out its lease as it was granted: a third of the TTL or more has
 // passed, so it renews the lease first and reports the renewed one; and when
@@ -127,7 +90,9 @@ func TestHoldRenewsOrFailsWhenItsSubscriptionIsSlow(t *testing.T) {
 		t.Run(tt.desc, func(t *testing.T) {
 			m, rdb := newTestRedis(t)
 			now := t0
-			c := &slowSubscribe{Client: rdb, silent: silentServer(t), m: m, now: &now, pass: tt.pass}
+			silent := redis.NewClient(&redis.Options{Addr: silentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = silent.Close() })
+			c := &slowSubscribe{Client: rdb, silent: silent, m: m, now: &now, pass: tt.pass}
 			svc := mustNew(t, c, locks.Config{}, store.Config{OpTimeout: 300 * time.Millisecond})
 			t.Cleanup(func() { _ = svc.Close() })
 			h, err := svc.Hold(t.Context(), "orders", locks.AcquireRequest{TTL: ttl})

@@ -169,23 +169,29 @@ func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {
 	if err := replica.Do(t.Context(), "cluster", "failover").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute) // a hang guard, not a measure
-	for {
+	promoted(t, replica, func() bool {
 		rdb.ReloadState(t.Context())
 		node, err := rdb.MasterForKey(t.Context(), key)
-		if err == nil && node.Options().Addr == replica.Options().Addr {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && node.Options().Addr == replica.Options().Addr
+	})
 	if _, err := st.Run(t.Context(), incr, []string{key}); err != nil {
 		t.Fatalf("Run on the promoted replica's slot = %v", err)
 	}
 	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 0: the promoted replica had the scripts", got)
+	}
+}
+
+// promoted waits until done says replica was promoted, failing t after a
+// minute (a hang guard, not a measure).
+func promoted(t *testing.T, replica *redis.Client, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -350,17 +356,10 @@ func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
 	if err := replica.Do(t.Context(), "cluster", "failover").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute) // a hang guard, not a measure
-	for {
+	promoted(t, replica, func() bool {
 		role, err := replica.Do(t.Context(), "role").Slice()
-		if err == nil && len(role) > 0 && role[0] == "master" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
 	// The promoted replica restarted empty, as far as scripts go.
 	if err := replica.ScriptFlush(t.Context()).Err(); err != nil {
 		t.Fatal(err)
