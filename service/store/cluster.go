@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -122,6 +124,53 @@ func (s *Store) loadCluster(ctx context.Context, cc clusterClient, replicas bool
 // replica), and the EVALSHA sent again would meet NOSCRIPT once more.
 func evalAfterNoScript(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
 	return c.Eval(ctx, sc.src, keys, args...).Result()
+}
+
+// rerouteWait bounds how long a call that could not reach its slot's
+// primary waits for the cluster client to name another: go-redis reloads
+// its view of the slots at most every 200ms.
+const rerouteWait = 300 * time.Millisecond
+
+// rerouted reports, after a call on a cluster client could not connect to
+// the primary of keys[0]'s slot (a dial error: nothing was sent, so the
+// call may be sent again), whether the client's view of the slots names
+// another primary for it now, reloading it and waiting up to rerouteWait
+// (and ctx) for that. A call sent right after a failover was seen by every
+// node may go to the dead primary until the view is reloaded; with this it
+// goes to the new one, once. During the failover itself the view names the
+// dead primary, and the call fails after the wait.
+func (s *Store) rerouted(ctx context.Context, keys []string, err error) bool {
+	cc, ok := s.rdb.(clusterClient)
+	if !ok || len(keys) == 0 || !isDialError(err) {
+		return false
+	}
+	failed, ferr := cc.MasterForKey(ctx, keys[0])
+	if ferr != nil {
+		return false
+	}
+	t := time.NewTimer(rerouteWait)
+	defer t.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cc.ReloadState(ctx)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return false
+		case <-tick.C:
+		}
+		if node, err := cc.MasterForKey(ctx, keys[0]); err == nil && node.Options().Addr != failed.Options().Addr {
+			return true
+		}
+	}
+}
+
+// isDialError reports a call that failed to connect: it was not sent.
+func isDialError(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
 // isRedirect reports a MOVED or ASK reply: the slot is served elsewhere

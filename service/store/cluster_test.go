@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -379,5 +381,57 @@ func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
 	}
 	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
 		t.Errorf("latchkey_script_reloads_total = %v after a second call, want still 1", got)
+	}
+}
+
+// deadPrimary is a cluster client whose view of the slots names a dead
+// primary for every key until it is reloaded: the first EVALSHA cannot
+// connect (a dial error: nothing sent), and ReloadState brings the view
+// up to date.
+type deadPrimary struct {
+	*redis.ClusterClient
+	dead     *redis.Client
+	reloaded atomic.Bool
+	dials    atomic.Int64
+}
+
+func (c *deadPrimary) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
+	if !c.reloaded.Load() {
+		return c.dead, nil
+	}
+	return c.ClusterClient.MasterForKey(ctx, key)
+}
+
+func (c *deadPrimary) ReloadState(context.Context) { c.reloaded.Store(true) }
+
+func (c *deadPrimary) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if !c.reloaded.Load() {
+		c.dials.Add(1)
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		return cmd
+	}
+	return c.ClusterClient.EvalSha(ctx, sha, keys, args...)
+}
+
+// A call that could not connect to the primary its client named (a
+// failover the client's view had not caught up with) is sent again, once,
+// to the primary the reloaded view names: it succeeds, and ran once.
+func TestClusterCallAfterADeadPrimaryGoesToTheNewOne(t *testing.T) {
+	c := clustertest.Shared(t)
+	rdb := c.Client(t)
+	key := "rerouted"
+	if err := rdb.Del(t.Context(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = dead.Close() })
+	cc := &deadPrimary{ClusterClient: rdb, dead: dead}
+	st := newStore(t, cc, store.Config{Cluster: true})
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+		t.Fatalf("Run after the dead primary = %v, %v; want 1, run once on the new primary", res, err)
+	}
+	if got := cc.dials.Load(); got != 1 {
+		t.Errorf("calls to the dead primary = %d, want 1", got)
 	}
 }

@@ -103,6 +103,9 @@ func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any)
 		defer cancel()
 	}
 	res, err := s.EvalSha(opCtx, s.rdb, sc, keys, args...)
+	if err != nil && s.rerouted(opCtx, keys, err) {
+		res, err = s.EvalSha(opCtx, s.rdb, sc, keys, args...)
+	}
 	if err != nil {
 		return nil, s.Err(ctx, sc.name, err)
 	}
