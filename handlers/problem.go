@@ -313,6 +313,12 @@ func unavailableDetail(err error) string {
 	if errors.As(err, &re) {
 		return re.Error() + "; inspect the lock before relying on the change"
 	}
+	if errors.Is(err, locks.ErrHoldLapsed) {
+		return "the lease ran out before the hold could report it (the store answered slowly); try again"
+	}
+	if errors.Is(err, store.ErrSlotMoved) {
+		return "the store moved the name to another node (a failover or a slot move); try again"
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return "the store refused the connection; try again"
 	}

@@ -70,6 +70,33 @@ func TestErrorTable(t *testing.T) {
 	}
 }
 
+// A 503 says what the store did: a slot moved (MOVED, answered at once) is
+// not a store that did not answer in time.
+func TestUnavailableDetailSaysWhatTheStoreDid(t *testing.T) {
+	tests := []struct {
+		desc, want string
+		err        error
+	}{
+		{"moved", "the store moved the name to another node (a failover or a slot move); try again",
+			fmt.Errorf("acquire: %w: %w", store.ErrSlotMoved, errors.New("MOVED 3999 127.0.0.1:7001"))},
+		{"hold lapsed", "the lease ran out before the hold could report it (the store answered slowly); try again", locks.ErrHoldLapsed},
+		{"timeout", "the store did not answer in time; try again",
+			fmt.Errorf("acquire: %w: %w", store.ErrUnavailable, context.DeadlineExceeded)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			fake := &fakeService{AcquireFn: func(context.Context, string, locks.AcquireRequest) (locks.Lease, error) {
+				return locks.Lease{}, tt.err
+			}}
+			req := newRequest(http.MethodPost, "/v1/locks/orders", "")
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{}), req)
+			if p := wantProblem(t, rec, req, http.StatusServiceUnavailable, "store-unavailable"); p.Detail != tt.want {
+				t.Errorf("detail = %q, want %q", p.Detail, tt.want)
+			}
+		})
+	}
+}
+
 // TestErrorTableOnEveryRoute checks that each lock route maps service
 // errors through the same table.
 func TestErrorTableOnEveryRoute(t *testing.T) {

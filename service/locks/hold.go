@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -62,10 +63,12 @@ type Hold struct {
 // keeps the lease alive until Close or until it is lost. It listens on the
 // lock's channel, so a force-release is reported at once rather than at the
 // next renewal. Like Acquire it answers within req.Wait plus one Redis
-// timeout: it waits for Redis to confirm the subscription only while that
-// bound allows, and if the confirmation comes later the hold re-checks its
-// lease then (a force-release in between was not heard). Returns the errors
-// of Acquire.
+// timeout (and one more when it renews, below): it waits for Redis to
+// confirm the subscription only while that bound allows, and if the
+// confirmation comes later the hold re-checks its lease then (a
+// force-release in between was not heard). A lease is never handed out
+// after it could have expired: one whose TTL may be a third gone by then is
+// renewed first (freshen). Returns the errors of Acquire, and ErrHoldLapsed.
 func (s *Service) Hold(ctx context.Context, name string, req AcquireRequest) (*Hold, error) {
 	return s.hold(ctx, s.mutex, name, req, s.Acquire)
 }
@@ -74,7 +77,10 @@ func (s *Service) Hold(ctx context.Context, name string, req AcquireRequest) (*H
 // checks), then the hold keeps it alive with p's renewals.
 func (s *Service) hold(ctx context.Context, p primitive, name string, req AcquireRequest,
 	acquire func(context.Context, string, AcquireRequest) (Lease, error)) (*Hold, error) {
-	deadline := time.Now().Add(req.Wait + s.opTimeout)
+	// The lease is valid from before the grant's request was sent, by our
+	// clock: from before the acquire, as the grant is its last call.
+	valid := time.Now()
+	deadline := valid.Add(req.Wait + s.opTimeout)
 	lease, err := acquire(ctx, name, req)
 	if err != nil {
 		return nil, err
@@ -83,18 +89,58 @@ func (s *Service) hold(ctx context.Context, p primitive, name string, req Acquir
 	l, err := s.sub.join(k.channel, true)
 	if err == nil {
 		err = waitReady(ctx, l, min(time.Until(deadline), s.opTimeout))
+		if err == nil {
+			lease, valid, err = s.freshen(ctx, p, k, lease, valid)
+		}
 		if err != nil {
 			l.leave(false)
 		}
 	}
 	if err != nil {
 		_, rerr := p.release(context.WithoutCancel(ctx), k, lease.Token)
+		if errors.Is(rerr, store.ErrNotFound) || errors.Is(rerr, ErrNotOwner) {
+			rerr = nil
+		}
 		return nil, errors.Join(err, rerr)
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	h := &Hold{s: s, p: p, k: k, lease: lease, l: l, events: make(chan HoldEvent, 4), cancel: cancel, done: make(chan struct{})}
-	go h.run(hctx)
+	go h.run(hctx, valid)
 	return h, nil
+}
+
+// ErrHoldLapsed reports a hold whose lease ran out, or may have, before the
+// hold could report it acquired: the wait for the lock's subscription and
+// the renewal after it took longer than the lease's TTL (a store that
+// answers slowly, or a failover). The lease is given back. It wraps
+// ErrUnavailable.
+var ErrHoldLapsed = fmt.Errorf("%w: the lease ran out before the hold could report it", store.ErrUnavailable)
+
+// freshen makes sure a hold's lease, valid by our clock since valid, is
+// reported acquired only while it cannot have expired: when a third of its
+// TTL (the renewal interval) has passed since valid, it renews the lease
+// first, and the lease is then valid since that renewal was sent. It returns
+// the lease to report and when its validity began, or ErrHoldLapsed (the
+// renewal found the lease gone, or took longer than the TTL) or the
+// renewal's store error. A lease reported acquired is so renewed by run
+// within two renewal intervals, before its TTL ends.
+func (s *Service) freshen(ctx context.Context, p primitive, k lockKeys, lease Lease, valid time.Time) (Lease, time.Time, error) {
+	if time.Since(valid) < RenewInterval(lease.TTL) {
+		return lease, valid, nil
+	}
+	sent := time.Now()
+	renewed, err := p.renew(ctx, k, lease.Token, 0)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrNotOwner):
+		return lease, valid, ErrHoldLapsed
+	case err != nil:
+		return lease, valid, err
+	case time.Since(sent) >= renewed.TTL:
+		return lease, valid, ErrHoldLapsed
+	}
+	lease.TTL, lease.ExpiresAt = renewed.TTL, renewed.ExpiresAt
+	s.setPlace(ctx, k, lease.Token, leaseLasts(renewed))
+	return lease, sent, nil
 }
 
 // waitReady waits up to d for l's subscription to be confirmed. It returns
@@ -124,18 +170,19 @@ func (h *Hold) Events() <-chan HoldEvent { return h.events }
 // RenewInterval is how often a lease of the given TTL is renewed: TTL/3.
 func RenewInterval(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
 
-// run renews the lease every TTL/3, and at once on a wake-up hint (a
+// run renews the lease, valid by our clock since valid, every TTL/3, and at
+// once on a wake-up hint (a
 // release or force-release of this lock, or a renew through the API that
 // shortened the lease), until ctx ends or the lease is gone. Each renewal
 // keeps the lease's own TTL, which a renew through the API may have changed:
 // the next one is due a third of that TTL later.
-func (h *Hold) run(ctx context.Context) {
+func (h *Hold) run(ctx context.Context, valid time.Time) {
 	defer close(h.done)
 	defer close(h.events)
 	tick := time.NewTicker(RenewInterval(h.lease.TTL))
 	defer tick.Stop()
-	expires := time.Now().Add(h.lease.TTL) // by our clock: no renewal, no lease
-	ready := h.l.Ready()                   // nil once the subscription is confirmed
+	expires := valid.Add(h.lease.TTL) // by our clock: no renewal, no lease
+	ready := h.l.Ready()              // nil once the subscription is confirmed
 	if isClosed(ready) {
 		ready = nil
 	}

@@ -1,11 +1,16 @@
 package locks_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestHoldOutcome: what one renewal of a hold's lease means for the hold.
@@ -45,6 +50,67 @@ func TestHoldOutcome(t *testing.T) {
 			if kind != tt.wantKind || reason != tt.wantReason {
 				t.Errorf("holdOutcome(%v, %q, %q, %v) = %q %q, want %q %q", tt.err, tt.hint, tt.recorded, tt.expired,
 					kind, reason, tt.wantKind, tt.wantReason)
+			}
+		})
+	}
+}
+
+// slowSubscribe is a client whose pub/sub connection goes to a server that
+// never answers, so no subscription is ever confirmed, and whose Subscribe
+// first moves the store's clock on by pass: the time a hold spends waiting
+// for the confirmation, as the store sees it.
+type slowSubscribe struct {
+	store.Client
+	silent *redis.Client
+	m      *miniredis.Miniredis
+	now    *time.Time
+	pass   time.Duration
+}
+
+func (c *slowSubscribe) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	advance(c.m, c.now, c.pass)
+	return c.silent.Subscribe(ctx, channels...)
+}
+
+// A hold whose subscription is not confirmed within the Redis timeout does
+// not hand out its lease as it was granted: a third of the TTL or more has
+// passed, so it renews the lease first and reports the renewed one; and when
+// the lease ran out meanwhile it gives it back and fails, never reporting
+// a lease whose expires_at has passed.
+func TestHoldRenewsOrFailsWhenItsSubscriptionIsSlow(t *testing.T) {
+	const ttl = 600 * time.Millisecond // the wait (OpTimeout) is over a third of it
+	for _, tt := range []struct {
+		desc  string
+		pass  time.Duration // store time passing while the hold waits
+		lapse bool
+	}{
+		{"renewed", ttl / 2, false},
+		{"lapsed", ttl + time.Millisecond, true},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			m, rdb := newTestRedis(t)
+			now := t0
+			silent := redis.NewClient(&redis.Options{Addr: silentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = silent.Close() })
+			c := &slowSubscribe{Client: rdb, silent: silent, m: m, now: &now, pass: tt.pass}
+			svc := mustNew(t, c, locks.Config{}, store.Config{OpTimeout: 300 * time.Millisecond})
+			t.Cleanup(func() { _ = svc.Close() })
+			h, err := svc.Hold(t.Context(), "orders", locks.AcquireRequest{TTL: ttl})
+			if tt.lapse {
+				if !errors.Is(err, locks.ErrHoldLapsed) || !errors.Is(err, store.ErrUnavailable) {
+					t.Fatalf("Hold of a lease that ran out while subscribing = %v, want ErrHoldLapsed", err)
+				}
+				if _, err := svc.Acquire(t.Context(), "orders", locks.AcquireRequest{TTL: ttl}); err != nil {
+					t.Errorf("Acquire after the failed hold = %v, want the lock free", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Hold = %v", err)
+			}
+			t.Cleanup(func() { _, _ = h.Close(context.Background()) })
+			if got, want := h.Lease().ExpiresAt, now.Add(ttl); !got.Equal(want) {
+				t.Errorf("held lease expires at %v, want %v: renewed after the wait (granted at %v)", got, want, t0)
 			}
 		})
 	}

@@ -3,6 +3,8 @@ package locks
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,6 +30,15 @@ import (
 // primary and adds those the directory lacks, due at once. It does so on a
 // goroutine of its own, so a primary that does not answer the listing holds
 // up no renewal.
+//
+// The directory lives on one primary, and the renewal of the others' leases
+// must not depend on it: while a claim fails (the directory's node is down
+// or failing over), the renewer visits, without claims, every shard it
+// knows of (renewWithoutDirectory): those the last listings found on each
+// primary that answered, and those it renewed itself. Each visit renews
+// only what is due, atomically, so instances doing so at once renew no
+// lease twice for one due time; the directory is used again as soon as a
+// claim succeeds, and a reconciliation adds back what it lost.
 
 // The directory's scripts, loaded on a cluster only.
 var (
@@ -60,6 +71,12 @@ type shardDir struct {
 	flushing bool            // a goroutine is sending pending marks
 	closed   bool            // the service is closed: marks are dropped
 
+	// known are the slots whose shards the reconciliations' listings found
+	// (on the primaries that answered), for renewWithoutDirectory; a slot
+	// leaves once a visit finds its shard empty.
+	knownMu sync.Mutex
+	known   map[int]bool
+
 	// The renewer's own (one goroutine).
 	tracked       map[int]int64 // slot -> entries, as last seen
 	lastReconcile time.Time
@@ -73,7 +90,7 @@ type shardDir struct {
 
 func newShardDir(prefix string) *shardDir {
 	due, gens := dirKeys(prefix)
-	d := &shardDir{due: due, gens: gens, pending: map[int]int64{}, tracked: map[int]int64{}}
+	d := &shardDir{due: due, gens: gens, pending: map[int]int64{}, tracked: map[int]int64{}, known: map[int]bool{}}
 	d.reconcile.Store(true)
 	return d
 }
@@ -268,6 +285,7 @@ func (s *Service) renewShards(ctx context.Context) time.Duration {
 		if err != nil {
 			d.reconcile.Store(true)
 			s.storeFailed(ctx)
+			s.renewWithoutDirectory(ctx)
 			return s.retryAfterFailure(ctx)
 		}
 		next := s.visitShards(ctx, c.slots)
@@ -299,6 +317,38 @@ func (s *Service) renewShards(ctx context.Context) time.Duration {
 		}
 	}
 	return 0
+}
+
+// renewWithoutDirectory visits, without claiming them, every shard the
+// renewer knows of while the directory cannot be reached: those the
+// reconciliations found, those it visited itself, and those of marks not
+// yet sent. The leases of the primaries that answer are renewed as they
+// fall due; a slot whose shard is found empty is forgotten.
+func (s *Service) renewWithoutDirectory(ctx context.Context) {
+	d := s.dir
+	d.knownMu.Lock()
+	all := maps.Clone(d.known)
+	d.knownMu.Unlock()
+	for slot := range d.tracked {
+		all[slot] = true
+	}
+	d.mu.Lock()
+	for slot := range d.pending {
+		all[slot] = true
+	}
+	d.mu.Unlock()
+	if len(all) == 0 || ctx.Err() != nil {
+		return
+	}
+	slots := slices.Sorted(maps.Keys(all))
+	next := s.visitShards(ctx, slots)
+	d.knownMu.Lock()
+	defer d.knownMu.Unlock()
+	for i, slot := range slots {
+		if next[i] == -1 {
+			delete(d.known, slot)
+		}
+	}
 }
 
 // visitFailed is a visit's outcome when a call failed: the slot is left
@@ -532,7 +582,9 @@ type masterLister interface {
 }
 
 // reconcileShards lists the registry shards on every primary (SCAN) and
-// adds those the directory lacks, due at once. A client that cannot list
+// adds those the directory lacks, due at once; the shards found on each
+// primary that answers are remembered for renewWithoutDirectory, even when
+// another primary, or the directory, does not answer. A client that cannot list
 // its primaries (not a cluster client) has nothing to reconcile. Returns
 // the first error of a SCAN or of the mark script.
 func (s *Service) reconcileShards(ctx context.Context) error {
@@ -553,11 +605,14 @@ func (s *Service) reconcileShards(ctx context.Context) error {
 				return err
 			}
 			mu.Lock()
+			s.dir.knownMu.Lock()
 			for _, k := range keys {
 				if slot, ok := shardSlot(s.prefix, k); ok {
 					found[slot] = true
+					s.dir.known[slot] = true
 				}
 			}
+			s.dir.knownMu.Unlock()
 			mu.Unlock()
 			if cursor = next; cursor == 0 {
 				return nil

@@ -265,8 +265,12 @@ func (s *subscriber) open(group string, first []string) *redis.PubSub {
 		return nil
 	}
 	s.conns[group] = c
-	go s.dispatch(group, c.ps.ChannelWithSubscriptions(
-		redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(s.ping)), c.done)
+	if s.sharded {
+		go s.dispatchSharded(group, c)
+	} else {
+		go s.dispatch(group, c.ps.ChannelWithSubscriptions(
+			redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(s.ping)), c.done)
+	}
 	return c.ps
 }
 
@@ -378,17 +382,23 @@ func (ch *subChannel) wakeAll(hint string) {
 func (s *subscriber) dispatch(group string, in <-chan any, done chan<- struct{}) {
 	defer close(done)
 	for msg := range in {
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				s.confirmed(m.Channel)
-			case "sunsubscribe":
-				s.moved(group, m.Channel)
-			}
-		case *redis.Message:
-			s.deliver(m.Channel, m.Payload)
+		s.handle(group, msg)
+	}
+}
+
+// handle hands one message or subscription confirmation of the connection
+// of group to listeners.
+func (s *subscriber) handle(group string, msg any) {
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			s.confirmed(m.Channel)
+		case "sunsubscribe":
+			s.moved(group, m.Channel)
 		}
+	case *redis.Message:
+		s.deliver(m.Channel, m.Payload)
 	}
 }
 

@@ -2,8 +2,11 @@ package locks
 
 import (
 	"context"
+	"errors"
+	"net"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,10 +17,19 @@ import (
 // channels it subscribes by the primary that serves their slot, as the
 // cluster client knows it.
 //
-// A failover is handled by go-redis: the connection breaks, and the PubSub
-// connects to the slot's new primary and subscribes its channels again,
-// whose confirmations wake every listener to re-check (confirmed). A slot
-// move (resharding) makes the old primary end the subscriptions of the
+// A failover is not left to go-redis: a PubSub that reconnects sends one
+// SSUBSCRIBE naming every channel it had, which Redis refuses (CROSSSLOT)
+// as soon as they span two slots, and it reconnects to the primary of one
+// channel's slot as its possibly stale view names it; the connection then
+// lives on with no subscription, and every wake-up of its channels is lost.
+// So each connection has a receive loop of its own (dispatchSharded): when
+// its connection breaks (an error, or a ping unanswered for one ping
+// interval: a primary stopped), the subscriber closes it, asks the cluster
+// client to reload its view of the slots, and subscribes every channel that
+// was on it again, each on its slot's primary as now known, one slot per
+// SSUBSCRIBE (lost); their confirmations wake every listener to re-check
+// (confirmed), as wake-ups may have been missed. Connections to the other
+// primaries are left alone. A slot move (resharding) makes the old primary end the subscriptions of the
 // slot's channels with an unsolicited SUNSUBSCRIBE: the channel is
 // subscribed again on its new primary and its listeners re-check (moved).
 // A subscription that stays unconfirmed for a whole tick of the sync loop
@@ -31,6 +43,12 @@ import (
 // reloaded in the background after a move, so the first SSUBSCRIBE after it
 // may go to the old primary and be refused.
 const unconfirmedTick = time.Second
+
+// lostPause is how long a sharded connection that broke waits before its
+// channels are subscribed again: a primary that is down refuses at once,
+// and the view of the slots names it until the failover is over, so
+// without a pause the subscriber would spin on it.
+const lostPause = 100 * time.Millisecond
 
 // clusterRouter is the part of the cluster client that names a slot's
 // primary.
@@ -119,4 +137,80 @@ func (s *subscriber) resendUnconfirmed() {
 	if resend && s.router != nil {
 		s.router.ReloadState(context.Background())
 	}
+}
+
+// dispatchSharded hands the messages and subscription confirmations of the
+// sharded connection c of group to listeners until c is closed or broken.
+// It pings the connection after each ping interval without a message; an
+// error other than a reply of Redis (such as a refused SSUBSCRIBE, sent
+// again by resendUnconfirmed), or a ping unanswered by the next interval,
+// means the connection broke: lost subscribes its channels again.
+func (s *subscriber) dispatchSharded(group string, c *subConn) {
+	defer close(c.done)
+	ctx := context.Background()
+	pinged := false
+	for {
+		msg, err := c.ps.ReceiveTimeout(ctx, s.ping)
+		switch {
+		case err == nil:
+			pinged = false
+			s.handle(group, msg)
+			continue
+		case errors.Is(err, redis.ErrClosed):
+			return
+		case store.IsServerError(err):
+			continue
+		case isTimeout(err) && !pinged:
+			pinged = true
+			pctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+			err = c.ps.Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+		}
+		time.Sleep(lostPause)
+		s.lost(group, c)
+		return
+	}
+}
+
+// isTimeout reports a read that timed out: nothing came on the connection.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// lost drops the broken sharded connection c of group: every channel that
+// was sent on it is subscribed again by the sync loop, on its slot's
+// primary after the cluster client reloaded its view of the slots, and is
+// confirmed anew (which wakes its listeners to re-check).
+func (s *subscriber) lost(group string, c *subConn) {
+	s.mu.Lock()
+	if s.closed || s.conns[group] != c {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.conns, group)
+	for channel, g := range s.where {
+		if g != group {
+			continue
+		}
+		delete(s.sent, channel)
+		delete(s.where, channel)
+		delete(s.unconfirmed, channel)
+		if s.channels[channel] != nil {
+			s.changed(channel)
+		}
+	}
+	for channel, g := range s.stale {
+		if g == group {
+			delete(s.stale, channel) // nothing left to unsubscribe there
+		}
+	}
+	if s.router != nil {
+		s.router.ReloadState(context.Background())
+	}
+	s.mu.Unlock()
+	_ = c.ps.Close()
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,7 +16,7 @@ import (
 // clusterClient is the part of go-redis's *redis.ClusterClient the store
 // uses on a Redis Cluster: the primaries, each for its checks and its
 // scripts, and the primary of a key, for a script that must run on a
-// connection of its own (RunReplicated) or load where NOSCRIPT came from.
+// connection of its own (RunReplicated).
 type clusterClient interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error
 	ForEachSlave(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error
@@ -64,6 +66,14 @@ func (s *Store) clusterReady(ctx context.Context, cc clusterClient) error {
 	return nil
 }
 
+// ErrSlotMoved reports a call Redis answered MOVED or ASK, and that was not
+// followed to the slot's new node (a call on one node's connection, as
+// RunReplicated makes, or a cluster client's redirects ran out): the slot
+// failed over or is moving, and the script did not run. Redis did answer,
+// so it is not a timeout; a call again goes to the new node. It wraps
+// ErrUnavailable.
+var ErrSlotMoved = fmt.Errorf("%w: the key's slot is served by another node", ErrUnavailable)
+
 // ClusterState returns the cluster_state field of a CLUSTER INFO (or INFO
 // cluster) reply, "" when it has none.
 func ClusterState(info string) string { return infoField(info, "cluster_state") }
@@ -103,18 +113,64 @@ func (s *Store) loadCluster(ctx context.Context, cc clusterClient, replicas bool
 	return nil
 }
 
-// reloadFor loads sc where a call on keys answered NOSCRIPT: on a cluster,
-// on the primary of keys[0]'s slot only, so a failed node elsewhere cannot
-// keep it from healing; otherwise on c.
-func reloadFor(ctx context.Context, c redis.Scripter, sc *Script, keys []string) error {
-	if cc, ok := c.(clusterClient); ok && len(keys) > 0 {
-		node, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return err
-		}
-		c = node
+// evalAfterNoScript runs sc's source with EVAL on c, after c answered
+// NOSCRIPT: the script did not run. EVAL goes where the EVALSHA went (the
+// node of c's connection, or on a cluster client the primary of keys' slot,
+// following MOVED as EVALSHA did), runs the script there and leaves it in
+// that node's script cache, so the node that lacked the script is the one
+// that gets it, in the same call. Loading it on the primary the cluster
+// client names for keys[0] would not do: during a failover that view may
+// name another node than the one that answered (the old primary, now a
+// replica), and the EVALSHA sent again would meet NOSCRIPT once more.
+func evalAfterNoScript(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
+	return c.Eval(ctx, sc.src, keys, args...).Result()
+}
+
+// rerouteWait bounds how long a call that could not reach its slot's
+// primary waits for the cluster client to name another: go-redis reloads
+// its view of the slots at most every 200ms.
+const rerouteWait = 300 * time.Millisecond
+
+// rerouted reports, after a call on a cluster client could not connect to
+// the primary of keys[0]'s slot (a dial error: nothing was sent, so the
+// call may be sent again), whether the client's view of the slots names
+// another primary for it now, reloading it and waiting up to rerouteWait
+// (and ctx) for that. A call sent right after a failover was seen by every
+// node may go to the dead primary until the view is reloaded; with this it
+// goes to the new one, once. During the failover itself the view names the
+// dead primary, and the call fails after the wait.
+func (s *Store) rerouted(ctx context.Context, keys []string, err error) bool {
+	cc, ok := s.rdb.(clusterClient)
+	if !ok || len(keys) == 0 || !isDialError(err) {
+		return false
 	}
-	return c.ScriptLoad(ctx, sc.src).Err()
+	failed, ferr := cc.MasterForKey(ctx, keys[0])
+	if ferr != nil {
+		return false
+	}
+	t := time.NewTimer(rerouteWait)
+	defer t.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cc.ReloadState(ctx)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return false
+		case <-tick.C:
+		}
+		if node, err := cc.MasterForKey(ctx, keys[0]); err == nil && node.Options().Addr != failed.Options().Addr {
+			return true
+		}
+	}
+}
+
+// isDialError reports a call that failed to connect: it was not sent.
+func isDialError(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
 // isRedirect reports a MOVED or ASK reply: the slot is served elsewhere

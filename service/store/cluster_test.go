@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,23 +171,29 @@ func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {
 	if err := replica.Do(t.Context(), "cluster", "failover").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute) // a hang guard, not a measure
-	for {
+	promoted(t, replica, func() bool {
 		rdb.ReloadState(t.Context())
 		node, err := rdb.MasterForKey(t.Context(), key)
-		if err == nil && node.Options().Addr == replica.Options().Addr {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && node.Options().Addr == replica.Options().Addr
+	})
 	if _, err := st.Run(t.Context(), incr, []string{key}); err != nil {
 		t.Fatalf("Run on the promoted replica's slot = %v", err)
 	}
 	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 0: the promoted replica had the scripts", got)
+	}
+}
+
+// promoted waits until done says replica was promoted, failing t after a
+// minute (a hang guard, not a measure).
+func promoted(t *testing.T, replica *redis.Client, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s was not promoted within a minute", replica.Options().Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -314,5 +322,116 @@ func TestClusterRunPipelinedAnswersEachCallOnItsPrimary(t *testing.T) {
 	}
 	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
 		t.Errorf("latchkey_script_reloads_total = %v, want the flushed primary's script reloaded", got)
+	}
+}
+
+// staleView is a cluster client whose view of the slots has not caught up
+// with a failover: it names the old primary as the primary of every key.
+type staleView struct {
+	*redis.ClusterClient
+	old *redis.Client
+}
+
+func (v staleView) MasterForKey(context.Context, string) (*redis.Client, error) { return v.old, nil }
+
+// NOSCRIPT from a replica promoted without the scripts heals on the node
+// that answered it, even while the client's view of the slots still names
+// the old primary: the call, redirected by MOVED to the new primary, which
+// answers NOSCRIPT, succeeds, and leaves the script on the new primary.
+func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
+	c := clustertest.Shared(t)
+	rdb := c.Client(t)
+	key := "noscript-failover"
+	if err := rdb.Del(t.Context(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := rdb.MasterForKey(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	st := newStore(t, staleView{rdb, primary}, store.Config{Registerer: reg, Cluster: true})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	replica := replicaOf(t, rdb, primary)
+	if err := replica.Do(t.Context(), "cluster", "failover").Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted(t, replica, func() bool {
+		role, err := replica.Do(t.Context(), "role").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+	// The promoted replica restarted empty, as far as scripts go.
+	if err := replica.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+		t.Fatalf("Run on the failed-over slot = %v, %v; want 1", res, err)
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
+		t.Errorf("latchkey_script_reloads_total = %v, want 1", got)
+	}
+	exists, err := replica.ScriptExists(t.Context(), incr.SHA()).Result()
+	if err != nil || !exists[0] {
+		t.Errorf("SCRIPT EXISTS on the new primary = %v, %v; want the script loaded where NOSCRIPT came from", exists, err)
+	}
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(2) {
+		t.Errorf("Run again = %v, %v; want 2", res, err)
+	}
+	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
+		t.Errorf("latchkey_script_reloads_total = %v after a second call, want still 1", got)
+	}
+}
+
+// deadPrimary is a cluster client whose view of the slots names a dead
+// primary for every key until it is reloaded: the first EVALSHA cannot
+// connect (a dial error: nothing sent), and ReloadState brings the view
+// up to date.
+type deadPrimary struct {
+	*redis.ClusterClient
+	dead     *redis.Client
+	reloaded atomic.Bool
+	dials    atomic.Int64
+}
+
+func (c *deadPrimary) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
+	if !c.reloaded.Load() {
+		return c.dead, nil
+	}
+	return c.ClusterClient.MasterForKey(ctx, key)
+}
+
+func (c *deadPrimary) ReloadState(context.Context) { c.reloaded.Store(true) }
+
+func (c *deadPrimary) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if !c.reloaded.Load() {
+		c.dials.Add(1)
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		return cmd
+	}
+	return c.ClusterClient.EvalSha(ctx, sha, keys, args...)
+}
+
+// A call that could not connect to the primary its client named (a
+// failover the client's view had not caught up with) is sent again, once,
+// to the primary the reloaded view names: it succeeds, and ran once.
+func TestClusterCallAfterADeadPrimaryGoesToTheNewOne(t *testing.T) {
+	c := clustertest.Shared(t)
+	rdb := c.Client(t)
+	key := "rerouted"
+	if err := rdb.Del(t.Context(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = dead.Close() })
+	cc := &deadPrimary{ClusterClient: rdb, dead: dead}
+	st := newStore(t, cc, store.Config{Cluster: true})
+	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
+		t.Fatalf("Run after the dead primary = %v, %v; want 1, run once on the new primary", res, err)
+	}
+	if got := cc.dials.Load(); got != 1 {
+		t.Errorf("calls to the dead primary = %d, want 1", got)
 	}
 }

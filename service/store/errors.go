@@ -1,5 +1,5 @@
 // Package store is Latchkey's store layer, which knows no domain: the Lua
-// script runner (EVALSHA with NOSCRIPT reload, error translation), the
+// script runner (EVALSHA, EVAL where NOSCRIPT came from, error translation), the
 // pipelined client, the wait for replicas, the shared errors and name rules.
 package store
 

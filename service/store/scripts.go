@@ -91,8 +91,8 @@ func (s *Store) load(ctx context.Context, c redis.Scripter, sc *Script) error {
 }
 
 // Run calls a script with EVALSHA. On NOSCRIPT (Redis restarted, failed over
-// or flushed its script cache) it loads the script and retries once. Errors
-// are translated by Err.
+// or flushed its script cache) it runs the script's source with EVAL, which
+// loads it where the call went, once. Errors are translated by Err.
 func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any) (any, error) {
 	opCtx := ctx
 	if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > s.cfg.OpTimeout {
@@ -103,24 +103,24 @@ func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any)
 		defer cancel()
 	}
 	res, err := s.EvalSha(opCtx, s.rdb, sc, keys, args...)
+	if err != nil && s.rerouted(opCtx, keys, err) {
+		res, err = s.EvalSha(opCtx, s.rdb, sc, keys, args...)
+	}
 	if err != nil {
 		return nil, s.Err(ctx, sc.name, err)
 	}
 	return res, nil
 }
 
-// EvalSha calls sc on c with EVALSHA; on NOSCRIPT it loads the script on c
-// (on a cluster client, on the primary of keys[0]'s slot, the node that
-// answered) and calls it again, once. Errors are go-redis's, untranslated.
+// EvalSha calls sc on c with EVALSHA; on NOSCRIPT it calls it again, once,
+// with EVAL and the script's source, which Redis runs and keeps in its
+// script cache (see evalAfterNoScript). Errors are go-redis's, untranslated.
 func (s *Store) EvalSha(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
 	sc = s.variant(sc)
 	res, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
-		if err := reloadFor(ctx, c, sc, keys); err != nil {
-			return nil, err
-		}
-		res, err = c.EvalSha(ctx, sc.sha, keys, args...).Result()
+		res, err = evalAfterNoScript(ctx, c, sc, keys, args...)
 	}
 	return res, err
 }
@@ -150,7 +150,8 @@ func (s *Store) CountErr(op, kind string) {
 
 // TranslateErr translates a Redis error. A caller that went away gets its own
 // context error back (kind ""); timeouts, connection failures and transient
-// server states wrap ErrUnavailable (kind "unavailable"); anything else (a
+// server states wrap ErrUnavailable (kind "unavailable"), a MOVED or ASK
+// through ErrSlotMoved; anything else (a
 // script bug) is returned wrapped as it is and becomes a 500 upstream (kind
 // "script").
 func TranslateErr(ctx context.Context, op string, err error) (error, string) {
@@ -159,6 +160,9 @@ func TranslateErr(ctx context.Context, op string, err error) (error, string) {
 	}
 	if IsServerError(err) && !isTransient(err) {
 		return fmt.Errorf("%s: %w", op, err), "script"
+	}
+	if isRedirect(err) {
+		return fmt.Errorf("%s: %w: %w", op, ErrSlotMoved, err), "unavailable"
 	}
 	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err), "unavailable"
 }

@@ -98,3 +98,35 @@ func (c *Cluster) Restart(t testing.TB, addr string) {
 		}
 	}
 }
+
+// Pause SIGSTOPs the node at addr: it keeps its connections open and
+// answers nothing, as a hung machine does, until Resume; it is resumed when
+// t ends at the latest, so that the cluster can be stopped. It fails t when
+// the node has no pid.
+func (c *Cluster) Pause(t testing.TB, addr string) {
+	t.Helper()
+	c.signal(t, addr, syscall.SIGSTOP)
+	t.Cleanup(func() {
+		if pid, err := c.Node(t, addr).PID(); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+}
+
+// Resume SIGCONTs the node at addr after Pause. It fails t when the node
+// has no pid.
+func (c *Cluster) Resume(t testing.TB, addr string) {
+	t.Helper()
+	c.signal(t, addr, syscall.SIGCONT)
+}
+
+func (c *Cluster) signal(t testing.TB, addr string, sig syscall.Signal) {
+	t.Helper()
+	pid, err := c.Node(t, addr).PID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatalf("signal %v to node %s (pid %d): %v", sig, addr, pid, err)
+	}
+}
