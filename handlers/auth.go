@@ -60,6 +60,9 @@ var routeScopes = map[string]auth.Scope{
 	"DELETE /v1/semaphores/{name}":     auth.ScopeLocksWrite, // admin with ?force=true
 	"POST /v1/semaphores/{name}/renew": auth.ScopeLocksWrite,
 	"POST /v1/semaphores/{name}/hold":  auth.ScopeLocksWrite,
+	"GET /v1/locks":                    auth.ScopeLocksRead,
+	"GET /v1/rwlocks":                  auth.ScopeLocksRead,
+	"GET /v1/semaphores":               auth.ScopeLocksRead,
 	"POST /v1/ratelimit/check":         auth.ScopeRateLimitCheck,
 	"GET /v1/ratelimit/policies":       auth.ScopeRateLimitCheck,
 	"* /v1/ratelimit/gate/{policy}":    auth.ScopeRateLimitGate,

@@ -166,6 +166,13 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	writeJSON(w, http.StatusOK, toLockStateResponse(st, token != ""))
+	return nil
+}
+
+// toLockStateResponse is the body of GET /v1/locks/{name}, and an item of
+// GET /v1/locks; withToken says the state was read with a Lock-Token.
+func toLockStateResponse(st locks.LockState, withToken bool) lockStateResponse {
 	resp := lockStateResponse{Name: st.Name, Held: st.Held, HoldCount: st.HoldCount,
 		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence, Waiters: st.Waiters, Fair: st.Fair,
 		Keepalive: toKeepaliveResponse(st.Keepalive), LostReason: st.LostReason}
@@ -176,11 +183,10 @@ func (a *api) handleGetLock(w http.ResponseWriter, r *http.Request) error {
 			resp.GrantedAt = &st.GrantedAt
 		}
 	}
-	if token != "" {
+	if withToken {
 		resp.Owned = &st.Owned
 	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return resp
 }
 
 // handleRenewLock implements operationId renewLock. Returns the errors of

@@ -123,6 +123,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock, []string{"mode"}})
 	a.leaseRoutes(r, "/v1/semaphores/{name}", leaseHandlers{a.handleAcquireSemaphore, a.handleGetSemaphore, a.handleReleaseSemaphore, a.handleRenewSemaphore, a.handleHoldSemaphore, nil})
 	r.Put("/v1/semaphores/{name}", a.handleParams(a.handleSetSemaphorePermits))
+	r.Get("/v1/locks", a.handleParams(a.handleListLocks, listParams...))
+	r.Get("/v1/rwlocks", a.handleParams(a.handleListRWLocks, listParams...))
+	r.Get("/v1/semaphores", a.handleParams(a.handleListSemaphores, listParams...))
 
 	r.Post("/v1/ratelimit/check", a.handleParams(a.handleCheckRateLimit))
 	r.Get("/v1/ratelimit/policies", a.handleParams(a.handleListPolicies))

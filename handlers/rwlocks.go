@@ -101,10 +101,17 @@ func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	writeJSON(w, http.StatusOK, toRWStateResponse(st, token != ""))
+	return nil
+}
+
+// toRWStateResponse is the body of GET /v1/rwlocks/{name}, and an item of
+// GET /v1/rwlocks; withToken says the state was read with a Lock-Token.
+func toRWStateResponse(st locks.RWState, withToken bool) rwStateResponse {
 	resp := rwStateResponse{Name: st.Name, WriteHeld: st.WriteHeld, Readers: st.Readers, Fence: st.Fence,
 		Waiters: rwWaitersResponse{Read: st.WaitingReaders, Write: st.WaitingWriters}, Fair: st.Fair,
 		LostReason: st.LostReason}
-	if token != "" {
+	if withToken {
 		resp.Owned = &st.Owned
 	}
 	if st.Owned {
@@ -116,8 +123,7 @@ func (a *api) handleGetRWLock(w http.ResponseWriter, r *http.Request) error {
 		resp.Keepalive = toKeepaliveResponse(st.Keepalive)
 		resp.Owner = st.Owner
 	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
+	return resp
 }
 
 // handleRenewRWLock implements operationId renewRWLock. Returns the errors

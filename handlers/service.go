@@ -23,6 +23,15 @@ type Locks interface {
 	Ready(ctx context.Context) error
 
 	Semaphores
+	Listings
+}
+
+// Listings is what the HTTP layer needs to list what is held, one page at
+// a time. *locks.Service satisfies it; Locks embeds it.
+type Listings interface {
+	ListLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LockState], error)
+	ListRWLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.RWState], error)
+	ListSemaphores(ctx context.Context, req locks.ListRequest) (locks.Page[locks.SemaphoreState], error)
 }
 
 // RWLocks is what the HTTP layer needs of read/write locks. Locks embeds it.

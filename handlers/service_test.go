@@ -40,6 +40,7 @@ type fakeService struct {
 	CheckFn  func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 
 	fakeSemaphores
+	fakeListings // the listings (list_test.go)
 
 	mu    sync.Mutex
 	calls []string

@@ -64,6 +64,9 @@ type Service struct {
 
 	semMetrics *semMetrics // the semaphore's (semaphore*.go)
 	semWakes   *semWakes
+
+	listSecret listSecret     // signs listing cursors (list.go)
+	sampled    *sampleMetrics // what the sampler saw in Redis (sampler.go)
 }
 
 // New returns a Service on st and registers its scripts with it. It does no
@@ -90,6 +93,8 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(lockScripts()...)
+	st.Register(listSecretScript)
+	s.sampled = newSampleMetrics(cfg.Registerer)
 	return s, nil
 }
 

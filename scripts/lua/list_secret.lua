@@ -1,0 +1,9 @@
+-- list_secret: the secret that signs listing cursors, created once and
+-- shared by every instance on this Redis.
+--
+-- KEYS[1]  the secret's key
+-- ARGV[1]  a new random secret, kept only when no secret is set yet
+--
+-- Reply: the secret in use (a bulk string).
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
