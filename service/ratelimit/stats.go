@@ -288,8 +288,11 @@ func (s *Service) TopDenied(ctx context.Context, policy string, n int) (TopKeys,
 	if _, err := s.Policy(policy); err != nil {
 		return TopKeys{}, err
 	}
-	if n < 1 || n > MaxTopKeys {
-		return TopKeys{}, invalid("limit", "range", "limit must be within 1..%d, got %d", MaxTopKeys, n)
+	if n < 1 {
+		return TopKeys{}, invalid("limit", "min", "limit must be at least 1, got %d", n)
+	}
+	if n > MaxTopKeys {
+		return TopKeys{}, invalid("limit", "max", "limit must be at most %d, got %d", MaxTopKeys, n)
 	}
 	out := TopKeys{Policy: policy, Window: TopKeysWindow, Items: []KeyCount{}}
 	if pv := s.views.lookup(store.TenantOf(ctx), policy); pv != nil {
