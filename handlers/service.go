@@ -52,6 +52,12 @@ type RateLimits interface {
 	Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 	// ActivePolicies returns the policy set decisions use now.
 	ActivePolicies() ratelimit.PolicySet
+	// PolicyStats returns this instance's decision counts of the tenant
+	// ctx acts for, by policy.
+	PolicyStats(ctx context.Context) map[string]ratelimit.PolicyStats
+	// TopDenied returns the keys of a policy denied most on this instance
+	// for the tenant ctx acts for.
+	TopDenied(ctx context.Context, policy string, n int) (ratelimit.TopKeys, error)
 }
 
 // services are the domains the handlers call.
