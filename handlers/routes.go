@@ -56,7 +56,8 @@ type api struct {
 }
 
 // NewRouter returns the whole HTTP surface of Latchkey: the v1 routes, the
-// OpenAPI document and Swagger UI, health, readiness and metrics.
+// OpenAPI document and Swagger UI, the dashboard, health, readiness and
+// metrics.
 func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -118,6 +119,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	getAndHead(r, "/openapi.yaml", http.HandlerFunc(handleOpenAPI))
 	getAndHead(r, "/docs", http.HandlerFunc(redirectToDocs))
 	getAndHead(r, "/docs/*", docsHandler())
+	getAndHead(r, "/ui", a.handleParams(redirectToDashboard))
+	getAndHead(r, "/ui/", a.handleParams(handleGetDashboard))
+	getAndHead(r, "/ui/{asset}", a.handleParams(handleGetDashboardAsset))
 
 	a.leaseRoutes(r, "/v1/locks/{name}", leaseHandlers{a.handleAcquireLock, a.handleGetLock, a.handleReleaseLock, a.handleRenewLock, a.handleHoldLock, nil})
 	a.leaseRoutes(r, "/v1/rwlocks/{name}", leaseHandlers{a.handleAcquireRWLock, a.handleGetRWLock, a.handleReleaseRWLock, a.handleRenewRWLock, a.handleHoldRWLock, []string{"mode"}})
