@@ -257,6 +257,13 @@ func TestListItemsAreWhatGetAnswers(t *testing.T) {
 func TestListTenantsAndCursors(t *testing.T) {
 	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile(""))))
 	a, b := bearer(secretA), bearer(secretB)
+	// Before any listing made the cursor secret, a made-up cursor is
+	// refused and makes none.
+	empty := e.dumps(t)
+	wantProblem(t, e.do(t, "GET", "/v1/locks?cursor=AQAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "", a...), http.StatusBadRequest, "invalid-request")
+	if !maps.Equal(empty, e.dumps(t)) {
+		t.Errorf("a refused cursor changed Redis")
+	}
 	for i := range 5 {
 		e.acquire(t, fmt.Sprintf("a-%d", i), `{"ttl":"10m"}`, a...)
 		e.acquire(t, fmt.Sprintf("b-%d", i), `{"ttl":"10m"}`, b...)

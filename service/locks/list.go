@@ -208,26 +208,34 @@ type listSecret struct {
 var errBadCursor = invalid("cursor", "format",
 	"cursor must be the next_cursor of an earlier page of the same listing (same kind and prefix), unchanged")
 
-// secret returns the listing secret, read from Redis (and created there
-// when none is) on first use or when fresh is set.
-func (s *Service) secret(ctx context.Context, fresh bool) ([]byte, error) {
+// secret returns the listing secret, read from Redis on first use or when
+// fresh is set; with create, one is made there when none is. Without
+// create it returns nil when Redis has none: no cursor can be good.
+func (s *Service) secret(ctx context.Context, fresh, create bool) ([]byte, error) {
 	ls := &s.listSecret
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.key != nil && !fresh {
 		return ls.key, nil
 	}
-	var b [32]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+	candidate := ""
+	if create {
+		var b [32]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+		candidate = base64.RawStdEncoding.EncodeToString(b[:])
+	}
 	res, err := s.st.Run(ctx, listSecretScript, []string{s.prefix + "list:secret"},
-		base64.RawStdEncoding.EncodeToString(b[:]), // ARGV[1] a new secret
+		candidate, // ARGV[1] a new secret, or "" to read only
 	)
 	if err != nil {
 		return nil, err
 	}
 	key, ok := res.(string)
-	if !ok || key == "" {
+	switch {
+	case !ok || key == "" && create:
 		return nil, errors.New("locks: list_secret answered no secret")
+	case key == "":
+		return nil, nil
 	}
 	ls.key = []byte(key)
 	return ls.key, nil
@@ -235,7 +243,7 @@ func (s *Service) secret(ctx context.Context, fresh bool) ([]byte, error) {
 
 // sealCursor returns the cursor text of pos in scope c.
 func (s *Service) sealCursor(ctx context.Context, c cursorScope, pos store.ScanPosition) (string, error) {
-	key, err := s.secret(ctx, false)
+	key, err := s.secret(ctx, false, true)
 	if err != nil {
 		return "", err
 	}
@@ -250,8 +258,9 @@ func (s *Service) sealCursor(ctx context.Context, c cursorScope, pos store.ScanP
 // openCursor returns the position a cursor text of scope c stands for, the
 // beginning for "". A cursor that does not verify with the secret this
 // instance holds is checked once more against the secret in Redis (it may
-// have been made anew). Returns errBadCursor for a cursor that is not one
-// this service sealed for c.
+// have been made anew); opening never creates a secret, so a refused
+// cursor changes nothing in Redis. Returns errBadCursor for a cursor that
+// is not one this service sealed for c.
 func (s *Service) openCursor(ctx context.Context, c cursorScope, text string) (store.ScanPosition, error) {
 	if text == "" {
 		return store.ScanPosition{}, nil
@@ -261,17 +270,17 @@ func (s *Service) openCursor(ctx context.Context, c cursorScope, text string) (s
 		return store.ScanPosition{}, errBadCursor
 	}
 	body, mac := raw[:len(raw)-cursorMACLen], raw[len(raw)-cursorMACLen:]
-	key, err := s.secret(ctx, false)
+	key, err := s.secret(ctx, false, false)
 	if err != nil {
 		return store.ScanPosition{}, err
 	}
-	if !hmac.Equal(mac, cursorMAC(key, c, body)) {
-		if key, err = s.secret(ctx, true); err != nil {
+	if key != nil && !hmac.Equal(mac, cursorMAC(key, c, body)) {
+		if key, err = s.secret(ctx, true, false); err != nil {
 			return store.ScanPosition{}, err
 		}
-		if !hmac.Equal(mac, cursorMAC(key, c, body)) {
-			return store.ScanPosition{}, errBadCursor
-		}
+	}
+	if key == nil || !hmac.Equal(mac, cursorMAC(key, c, body)) {
+		return store.ScanPosition{}, errBadCursor
 	}
 	if body[0] != cursorVersion {
 		return store.ScanPosition{}, errBadCursor

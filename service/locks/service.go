@@ -10,7 +10,8 @@
 // Redis Cluster in subscriber_cluster.go), keep-alive leases and their
 // renewer (keepalive.go, renewer.go; on a cluster the registry's shards,
 // shards.go, and their directory, renewer_cluster.go), connection-held
-// leases (hold.go), and every lock script (scripts.go).
+// leases (hold.go), every lock script (scripts.go), the listings of what
+// is held (list.go) and the sampler behind the gauges of it (sampler.go).
 //
 // # Adding a primitive
 //
