@@ -50,6 +50,12 @@ func (a *api) inspectLock(ctx context.Context, name, token string) (any, error) 
 	if err != nil {
 		return nil, err
 	}
+	return toLockStateResponse(st, token != ""), nil
+}
+
+// toLockStateResponse is the body of GET /v1/locks/{name}, and an item of
+// GET /v1/locks; withToken says the state was read with a Lock-Token.
+func toLockStateResponse(st locks.LockState, withToken bool) lockStateResponse {
 	resp := lockStateResponse{Name: st.Name, Held: st.Held, HoldCount: st.HoldCount,
 		TTLMS: st.TTL.Milliseconds(), Fence: st.Fence, Waiters: st.Waiters, Fair: st.Fair,
 		Keepalive: toKeepaliveResponse(st.Keepalive), LostReason: st.LostReason}
@@ -60,10 +66,10 @@ func (a *api) inspectLock(ctx context.Context, name, token string) (any, error) 
 			resp.GrantedAt = &st.GrantedAt
 		}
 	}
-	if token != "" {
+	if withToken {
 		resp.Owned = &st.Owned
 	}
-	return resp, nil
+	return resp
 }
 
 // releaseLock gives back one hold of token's lease on the lock name.

@@ -28,3 +28,18 @@ func (f *fakeService) ActivePolicies() ratelimit.PolicySet {
 	f.record("ActivePolicies")
 	return ratelimit.PolicySet{}
 }
+
+// PolicyStats answers no counts: no handler test reads them through the
+// fake.
+func (f *fakeService) PolicyStats(ctx context.Context) map[string]ratelimit.PolicyStats {
+	f.record("PolicyStats")
+	return nil
+}
+
+func (f *fakeService) TopDenied(ctx context.Context, policy string, n int) (ratelimit.TopKeys, error) {
+	f.record("TopDenied")
+	if f.TopDeniedFn == nil {
+		return ratelimit.TopKeys{}, errUnexpectedCall
+	}
+	return f.TopDeniedFn(ctx, policy, n)
+}

@@ -2,10 +2,13 @@ package handlers
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // shadowHeader marks the answer of a shadow policy that would have denied
@@ -154,6 +157,9 @@ type policyResponse struct {
 	Fail       string        `json:"fail"`
 	Shadow     bool          `json:"shadow"`
 	Cost       *costResponse `json:"cost,omitempty"`
+	// Stats are this instance's counts of the policy's decisions for the
+	// tenant asking.
+	Stats policyStatsResponse `json:"stats"`
 	// Limits are a multi-limit policy's limits; limit, window, algorithm
 	// and key are then absent.
 	Limits []limitResponse `json:"limits,omitempty"`
@@ -178,13 +184,16 @@ type costResponse struct {
 }
 
 // handleListPolicies implements operationId listRateLimitPolicies: the
-// active policy set and its version. It returns no error.
+// active policy set and its version, each policy with this instance's
+// counts of its decisions for the tenant asking. It returns no error.
 func (a *api) handleListPolicies(w http.ResponseWriter, r *http.Request) error {
 	set := a.svc.ActivePolicies()
+	stats := a.svc.PolicyStats(r.Context())
 	out := policiesResponse{Version: set.Version, LoadedAt: set.LoadedAt.UTC().Truncate(time.Millisecond),
 		Policies: make([]policyResponse, len(set.Policies))}
 	for i, p := range set.Policies {
-		out.Policies[i] = policyResponse{Name: p.Name, DenyStatus: p.DenyStatus, Fail: string(p.Fail), Shadow: p.Shadow}
+		out.Policies[i] = policyResponse{Name: p.Name, DenyStatus: p.DenyStatus, Fail: string(p.Fail), Shadow: p.Shadow,
+			Stats: newPolicyStatsResponse(stats[p.Name])}
 		if p.Multi() {
 			for _, l := range p.Limits {
 				out.Policies[i].Limits = append(out.Policies[i].Limits, limitResponse{Name: l.Name, Key: l.Key,
@@ -199,6 +208,69 @@ func (a *api) handleListPolicies(w http.ResponseWriter, r *http.Request) error {
 		if p.Cost.Header != "" {
 			out.Policies[i].Cost = &costResponse{Header: p.Cost.Header, Max: p.Cost.Max, Default: p.Cost.Default}
 		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// policyStatsResponse is a policy's stats member.
+type policyStatsResponse struct {
+	SinceStart countsResponse `json:"since_start"`
+	LastMinute countsResponse `json:"last_minute"`
+}
+
+type countsResponse struct {
+	Allowed   int64 `json:"allowed"`
+	Denied    int64 `json:"denied"`
+	WouldDeny int64 `json:"would_deny"`
+}
+
+func newPolicyStatsResponse(s ratelimit.PolicyStats) policyStatsResponse {
+	counts := func(c ratelimit.Counts) countsResponse {
+		return countsResponse{Allowed: c.Allowed, Denied: c.Denied, WouldDeny: c.WouldDeny}
+	}
+	return policyStatsResponse{SinceStart: counts(s.SinceStart), LastMinute: counts(s.LastMinute)}
+}
+
+// topKeysResponse is the body of GET /v1/ratelimit/policies/{policy}/top.
+type topKeysResponse struct {
+	Policy        string             `json:"policy"`
+	WindowSeconds int64              `json:"window_seconds"`
+	Approximate   bool               `json:"approximate"`
+	Items         []keyCountResponse `json:"items"`
+}
+
+type keyCountResponse struct {
+	Key    string `json:"key"`
+	Denied int64  `json:"denied"`
+}
+
+// handleListTopDeniedKeys implements operationId listTopDeniedKeys: the
+// keys of a policy this instance denied most in the last minutes for the
+// tenant asking, at most ?limit= of them (default
+// ratelimit.DefaultTopKeys). Returns an invalid-request error naming
+// limit when it is not an integer within 1..ratelimit.MaxTopKeys, and
+// TopDenied's errors (policy-not-found for an unknown policy).
+func (a *api) handleListTopDeniedKeys(w http.ResponseWriter, r *http.Request) error {
+	n := ratelimit.DefaultTopKeys
+	v, ok, err := queryParam(r, "limit")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if n, err = strconv.Atoi(v); err != nil {
+			return badRequest("limit", "format", "limit must be a whole number within 1.."+
+				strconv.Itoa(ratelimit.MaxTopKeys)+", got "+store.Quote(v))
+		}
+	}
+	top, err := a.svc.TopDenied(r.Context(), chi.URLParam(r, "policy"), n)
+	if err != nil {
+		return err
+	}
+	out := topKeysResponse{Policy: top.Policy, WindowSeconds: int64(top.Window / time.Second), Approximate: true,
+		Items: make([]keyCountResponse, len(top.Items))}
+	for i, kc := range top.Items {
+		out.Items[i] = keyCountResponse{Key: kc.Key, Denied: kc.Denied}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -56,7 +56,8 @@ type api struct {
 }
 
 // NewRouter returns the whole HTTP surface of Latchkey: the v1 routes, the
-// OpenAPI document and Swagger UI, health, readiness and metrics.
+// OpenAPI document and Swagger UI, the dashboard, health, readiness and
+// metrics.
 func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -118,14 +119,21 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	getAndHead(r, "/openapi.yaml", http.HandlerFunc(handleOpenAPI))
 	getAndHead(r, "/docs", http.HandlerFunc(redirectToDocs))
 	getAndHead(r, "/docs/*", docsHandler())
+	getAndHead(r, "/ui", a.handleParams(redirectToDashboard))
+	getAndHead(r, "/ui/", a.handleParams(handleGetDashboard))
+	getAndHead(r, "/ui/{asset}", a.handleParams(handleGetDashboardAsset))
 
 	leaseRoutes(a, r, a.lockPrimitive())
 	leaseRoutes(a, r, a.rwLockPrimitive())
 	leaseRoutes(a, r, a.semaphorePrimitive())
 	r.Put("/v1/semaphores/{name}", a.handleParams(a.handleSetSemaphorePermits))
+	r.Get("/v1/locks", a.handleParams(a.handleListLocks, listParams...))
+	r.Get("/v1/rwlocks", a.handleParams(a.handleListRWLocks, listParams...))
+	r.Get("/v1/semaphores", a.handleParams(a.handleListSemaphores, listParams...))
 
 	r.Post("/v1/ratelimit/check", a.handleParams(a.handleCheckRateLimit))
 	r.Get("/v1/ratelimit/policies", a.handleParams(a.handleListPolicies))
+	r.Get("/v1/ratelimit/policies/{policy}/top", a.handleParams(a.handleListTopDeniedKeys, "limit"))
 	// The gate takes any query: a gateway forwards its client's.
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", gate)

@@ -237,7 +237,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		typ            string
 	}{
 		{http.MethodGet, "/nope", http.StatusNotFound, "not-found"},
-		{http.MethodGet, "/v1/locks", http.StatusNotFound, "not-found"},
+		{http.MethodGet, "/v1/lockz", http.StatusNotFound, "not-found"},
 		{http.MethodGet, "/v1/locks/", http.StatusNotFound, "not-found"},
 		{http.MethodGet, "/v1/locks/orders/renew", http.StatusMethodNotAllowed, "method-not-allowed"},
 		{http.MethodPut, "/v1/locks/orders", http.StatusMethodNotAllowed, "method-not-allowed"},

@@ -94,10 +94,16 @@ func (a *api) inspectRWLock(ctx context.Context, name, token string) (any, error
 	if err != nil {
 		return nil, err
 	}
+	return toRWStateResponse(st, token != ""), nil
+}
+
+// toRWStateResponse is the body of GET /v1/rwlocks/{name}, and an item of
+// GET /v1/rwlocks; withToken says the state was read with a Lock-Token.
+func toRWStateResponse(st locks.RWState, withToken bool) rwStateResponse {
 	resp := rwStateResponse{Name: st.Name, WriteHeld: st.WriteHeld, Readers: st.Readers, Fence: st.Fence,
 		Waiters: rwWaitersResponse{Read: st.WaitingReaders, Write: st.WaitingWriters}, Fair: st.Fair,
 		LostReason: st.LostReason}
-	if token != "" {
+	if withToken {
 		resp.Owned = &st.Owned
 	}
 	if st.Owned {
@@ -109,7 +115,7 @@ func (a *api) inspectRWLock(ctx context.Context, name, token string) (any, error
 		resp.Keepalive = toKeepaliveResponse(st.Keepalive)
 		resp.Owner = st.Owner
 	}
-	return resp, nil
+	return resp
 }
 
 // releaseRWLock gives back one hold of token's lease in mode ("": the

@@ -23,6 +23,15 @@ type Locks interface {
 	Ready(ctx context.Context) error
 
 	Semaphores
+	Listings
+}
+
+// Listings is what the HTTP layer needs to list what is held, one page at
+// a time. *locks.Service satisfies it; Locks embeds it.
+type Listings interface {
+	ListLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LockState], error)
+	ListRWLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.RWState], error)
+	ListSemaphores(ctx context.Context, req locks.ListRequest) (locks.Page[locks.SemaphoreState], error)
 }
 
 // RWLocks is what the HTTP layer needs of read/write locks. Locks embeds it.
@@ -43,6 +52,12 @@ type RateLimits interface {
 	Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 	// ActivePolicies returns the policy set decisions use now.
 	ActivePolicies() ratelimit.PolicySet
+	// PolicyStats returns this instance's decision counts of the tenant
+	// ctx acts for, by policy.
+	PolicyStats(ctx context.Context) map[string]ratelimit.PolicyStats
+	// TopDenied returns the keys of a policy denied most on this instance
+	// for the tenant ctx acts for.
+	TopDenied(ctx context.Context, policy string, n int) (ratelimit.TopKeys, error)
 }
 
 // services are the domains the handlers call.

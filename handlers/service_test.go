@@ -38,8 +38,11 @@ type fakeService struct {
 
 	PolicyFn func(name string) (ratelimit.Policy, error)
 	CheckFn  func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
+	// TopDeniedFn answers GET /v1/ratelimit/policies/{policy}/top.
+	TopDeniedFn func(ctx context.Context, policy string, n int) (ratelimit.TopKeys, error)
 
 	fakeSemaphores
+	fakeListings // the listings (list_test.go)
 
 	mu    sync.Mutex
 	calls []string

@@ -26,6 +26,7 @@ var singleNodeOnly = map[string]string{
 	"TestMemoryPerRateLimitKey":                                   "measures memory on a private Redis with the default key prefix; a cluster holds the same keys, spread over nodes",
 	"TestMemoryPerReadLease":                                      "measures memory on a private Redis with the default key prefix; a cluster holds the same keys, spread over nodes",
 	"TestMetrics":                                                 "stops the one Redis container to count outage metrics",
+	"TestOperatorsKitMetricsExist":                                "runs the server binary on one Redis node and finds a rate-limit key there by its pattern; a cluster exports the same metric names",
 	"TestPipelinedDeadlinesAndCancellation":                       "pauses the one Redis node (CLIENT PAUSE) under a pipeline",
 	"TestRateLimitChecksBehindStalledCallsCountExactly":           "pauses the one Redis node (CLIENT PAUSE WRITE) under batched decisions",
 	"TestRateLimitDecisionsWhileRedisPaused":                      "pauses the one Redis node (CLIENT PAUSE)",

@@ -32,13 +32,7 @@ import (
 // 500. Then Latchkey stops: the fail-open location (/) still passes and the
 // fail-closed one (/api/) answers 503, as deploy/nginx/policies.yaml says.
 func TestNginxGateway(t *testing.T) {
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			skipOrFail(t, "nginx is not installed (Debian: apt-get install nginx-light)")
-		}
-		nginx = "/usr/sbin/nginx"
-	}
+	nginx := lookNginx(t)
 	pol, err := loadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)
@@ -168,6 +162,20 @@ func checkNginxFailModes(t *testing.T, pols []ratelimit.Policy) {
 	}
 }
 
+// lookNginx finds the nginx binary, skipping t (or failing it, when the
+// environment requires every tool) when there is none.
+func lookNginx(t *testing.T) string {
+	t.Helper()
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			skipOrFail(t, "nginx is not installed (Debian: apt-get install nginx-light)")
+		}
+		nginx = "/usr/sbin/nginx"
+	}
+	return nginx
+}
+
 // startNginx runs deploy/nginx/nginx.conf with its upstream addresses
 // replaced by latchkey and app, listening on a free loopback port, and
 // returns its base URL. nginx is stopped when t ends.
@@ -177,21 +185,32 @@ func startNginx(t *testing.T, bin, latchkey, app string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	listen := closedPort(t)
 	s := string(conf)
 	for old, repl := range map[string]string{
 		"server 127.0.0.1:8080;": "server " + latchkey + ";",
 		"server 127.0.0.1:3000;": "server " + app + ";",
 		"listen 127.0.0.1:8000;": "listen " + listen + ";",
-		"http {": "http {\n    access_log off;\n    client_body_temp_path " + dir + "/body;\n    proxy_temp_path " + dir +
-			"/proxy;\n    fastcgi_temp_path " + dir + "/fastcgi;\n    uwsgi_temp_path " + dir + "/uwsgi;\n    scgi_temp_path " + dir + "/scgi;",
 	} {
 		if !strings.Contains(s, old) {
 			t.Fatalf("deploy/nginx/nginx.conf no longer contains %q", old)
 		}
 		s = strings.Replace(s, old, repl, 1)
 	}
+	return runNginx(t, bin, s, listen)
+}
+
+// runNginx runs nginx with conf, whose http block listens on listen, its
+// temporary files and logs in a directory of t's, and returns its base URL
+// once it listens. nginx is stopped when t ends.
+func runNginx(t *testing.T, bin, conf, listen string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if !strings.Contains(conf, "http {") {
+		t.Fatalf("nginx configuration without an http block:\n%s", conf)
+	}
+	s := strings.Replace(conf, "http {", "http {\n    access_log off;\n    client_body_temp_path "+dir+"/body;\n    proxy_temp_path "+dir+
+		"/proxy;\n    fastcgi_temp_path "+dir+"/fastcgi;\n    uwsgi_temp_path "+dir+"/uwsgi;\n    scgi_temp_path "+dir+"/scgi;", 1)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
@@ -294,13 +313,7 @@ func hostPort(t *testing.T, raw string) string {
 // shipped template (HEAD to a keep-alive upstream) it opens at most one
 // connection per concurrent request, not one per request.
 func TestNginxKeepsUpstreamConnections(t *testing.T) {
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			skipOrFail(t, "nginx is not installed (Debian: apt-get install nginx-light)")
-		}
-		nginx = "/usr/sbin/nginx"
-	}
+	nginx := lookNginx(t)
 	pol, err := loadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/nginx/policies.yaml: %v", err)

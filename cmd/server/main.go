@@ -198,6 +198,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	renewerDone := make(chan struct{})
 	go func() { defer close(renewerDone); svc.RunRenewer(renewerCtx) }()
 	defer func() { stopRenewer(); <-renewerDone }()
+	// The sampler sets the gauges of what every instance holds
+	// (latchkey_leases_held, latchkey_waiters, latchkey_keepalive_leases).
+	samplerCtx, stopSampler := context.WithCancel(ctx)
+	samplerDone := make(chan struct{})
+	go func() { defer close(samplerDone); svc.RunSampler(samplerCtx, locks.DefaultSampleEvery) }()
+	defer func() { stopSampler(); <-samplerDone }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

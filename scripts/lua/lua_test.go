@@ -27,6 +27,7 @@ var scripts = map[string]string{
 	"sem_acquire.lua": lua.SemAcquire, "sem_release.lua": lua.SemRelease, "sem_renew.lua": lua.SemRenew,
 	"sem_inspect.lua": lua.SemInspect, "sem_force_release.lua": lua.SemForceRelease,
 	"sem_set_permits.lua": lua.SemSetPermits, "sem_leave.lua": lua.SemLeave, "sem_renew_batch.lua": lua.SemRenewBatch,
+	"list_secret.lua": lua.Source("list_secret"),
 }
 
 // TestEveryScriptIsListed: the tests here see every script file.

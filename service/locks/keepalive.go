@@ -153,7 +153,7 @@ func keepaliveOf(untilMS, heartbeatMS, heartbeatAtMS int64) *Keepalive {
 type keepaliveMetrics struct {
 	renewals prometheus.Counter
 	failures *prometheus.CounterVec // reason: expired, force_released, max_hold, heartbeat_missed, store
-	tracked  prometheus.Gauge
+	tracked  prometheus.Gauge       // set by the sampler (sampler.go)
 	lag      prometheus.Histogram
 	batches  prometheus.Counter
 }
@@ -168,7 +168,7 @@ func newKeepaliveMetrics(reg prometheus.Registerer) *keepaliveMetrics {
 			Help: "Keep-alive renewals that did not renew, by reason (expired, force_released, max_hold, heartbeat_missed, store).",
 		}, []string{"reason"}),
 		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "latchkey_keepalive_leases", Help: "Keep-alive leases in the registry (shared by every instance), as last seen.",
+			Name: "latchkey_keepalive_leases", Help: "Keep-alive leases in the registry of every instance (every shard on a cluster). Sampled by a walk of the keyspace of at most 2,000 keys a second; as of the last complete walk.",
 		}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "latchkey_keepalive_renewal_lag_seconds",

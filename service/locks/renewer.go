@@ -57,7 +57,6 @@ func (s *Service) renewDue(ctx context.Context) time.Duration {
 			s.storeFailed(ctx)
 			return s.retryAfterFailure(ctx)
 		}
-		s.ka.tracked.Set(float64(d.tracked))
 		if _, err := s.renewBatches(ctx, s.regKey, d.members); err != nil {
 			return s.retryAfterFailure(ctx)
 		}

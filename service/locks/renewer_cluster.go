@@ -303,11 +303,6 @@ func (s *Service) renewShards(ctx context.Context) time.Duration {
 				s.storeFailed(ctx)
 			}
 		}
-		var total int64
-		for _, n := range d.tracked {
-			total += n
-		}
-		s.ka.tracked.Set(float64(total))
 		if len(c.slots) < limit {
 			wait := s.cfg.RenewPoll
 			if c.nextDueMS > 0 {

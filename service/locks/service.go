@@ -10,7 +10,8 @@
 // Redis Cluster in subscriber_cluster.go), keep-alive leases and their
 // renewer (keepalive.go, renewer.go; on a cluster the registry's shards,
 // shards.go, and their directory, renewer_cluster.go), connection-held
-// leases (hold.go), and every lock script (scripts.go).
+// leases (hold.go), every lock script (scripts.go), the listings of what
+// is held (list.go) and the sampler behind the gauges of it (sampler.go).
 //
 // # Adding a primitive
 //
@@ -64,6 +65,9 @@ type Service struct {
 
 	semMetrics *semMetrics // the semaphore's (semaphore*.go)
 	semWakes   *semWakes
+
+	listSecret listSecret     // signs listing cursors (list.go)
+	sampled    *sampleMetrics // what the sampler saw in Redis (sampler.go)
 }
 
 // New returns a Service on st and registers its scripts with it. It does no
@@ -90,6 +94,8 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(lockScripts()...)
+	st.Register(listSecretScript)
+	s.sampled = newSampleMetrics(cfg.Registerer)
 	return s, nil
 }
 

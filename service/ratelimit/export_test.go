@@ -1,5 +1,7 @@
 package ratelimit
 
+import "time"
+
 // DenyCacheLen reports how many denials s holds in its in-process cache.
 func DenyCacheLen(s *Service) int { return s.rl.cache.len() }
 
@@ -23,3 +25,17 @@ func Senders(s *Service, alg Algorithm) int {
 
 // LeasePools reports how many pools of leased limits s keeps.
 func LeasePools(s *Service) int { return s.rl.leases.len() }
+
+// SetViewsClock makes s's views (PolicyStats, TopDenied) read now as the
+// time.
+func SetViewsClock(s *Service, now func() time.Time) { s.views.now = now }
+
+// TopKeysSize reports how many keys the sketch of tenant's policy holds,
+// over both its periods; 0 before its first denial.
+func TopKeysSize(s *Service, tenant, policy string) int {
+	pv := s.views.lookup(tenant, policy)
+	if pv == nil {
+		return 0
+	}
+	return pv.top.size()
+}

@@ -106,6 +106,7 @@ func (s *Service) SetPolicies(ps []Policy) (active PolicySet, changed bool, err 
 		return old.PolicySet, false, nil
 	}
 	s.rl.set.Store(next)
+	s.views.prune(next)
 	for name, p := range old.byName {
 		if np, ok := next.byName[name]; !ok {
 			s.rl.deleteCounters(name)

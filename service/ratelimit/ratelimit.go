@@ -92,6 +92,7 @@ type Service struct {
 	st     *store.Store
 	prefix string // the store's key prefix
 	rl     *rateLimiter
+	views  *views // what this instance saw of its decisions (stats.go)
 }
 
 // New returns a Service on st and registers its scripts with it. It does no
@@ -105,6 +106,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	}
 	s := &Service{st: st, prefix: st.Config().KeyPrefix}
 	s.rl = newRateLimiter(cfg, cfg.Registerer)
+	s.views = newViews(s.rl, cfg.Registerer)
 	if s.rl.cfg.Batch > 1 {
 		// On a Redis Cluster a batch is split by hash slot (slotGroups).
 		s.rl.batchers = map[Algorithm]*decisionBatcher{}
@@ -206,7 +208,7 @@ func (set *policySet) policy(name string) (Policy, error) {
 	return p, nil
 }
 
-// Check decides whether req.Key may spend req.Cost under the named
+// decide decides whether req.Key may spend req.Cost under the named
 // policy or the inline limit, and counts it when allowed. The Redis call is
 // bounded by Config.Timeout; when it fails, a fail-open policy
 // answers a Degraded allowed Decision and a fail-closed one an error.
@@ -215,7 +217,7 @@ func (set *policySet) policy(name string) (Policy, error) {
 // limit, or for inline limits when they are disabled; a *PolicyNotFoundError
 // (ErrNotFound); an error wrapping ErrUnavailable (fail-closed policies and
 // inline limits); or the caller's context error.
-func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
+func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 	set := s.rl.set.Load()
 	pol, err := s.resolvePolicy(set, req)
 	if err != nil {

@@ -1,0 +1,114 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/latchkey/latchkey/service/locks"
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// listParams are the query parameters of a listing.
+var listParams = []string{"cursor", "limit", "prefix"}
+
+// listResponse is the answer to GET /v1/locks, /v1/rwlocks and
+// /v1/semaphores: a page of items, each as GET on its name answers it, and
+// the cursor of the next page, absent on the last.
+type listResponse[R any] struct {
+	Items      []R    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// handleListLocks implements operationId listLocks. Returns the errors of
+// reading the query and of locks.Service.ListLocks.
+func (a *api) handleListLocks(w http.ResponseWriter, r *http.Request) error {
+	return list(w, r, a.svc.ListLocks, func(st locks.LockState) (string, lockStateResponse) {
+		return st.Name, toLockStateResponse(st, false)
+	})
+}
+
+// handleListRWLocks implements operationId listRWLocks. Returns the errors
+// of reading the query and of locks.Service.ListRWLocks.
+func (a *api) handleListRWLocks(w http.ResponseWriter, r *http.Request) error {
+	return list(w, r, a.svc.ListRWLocks, func(st locks.RWState) (string, rwStateResponse) {
+		return st.Name, toRWStateResponse(st, false)
+	})
+}
+
+// handleListSemaphores implements operationId listSemaphores. Returns the
+// errors of reading the query and of locks.Service.ListSemaphores.
+func (a *api) handleListSemaphores(w http.ResponseWriter, r *http.Request) error {
+	return list(w, r, a.svc.ListSemaphores, func(st locks.SemaphoreState) (string, semaphoreStateResponse) {
+		return st.Name, toSemaphoreStateResponse(st, false)
+	})
+}
+
+// list answers a page of one primitive's listing: the service's page, each
+// item as item makes it, less the names the request's API key may not use
+// (a key limited to some names sees only those; its page may then hold
+// fewer items). Returns the errors of listRequest and of the service's list.
+func list[S, R any](w http.ResponseWriter, r *http.Request,
+	page func(context.Context, locks.ListRequest) (locks.Page[S], error), item func(S) (string, R)) error {
+	req, err := listRequest(r)
+	if err != nil {
+		return err
+	}
+	p, err := page(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	key := keyOf(r.Context())
+	resp := listResponse[R]{Items: make([]R, 0, len(p.Items)), NextCursor: p.NextCursor}
+	for _, st := range p.Items {
+		name, it := item(st)
+		if key == nil || key.MayName(name) {
+			resp.Items = append(resp.Items, it)
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// listRequest reads a listing's query: prefix and cursor as given (empty
+// as absent: every name, the first page), limit a whole number from 1.
+// The service checks the prefix, the cursor and the limit's maximum.
+// Returns queryParam's errors, and an invalid-request error naming limit
+// when it is not a whole number of at least 1.
+func listRequest(r *http.Request) (locks.ListRequest, error) {
+	var req locks.ListRequest
+	var err error
+	if req.Prefix, _, err = queryParam(r, "prefix"); err != nil {
+		return req, err
+	}
+	if req.Cursor, _, err = queryParam(r, "cursor"); err != nil {
+		return req, err
+	}
+	limit, ok, err := queryParam(r, "limit")
+	if err != nil || !ok {
+		return req, err
+	}
+	if limit == "" || !isDigits(limit) {
+		return req, badRequest("limit", "format",
+			"limit must be a whole number from 1 to "+strconv.Itoa(locks.MaxListLimit)+", got "+store.Quote(limit))
+	}
+	n, err := strconv.Atoi(limit)
+	switch {
+	case err != nil: // digits too many to parse: too large
+		n = locks.MaxListLimit + 1
+	case n < 1:
+		return req, badRequest("limit", "min", "limit must be at least 1, got "+store.Clip(limit))
+	}
+	req.Limit = n
+	return req, nil
+}
+
+// isDigits reports whether s is ASCII digits only.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

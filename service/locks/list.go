@@ -1,0 +1,312 @@
+package locks
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/latchkey/latchkey/scripts/lua"
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// Listing what is held. A page is one bounded walk of the tenant's keys
+// with SCAN (store.Scan: at most store.DefaultScanCalls calls of COUNT
+// store.DefaultScanCount, every primary of a cluster in turn), matching the
+// state keys of one primitive under the tenant's prefix, then one inspect
+// per key found, as GET answers it. SCAN rather than an index the scripts
+// keep: the scripts stay as they are, nothing in Redis grows for a listing,
+// and an expired lease cannot linger in an index. A page may hold fewer
+// items than its limit (the walk's bound was reached first, or the keys
+// found were no longer held) and still have a next cursor.
+
+// Listing limits.
+const (
+	DefaultListLimit = 100  // items of a page when the request names no limit
+	MaxListLimit     = 1000 // the most items a page may ask for
+	maxCursorLen     = 256  // the longest cursor text taken
+	listInspects     = 32   // inspect calls of one page in flight at once
+)
+
+// ListRequest asks for a page of the held names of one primitive in the
+// namespace of the tenant the context acts for.
+type ListRequest struct {
+	Prefix string // only names starting with it; "" for every name
+	Limit  int    // at most this many items; 0 is DefaultListLimit
+	Cursor string // the previous page's NextCursor; "" for the first page
+}
+
+// Page is one page of a listing: the items, by name, and the cursor of the
+// next page, "" on the last.
+type Page[T any] struct {
+	Items      []T
+	NextCursor string
+}
+
+// ListLocks returns a page of the exclusive locks held, each as Inspect
+// without a token answers it. Returns a *ValidationError naming limit,
+// prefix or cursor (a cursor that is not one this service gave for the
+// same tenant, primitive and prefix), and an error wrapping ErrUnavailable
+// when Redis cannot be asked.
+func (s *Service) ListLocks(ctx context.Context, req ListRequest) (Page[LockState], error) {
+	return listHeld(ctx, s, kindMutex, req, func(ctx context.Context, name string) (LockState, bool, error) {
+		st, err := s.Inspect(ctx, name, "")
+		return st, st.Held, err
+	})
+}
+
+// ListRWLocks returns a page of the read/write locks held (for write or by
+// readers), each as InspectRW without a token answers it. Returns the
+// errors of ListLocks.
+func (s *Service) ListRWLocks(ctx context.Context, req ListRequest) (Page[RWState], error) {
+	return listHeld(ctx, s, kindRW, req, func(ctx context.Context, name string) (RWState, bool, error) {
+		st, err := s.InspectRW(ctx, name, "")
+		return st, st.WriteHeld || st.Readers > 0, err
+	})
+}
+
+// ListSemaphores returns a page of the semaphores with permits held, each
+// as InspectSemaphore without a token answers it. Returns the errors of
+// ListLocks.
+func (s *Service) ListSemaphores(ctx context.Context, req ListRequest) (Page[SemaphoreState], error) {
+	return listHeld(ctx, s, kindSem, req, func(ctx context.Context, name string) (SemaphoreState, bool, error) {
+		st, err := s.InspectSemaphore(ctx, name, "")
+		return st, st.Holders > 0, err
+	})
+}
+
+// listHeld is the listing every primitive shares: inspect reads one name's
+// state and says whether it is held.
+func listHeld[T any](ctx context.Context, s *Service, k kind, req ListRequest,
+	inspect func(context.Context, string) (T, bool, error)) (Page[T], error) {
+	limit, err := checkList(req)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	tenant := store.TenantOf(ctx)
+	c := cursorScope{tenant: tenant, kind: k, prefix: req.Prefix}
+	from, err := s.openCursor(ctx, c, req.Cursor)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	head := stateKeyHead(s.prefix, tenant, k)
+	page, err := s.st.Scan(ctx, store.ScanRequest{Match: store.GlobEscape(head+req.Prefix) + "*}", From: from, Want: limit})
+	if err != nil {
+		return Page[T]{}, err
+	}
+	var names []string
+	for _, key := range page.Keys {
+		name, ok := strings.CutPrefix(key, head)
+		if name, ok = strings.CutSuffix(name, "}"); ok && ValidateName(name) == nil {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names) // SCAN may return a key twice
+	states, held, err := inspectAll(ctx, names, inspect)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	out := Page[T]{Items: make([]T, 0, len(states))}
+	for i, st := range states {
+		if held[i] {
+			out.Items = append(out.Items, st)
+		}
+	}
+	if !page.Done {
+		out.NextCursor, err = s.sealCursor(ctx, c, page.Next)
+	}
+	return out, err
+}
+
+// inspectAll reads the state of every name with inspect, listInspects at a time (the
+// store sends concurrent calls together). Returns the first error.
+func inspectAll[N, T any](ctx context.Context, names []N,
+	inspect func(context.Context, N) (T, bool, error)) ([]T, []bool, error) {
+	states, held, errs := make([]T, len(names)), make([]bool, len(names)), make([]error, len(names))
+	sem := make(chan struct{}, listInspects)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			states[i], held[i], errs[i] = inspect(ctx, name)
+		})
+	}
+	wg.Wait()
+	return states, held, errors.Join(errs...)
+}
+
+// checkList checks a listing request's limit and prefix and returns the
+// limit to use. Returns a *ValidationError naming the field.
+func checkList(req ListRequest) (int, error) {
+	switch {
+	case req.Limit < 0:
+		return 0, invalid("limit", "min", "limit must be at least 1")
+	case req.Limit > MaxListLimit:
+		return 0, invalid("limit", "max", "limit must be at most %d", MaxListLimit)
+	case req.Prefix != "" && !store.Matches(req.Prefix, 1, 128, store.IsAlnum, isNameByte):
+		return 0, invalid("prefix", "format",
+			"prefix must be the start of a lock name: 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit")
+	case req.Limit == 0:
+		return DefaultListLimit, nil
+	}
+	return req.Limit, nil
+}
+
+// stateKeyHead is what the state key of every name of kind k of tenant
+// starts with: the key of the name "" without its closing brace, such as
+// "latchkey:t:acme:rw:lock:{".
+func stateKeyHead(prefix, tenant string, k kind) string {
+	return strings.TrimSuffix(tenantKeys(prefix, tenant, k, "").lock, "}")
+}
+
+// label is a primitive's name in cursors and metric labels.
+func (k kind) label() string {
+	switch k {
+	case kindRW:
+		return "rwlock"
+	case kindSem:
+		return "semaphore"
+	}
+	return "lock"
+}
+
+// cursorScope is what a cursor is valid for: one tenant's listing of one
+// primitive with one prefix.
+type cursorScope struct {
+	tenant string
+	kind   kind
+	prefix string
+}
+
+// A cursor is base64url of the walk's position (a version byte, then the
+// slot, SCAN cursor and skip as uvarints, then the node ID) followed by the
+// first 16 bytes of an HMAC-SHA256, keyed with the listing secret, over the
+// cursor's scope and the position. The secret is created once in Redis
+// (list_secret.lua) and shared by every instance; a cursor from another
+// tenant, primitive or prefix, or altered in any byte, does not verify.
+const (
+	cursorVersion = 1
+	cursorMACLen  = 16
+)
+
+var listSecretScript = store.NewScript("list_secret", lua.Source("list_secret"))
+
+// listSecret is the listing secret as this instance last read it.
+type listSecret struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+var errBadCursor = invalid("cursor", "format",
+	"cursor must be the next_cursor of an earlier page of the same listing (same kind and prefix), unchanged")
+
+// secret returns the listing secret, read from Redis on first use or when
+// fresh is set; with create, one is made there when none is. Without
+// create it returns nil when Redis has none: no cursor can be good.
+func (s *Service) secret(ctx context.Context, fresh, create bool) ([]byte, error) {
+	ls := &s.listSecret
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.key != nil && !fresh {
+		return ls.key, nil
+	}
+	candidate := ""
+	if create {
+		var b [32]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+		candidate = base64.RawStdEncoding.EncodeToString(b[:])
+	}
+	res, err := s.st.Run(ctx, listSecretScript, []string{s.prefix + "list:secret"},
+		candidate, // ARGV[1] a new secret, or "" to read only
+	)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := res.(string)
+	switch {
+	case !ok || key == "" && create:
+		return nil, errors.New("locks: list_secret answered no secret")
+	case key == "":
+		return nil, nil
+	}
+	ls.key = []byte(key)
+	return ls.key, nil
+}
+
+// sealCursor returns the cursor text of pos in scope c.
+func (s *Service) sealCursor(ctx context.Context, c cursorScope, pos store.ScanPosition) (string, error) {
+	key, err := s.secret(ctx, false, true)
+	if err != nil {
+		return "", err
+	}
+	b := []byte{cursorVersion}
+	b = binary.AppendUvarint(b, uint64(pos.Slot))
+	b = binary.AppendUvarint(b, pos.Cursor)
+	b = binary.AppendUvarint(b, uint64(pos.Skip))
+	b = append(b, pos.Node...)
+	return base64.RawURLEncoding.EncodeToString(append(b, cursorMAC(key, c, b)...)), nil
+}
+
+// openCursor returns the position a cursor text of scope c stands for, the
+// beginning for "". A cursor that does not verify with the secret this
+// instance holds is checked once more against the secret in Redis (it may
+// have been made anew); opening never creates a secret, so a refused
+// cursor changes nothing in Redis. Returns errBadCursor for a cursor that
+// is not one this service sealed for c.
+func (s *Service) openCursor(ctx context.Context, c cursorScope, text string) (store.ScanPosition, error) {
+	if text == "" {
+		return store.ScanPosition{}, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(text)
+	if err != nil || len(text) > maxCursorLen || len(raw) <= cursorMACLen {
+		return store.ScanPosition{}, errBadCursor
+	}
+	body, mac := raw[:len(raw)-cursorMACLen], raw[len(raw)-cursorMACLen:]
+	key, err := s.secret(ctx, false, false)
+	if err != nil {
+		return store.ScanPosition{}, err
+	}
+	if key != nil && !hmac.Equal(mac, cursorMAC(key, c, body)) {
+		if key, err = s.secret(ctx, true, false); err != nil {
+			return store.ScanPosition{}, err
+		}
+	}
+	if key == nil || !hmac.Equal(mac, cursorMAC(key, c, body)) {
+		return store.ScanPosition{}, errBadCursor
+	}
+	if body[0] != cursorVersion {
+		return store.ScanPosition{}, errBadCursor
+	}
+	rest := body[1:]
+	var v [3]uint64
+	for i := range v {
+		n := 0
+		if v[i], n = binary.Uvarint(rest); n <= 0 {
+			return store.ScanPosition{}, errBadCursor
+		}
+		rest = rest[n:]
+	}
+	if v[0] >= store.ClusterSlots || v[2] > MaxListLimit {
+		return store.ScanPosition{}, errBadCursor
+	}
+	return store.ScanPosition{Slot: int(v[0]), Cursor: v[1], Skip: int(v[2]), Node: string(rest)}, nil
+}
+
+// cursorMAC is the MAC of a cursor's body in scope c.
+func cursorMAC(key []byte, c cursorScope, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, part := range []string{"latchkey list cursor", c.tenant, c.kind.label(), c.prefix} {
+		m.Write([]byte(part))
+		m.Write([]byte{0}) // no part holds a NUL: each is told from the next
+	}
+	m.Write(body)
+	return m.Sum(nil)[:cursorMACLen]
+}
