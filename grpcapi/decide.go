@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -252,7 +252,7 @@ func (s *Server) decideGroup(ctx context.Context, domain string, g group) (bool,
 			LimitRemaining:     uint32(min(max(ld.Remaining, 0), 1<<32-1)),
 			DurationUntilReset: durationpb.New(ld.ResetAfter.Round(time.Second)),
 		}
-		if !ld.Allowed {
+		if !ld.Allowed && !it.m.rule.Shadow { // shadow_mode: OK, never over
 			it.st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
