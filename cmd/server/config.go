@@ -33,6 +33,7 @@ type Config struct {
 	MaxBodyBytes    int64
 	RedisPipeline   bool
 	PprofAddr       string
+	GRPC            GRPCFlags
 	RedisMaxQueued  int
 	MaxWait         time.Duration
 	HoldPing        time.Duration
@@ -137,6 +138,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.dur(&c.MaxHoldCap, "max-hold-cap", "LATCHKEY_MAX_HOLD_CAP", ld.MaxHoldCap, "largest max_hold a keep-alive lease may ask for (400 above)")
 	e.dur(&c.FenceRetention, "fence-retention", "LATCHKEY_FENCE_RETENTION", ld.FenceTTL, "how long a lock name's fence counter (a semaphore's capacity) and other keys are kept after its last lease ends; fences increase as long as Redis's clock never steps back by more")
 	e.integer(&c.RenewParallel, "renew-parallel", "LATCHKEY_RENEW_PARALLEL", ld.RenewParallel, "keep-alive renewal script calls (100 leases each) this instance keeps in flight at once")
+	c.GRPC.register(e)
 	e.str(&c.PprofAddr, "pprof-addr", "LATCHKEY_PPROF_ADDR", "", "serve Go profiling endpoints (/debug/pprof/) on this loopback address; empty: off")
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
 	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", ld.MaxWait, "longest wait an acquire or hold may ask for; must be below -write-timeout")

@@ -205,7 +205,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	go func() { defer close(samplerDone); svc.RunSampler(samplerCtx, locks.DefaultSampleEvery) }()
 	defer func() { stopSampler(); <-samplerDone }()
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	gs, stopEnvoy, err := cfg.GRPC.serve(ctx, grpcDeps{limits: limits, keys: authCfg.Keys, tls: tlsCfg, cluster: cfg.RedisCluster, reg: reg, log: log}, errc)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopEnvoy()
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -215,6 +221,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	// The gRPC calls in flight drain beside the HTTP requests, under the
+	// same timeout.
+	grpcDone := make(chan struct{})
+	go func() { defer close(grpcDone); gs.stop(shutdownCtx) }()
+	defer func() { <-grpcDone }()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -493,3 +493,15 @@ func isPolicyNameByte(c byte) bool { return store.IsAlnum(c) || c == '.' || c ==
 // isKeyByte is the class of a rate-limit key's bytes: printable ASCII
 // without space, '{' and '}' (which would break Redis Cluster hash tags).
 func isKeyByte(c byte) bool { return '!' <= c && c <= 'z' || c == '|' || c == '~' }
+
+// YearWindow is the longest window of a limit checked by ValidateLimit:
+// envoyproxy/ratelimit's year unit (365 days).
+const YearWindow = 365 * 24 * time.Hour
+
+// ValidateLimit checks l as a policy's limit, with windows up to the
+// longer of MaxWindow and YearWindow. Returns a *ValidationError.
+func (s *Service) ValidateLimit(l Limit) error {
+	c := s.rl.cfg
+	c.MaxWindow = max(c.MaxWindow, YearWindow)
+	return c.validateLimit("", l)
+}
