@@ -97,7 +97,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
 
 // semaphore is the semaphore as a primitive, on its scripts.
-func (s *Service) semaphore() semaphore { return semaphore{leaseBase{s, &semScripts}} }
+func (s *Service) semaphore() semaphore { return semaphore{leaseBase: leaseBase{s, &semScripts}} }
 
 // Close closes the shared pub/sub connections. Waiters still waiting fall
 // back to timed re-checks; new waits fail with ErrUnavailable. On a cluster
