@@ -67,9 +67,9 @@ const (
 )
 
 var (
-	quotaTakeScript    = store.NewScript("quota_take", lua.QuotaTake)
-	quotaSetScript     = store.NewScript("quota_set", lua.QuotaSet)
-	quotaReleaseScript = store.NewScript("quota_release", lua.QuotaRelease)
+	quotaTakeScript    = store.NewScript("quota_take", lua.Source("quota_take"))
+	quotaSetScript     = store.NewScript("quota_set", lua.Source("quota_set"))
+	quotaReleaseScript = store.NewScript("quota_release", lua.Source("quota_release"))
 )
 
 // LeaseQuotaKey names the sorted set of tenant's lease places under prefix.
