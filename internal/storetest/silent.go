@@ -1,23 +1,26 @@
 package storetest
 
 import (
+	"io"
 	"net"
 	"sync"
 	"testing"
 )
 
 // SilentRedis returns the address of a listener that accepts connections
-// and never answers, like a Redis behind a dead network path. It is closed,
-// with every connection it accepted, when tb ends.
+// and reads whatever arrives, but never answers: a Redis that hangs, or one
+// behind a dead network path. It is closed, with every connection it
+// accepted, when tb ends.
 func SilentRedis(tb testing.TB) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	go func() {
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -26,15 +29,17 @@ func SilentRedis(tb testing.TB) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
 		}
-	}()
+	})
 	tb.Cleanup(func() {
 		_ = ln.Close()
 		mu.Lock()
-		defer mu.Unlock()
 		for _, c := range conns {
 			_ = c.Close()
 		}
+		mu.Unlock()
+		wg.Wait()
 	})
 	return ln.Addr().String()
 }
