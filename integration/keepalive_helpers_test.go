@@ -2,9 +2,9 @@ package integration
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/storetest"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
@@ -14,13 +14,7 @@ import (
 // instancePoll is how often the renewer of a keep-alive test instance polls.
 const instancePoll = 20 * time.Millisecond
 
-// scriptSHA is the EVALSHA digest of a script source.
-func scriptSHA(src string) string {
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:])
-}
-
-var renewBatchSHA = scriptSHA(lua.RenewBatch)
+var renewBatchSHA = storetest.ScriptSHA(lua.Source("renew_batch"))
 
 // gatedClient holds every renew_batch call until the test opens the gate,
 // after telling the test which call is waiting. Other calls pass through.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
+
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -31,8 +33,8 @@ func newPrivateEnv(t testing.TB, opts ...envOption) *testEnv {
 
 // lockScripts are the sources of the lock scripts, by name.
 var lockScripts = map[string]string{
-	"acquire": lua.Acquire, "release": lua.Release, "renew": lua.Renew,
-	"inspect": lua.Inspect, "force_release": lua.ForceRelease,
+	"acquire": lua.Source("acquire"), "release": lua.Source("release"), "renew": lua.Source("renew"),
+	"inspect": lua.Source("inspect"), "force_release": lua.Source("force_release"),
 }
 
 // loadedScripts reports, per lock script name, whether Redis has it cached.
@@ -42,7 +44,7 @@ func loadedScripts(t testing.TB, rdb redis.UniversalClient) map[string]bool {
 	shas := make([]string, 0, len(lockScripts))
 	for name, src := range lockScripts {
 		names = append(names, name)
-		shas = append(shas, scriptSHA(src))
+		shas = append(shas, storetest.ScriptSHA(src))
 	}
 	exists, err := rdb.ScriptExists(t.Context(), shas...).Result()
 	if err != nil {
@@ -190,7 +192,9 @@ func (b brokenScripts) ScriptLoad(ctx context.Context, src string) *redis.String
 
 func TestBrokenScriptStopsStartup(t *testing.T) {
 	e := newTestEnv(t, unloaded(),
-		withClientOf(func(c redis.UniversalClient) store.Client { return brokenScripts{Client: c, target: lua.Renew} }))
+		withClientOf(func(c redis.UniversalClient) store.Client {
+			return brokenScripts{Client: c, target: lua.Source("renew")}
+		}))
 	svc := e.Svc
 	// cmd/server stops with "start-up: <err>" on any LoadScripts error that
 	// is not ErrUnavailable.

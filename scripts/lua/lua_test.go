@@ -14,19 +14,19 @@ import (
 
 // scripts are the exported scripts by file name.
 var scripts = map[string]string{
-	"acquire.lua": lua.Acquire, "release.lua": lua.Release, "renew.lua": lua.Renew,
-	"inspect.lua": lua.Inspect, "force_release.lua": lua.ForceRelease, "leave.lua": lua.Leave,
-	"keepalive_due.lua":  lua.KeepaliveDue,
-	"keepalive_mark.lua": lua.KeepaliveMark, "keepalive_claim.lua": lua.KeepaliveClaim, "keepalive_settle.lua": lua.KeepaliveSettle, "renew_batch.lua": lua.RenewBatch,
+	"acquire.lua": lua.Source("acquire"), "release.lua": lua.Source("release"), "renew.lua": lua.Source("renew"),
+	"inspect.lua": lua.Source("inspect"), "force_release.lua": lua.Source("force_release"), "leave.lua": lua.Source("leave"),
+	"keepalive_due.lua":  lua.Source("keepalive_due"),
+	"keepalive_mark.lua": lua.Source("keepalive_mark"), "keepalive_claim.lua": lua.Source("keepalive_claim"), "keepalive_settle.lua": lua.Source("keepalive_settle"), "renew_batch.lua": lua.Source("renew_batch"),
 	"ratelimit_fixed_window.lua": lua.RateLimitFixedWindow, "ratelimit_sliding_window.lua": lua.RateLimitSlidingWindow,
 	"ratelimit_token_bucket.lua": lua.RateLimitTokenBucket, "ratelimit_multi.lua": lua.RateLimitMulti,
-	"rw_acquire.lua": lua.RWAcquire, "rw_release.lua": lua.RWRelease, "rw_renew.lua": lua.RWRenew,
-	"rw_inspect.lua": lua.RWInspect, "rw_force_release.lua": lua.RWForceRelease, "rw_leave.lua": lua.RWLeave,
-	"rw_renew_batch.lua": lua.RWRenewBatch,
-	"quota_take.lua":     lua.QuotaTake, "quota_set.lua": lua.QuotaSet, "quota_release.lua": lua.QuotaRelease,
-	"sem_acquire.lua": lua.SemAcquire, "sem_release.lua": lua.SemRelease, "sem_renew.lua": lua.SemRenew,
-	"sem_inspect.lua": lua.SemInspect, "sem_force_release.lua": lua.SemForceRelease,
-	"sem_set_permits.lua": lua.SemSetPermits, "sem_leave.lua": lua.SemLeave, "sem_renew_batch.lua": lua.SemRenewBatch,
+	"rw_acquire.lua": lua.Source("rw_acquire"), "rw_release.lua": lua.Source("rw_release"), "rw_renew.lua": lua.Source("rw_renew"),
+	"rw_inspect.lua": lua.Source("rw_inspect"), "rw_force_release.lua": lua.Source("rw_force_release"), "rw_leave.lua": lua.Source("rw_leave"),
+	"rw_renew_batch.lua": lua.Source("rw_renew_batch"),
+	"quota_take.lua":     lua.Source("quota_take"), "quota_set.lua": lua.Source("quota_set"), "quota_release.lua": lua.Source("quota_release"),
+	"sem_acquire.lua": lua.Source("sem_acquire"), "sem_release.lua": lua.Source("sem_release"), "sem_renew.lua": lua.Source("sem_renew"),
+	"sem_inspect.lua": lua.Source("sem_inspect"), "sem_force_release.lua": lua.Source("sem_force_release"),
+	"sem_set_permits.lua": lua.Source("sem_set_permits"), "sem_leave.lua": lua.Source("sem_leave"), "sem_renew_batch.lua": lua.Source("sem_renew_batch"),
 	"list_secret.lua": lua.Source("list_secret"),
 }
 

@@ -8,13 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
+
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
-var acquireSHA = shaOf(lua.Acquire)
+var acquireSHA = storetest.ScriptSHA(lua.Source("acquire"))
 
 // lostReplyClient runs every script for real, then lets a test replace the
 // acquire script's reply with an error: the script ran, its caller never

@@ -1,9 +1,6 @@
 package locks
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // checkNameToken checks the name and token of a renew or release. Returns a
 // *ValidationError.
@@ -39,14 +36,4 @@ func (s *Service) checkRenewTTL(ttl time.Duration) error {
 		return nil
 	}
 	return s.checkTTL("ttl", ttl)
-}
-
-// markRenewed marks the registry shard of k (markShard) after a renewal
-// that asked for a new TTL (asked != 0), which may bring the next renewal
-// of a keep-alive lease forward; ka, ttl and expiresAt are the renewed
-// lease's.
-func (s *Service) markRenewed(ctx context.Context, k lockKeys, asked time.Duration, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
-	if asked != 0 {
-		s.markShard(ctx, k, ka, ttl, expiresAt)
-	}
 }

@@ -24,9 +24,9 @@ type ModeError struct {
 
 func (e *ModeError) Error() string {
 	if e.Fair {
-		return "service: lock " + e.Name + " is fair while it is held or waited for: acquire it with fair set to true"
+		return "locks: lock " + e.Name + " is fair while it is held or waited for: acquire it with fair set to true"
 	}
-	return "service: lock " + e.Name + " is not fair while it is held or waited for: acquire it without fair"
+	return "locks: lock " + e.Name + " is not fair while it is held or waited for: acquire it without fair"
 }
 
 // Unwrap makes errors.Is(err, ErrConflict) true.
@@ -39,7 +39,7 @@ type HeldError struct {
 	RetryAfter time.Duration // the holder's remaining TTL
 }
 
-func (e *HeldError) Error() string { return "service: lock " + e.Name + " is held" }
+func (e *HeldError) Error() string { return "locks: lock " + e.Name + " is held" }
 
 // Unwrap makes errors.Is(err, ErrConflict) true.
 func (e *HeldError) Unwrap() error { return store.ErrConflict }
@@ -52,7 +52,7 @@ type UpgradeError struct {
 }
 
 func (e *UpgradeError) Error() string {
-	return "service: read/write lock " + e.Name + ": the token holds the read lease; release it before asking for write"
+	return "locks: read/write lock " + e.Name + ": the token holds the read lease; release it before asking for write"
 }
 
 // Unwrap makes errors.Is(err, ErrConflict) true.

@@ -90,7 +90,7 @@ func TestHoldRenewsOrFailsWhenItsSubscriptionIsSlow(t *testing.T) {
 		t.Run(tt.desc, func(t *testing.T) {
 			m, rdb := newTestRedis(t)
 			now := t0
-			silent := redis.NewClient(&redis.Options{Addr: silentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+			silent := redis.NewClient(&redis.Options{Addr: storetest.SilentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = silent.Close() })
 			c := &slowSubscribe{Client: rdb, silent: silent, m: m, now: &now, pass: tt.pass}
 			svc := mustNew(t, c, locks.Config{}, store.Config{OpTimeout: 300 * time.Millisecond})

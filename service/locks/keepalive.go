@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Keep-alive leases are renewed by the service every ttl/3 until they are
@@ -147,43 +146,4 @@ func keepaliveOf(untilMS, heartbeatMS, heartbeatAtMS int64) *Keepalive {
 		ka.HeartbeatDue = time.UnixMilli(heartbeatAtMS + heartbeatMS).UTC()
 	}
 	return ka
-}
-
-// keepaliveMetrics are the renewer's Prometheus collectors.
-type keepaliveMetrics struct {
-	renewals prometheus.Counter
-	failures *prometheus.CounterVec // reason: expired, force_released, max_hold, heartbeat_missed, store
-	tracked  prometheus.Gauge       // set by the sampler (sampler.go)
-	lag      prometheus.Histogram
-	batches  prometheus.Counter
-}
-
-func newKeepaliveMetrics(reg prometheus.Registerer) *keepaliveMetrics {
-	m := &keepaliveMetrics{
-		renewals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "latchkey_keepalive_renewals_total", Help: "Keep-alive leases renewed by this instance.",
-		}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "latchkey_keepalive_renewal_failures_total",
-			Help: "Keep-alive renewals that did not renew, by reason (expired, force_released, max_hold, heartbeat_missed, store).",
-		}, []string{"reason"}),
-		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "latchkey_keepalive_leases", Help: "Keep-alive leases in the registry of every instance (every shard on a cluster). Sampled by a walk of the keyspace of at most 2,000 keys a second; as of the last complete walk.",
-		}),
-		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "latchkey_keepalive_renewal_lag_seconds",
-			Help:    "How late a keep-alive renewal ran after it fell due.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
-		batches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "latchkey_keepalive_batches_total", Help: "Renewal script calls made by this instance.",
-		}),
-	}
-	for _, r := range []string{LostExpired, LostForceReleased, LostMaxHold, LostHeartbeatMissed, "store"} {
-		m.failures.WithLabelValues(r)
-	}
-	if reg != nil {
-		reg.MustRegister(m.renewals, m.failures, m.tracked, m.lag, m.batches)
-	}
-	return m
 }

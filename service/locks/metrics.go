@@ -25,6 +25,34 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
+// keepaliveMetrics are the keep-alive renewer's Prometheus collectors.
+type keepaliveMetrics struct {
+	renewals prometheus.Counter
+	failures *prometheus.CounterVec // reason: expired, force_released, max_hold, heartbeat_missed, store
+	tracked  prometheus.Gauge       // set by the sampler (sampler.go)
+	lag      prometheus.Histogram
+	batches  prometheus.Counter
+}
+
+func newKeepaliveMetrics(reg prometheus.Registerer) *keepaliveMetrics {
+	m := &keepaliveMetrics{
+		renewals: counter(reg, "latchkey_keepalive_renewals_total", "Keep-alive leases renewed by this instance."),
+		failures: counterVec(reg, "latchkey_keepalive_renewal_failures_total",
+			"Keep-alive renewals that did not renew, by reason (expired, force_released, max_hold, heartbeat_missed, store).", "reason"),
+		tracked: gauge(reg, "latchkey_keepalive_leases", "Keep-alive leases in the registry of every instance (every shard on a cluster). Sampled by a walk of the keyspace of at most 2,000 keys a second; as of the last complete walk."),
+		lag: registered(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "latchkey_keepalive_renewal_lag_seconds",
+			Help:    "How late a keep-alive renewal ran after it fell due.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		})),
+		batches: counter(reg, "latchkey_keepalive_batches_total", "Renewal script calls made by this instance."),
+	}
+	for _, r := range []string{LostExpired, LostForceReleased, LostMaxHold, LostHeartbeatMissed, "store"} {
+		m.failures.WithLabelValues(r)
+	}
+	return m
+}
+
 // counter, counterVec and gauge make a collector of the package's metrics
 // with its name and help (and labels), registered with reg unless reg is
 // nil. Registering one twice panics, as prometheus.MustRegister does.

@@ -3,47 +3,11 @@ package locks_test
 import (
 	"testing"
 
+	"github.com/latchkey/latchkey/internal/storetest"
+
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// counterValue reads one counter (or gauge) from reg: the metric name with
-// exactly the given labels, or 0 when it has not been counted yet.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			if len(got) == len(want) && matches(got, want) {
-				return m.GetCounter().GetValue() + m.GetGauge().GetValue() // the one it is
-			}
-		}
-	}
-	return 0
-}
-
-func matches(got, want map[string]string) bool {
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
-}
 
 func TestLockMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -76,7 +40,7 @@ func TestLockMetrics(t *testing.T) {
 		{"latchkey_lock_releases_total", []string{"kind", "forced"}, 1},
 	}
 	for _, tt := range tests {
-		if got := counterValue(t, reg, tt.name, tt.labels...); got != tt.want {
+		if got := storetest.CounterValue(t, reg, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
 		}
 	}

@@ -2,56 +2,10 @@ package locks
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
 )
-
-// AcquireRequest is what a client asks for when taking a lease.
-type AcquireRequest struct {
-	// Token owns the lease. Empty means the service generates one; a token
-	// that already owns the lock makes the acquire reentrant.
-	Token string
-	// TTL is the lease time. Zero means Config.DefaultTTL.
-	TTL time.Duration
-	// Wait is how long to wait for the lock when another token holds it;
-	// zero tries once. At most Config.MaxWait.
-	Wait time.Duration
-	// Fair asks for FIFO order among the lock's waiters. A lock is fair or
-	// not for as long as anyone holds or waits for it.
-	Fair bool
-
-	// Keepalive has the service renew the lease every TTL/3 (see keepalive.go).
-	Keepalive bool
-	// MaxHold bounds a keep-alive lease's life. Zero means Config.DefaultMaxHold.
-	MaxHold time.Duration
-	// Heartbeat, when non-zero, stops renewals once the holder has not called
-	// Renew within this interval.
-	Heartbeat time.Duration
-
-	// Owner is free text naming the holder (see ValidateOwner), shown by
-	// Inspect to anyone. Empty means none. A re-entry keeps the owner the
-	// lease was first granted with.
-	Owner string
-
-	// Mode is the lease asked of a read/write lock (AcquireRW); other
-	// primitives take none.
-	Mode RWMode
-}
-
-// Lease is a granted lock lease.
-type Lease struct {
-	Name      string
-	Token     string
-	Fence     int64 // strictly increasing per name across new grants
-	HoldCount int64
-	TTL       time.Duration
-	ExpiresAt time.Time  // computed from the Redis clock
-	Reentrant bool       // true when an existing lease was re-entered
-	Keepalive *Keepalive // set when the service keeps the lease alive
-	Mode      RWMode     // a read/write lock's lease: read or write; else empty
-}
 
 // Released is the outcome of a release.
 type Released struct {
@@ -80,16 +34,6 @@ type LockState struct {
 	LostReason string
 }
 
-func (s *Service) checkTTL(field string, d time.Duration) error {
-	switch {
-	case d < s.cfg.MinTTL:
-		return invalid(field, "min", "%s must be at least %s", field, s.cfg.MinTTL)
-	case d > s.cfg.MaxTTL:
-		return invalid(field, "max", "%s must be at most %s", field, s.cfg.MaxTTL)
-	}
-	return nil
-}
-
 // Acquire takes the lock name for req.Token, or re-enters it when req.Token
 // already owns it (incrementing the hold count and refreshing the TTL). With
 // req.Wait it waits up to that long for the lock (see acquireWaiting).
@@ -108,50 +52,8 @@ func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) 
 	if err := ValidateName(name); err != nil {
 		return Lease{}, err
 	}
-	return s.acquire(ctx, s.mutex, name, req)
-}
-
-// acquire is Acquire of any primitive p, for a valid name: it checks and
-// completes the rest of req, then tries once or waits (see acquireWaiting).
-func (s *Service) acquire(ctx context.Context, p primitive, name string, req AcquireRequest) (Lease, error) {
-	ownToken := req.Token == ""
-	if ownToken {
-		req.Token = NewToken()
-	} else if err := ValidateToken(req.Token); err != nil {
-		return Lease{}, err
-	}
-	keepTTL := req.TTL == 0 // a re-entry without a ttl keeps the lease's own
-	if keepTTL {
-		req.TTL = s.cfg.DefaultTTL
-	}
-	if err := s.checkTTL("ttl", req.TTL); err != nil {
-		return Lease{}, err
-	}
-	if err := ValidateOwner(req.Owner); err != nil {
-		return Lease{}, err
-	}
-	switch {
-	case req.Wait < 0:
-		return Lease{}, invalid("wait", "min", "wait must not be negative")
-	case req.Wait > s.cfg.MaxWait:
-		return Lease{}, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
-	}
-	if err := s.checkKeepalive(&req); err != nil {
-		return Lease{}, err
-	}
-	k := s.keysIn(ctx, p.kind(), name)
-	if req.Wait > 0 {
-		return s.acquireWaiting(ctx, p, k, req, keepTTL, ownToken)
-	}
-	r, err := s.attempt(ctx, p, k, req, 0, keepTTL)
-	if err != nil {
-		s.giveBack(ctx, p, k, req.Token, ownToken, err)
-		return Lease{}, err
-	}
-	if r.granted() {
-		return s.handOut(ctx, p, k, req.Token, ownToken, r)
-	}
-	return s.outcome(name, req.Token, r)
+	lease, _, err := s.acquire(ctx, s.mutex, name, req)
+	return lease, err
 }
 
 // mutex is the exclusive lock as a primitive (see primitive.go).
@@ -159,17 +61,17 @@ type mutex struct{ leaseBase }
 
 func (mutex) kind() kind { return kindMutex }
 
-// broadcast: one release lets one waiter in; fair waiters all hear it, as
+// listen: one release lets one waiter in; fair waiters all hear it, as
 // only the queue's head may take the lock.
-func (mutex) broadcast(req AcquireRequest) bool { return req.Fair }
+func (m mutex) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
+	return m.join(k, req.Fair)
+}
 
-// attempt is one run of the acquire script. waiterTimeout > 0 registers the
-// caller as a waiter for that long when the lock is not granted. keepTTL
-// makes a re-entry keep the lease's own TTL (the request gave none).
-func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
-	s := m.s
+// attempt is one run of acquire.lua.
+func (m mutex) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+	s, k := m.s, a.k
 	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
-		acquireArgs(s.cfg, kindMutex, req, k.regName(), waiterTimeout, keepTTL, 0)...)
+		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -181,111 +83,6 @@ func (m mutex) attempt(ctx context.Context, k lockKeys, req AcquireRequest, wait
 		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
 		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
 		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
-}
-
-// attemptResult is the decoded reply of the acquire script.
-type attemptResult struct {
-	status    int64 // acquireGranted, acquireReentered, acquireNotGranted or acquireModeMismatch
-	holdCount int64
-	fence     int64
-	ttl       time.Duration // the lease's TTL, or the holder's remaining TTL
-	nowMS     int64
-	recheck   time.Duration // when not granted: retry by then without a wake-up
-	fair      bool          // the lock's mode
-	keepalive *Keepalive    // a granted keep-alive lease's bounds
-	mode      RWMode        // the lease's mode (read/write lock)
-	refused   error         // a primitive's own refusal (ErrConflict), when status is acquireRefused
-}
-
-// granted reports a grant, new or reentrant.
-func (r attemptResult) granted() bool {
-	return r.status == acquireGranted || r.status == acquireReentered
-}
-
-// outcome turns an attempt into a lease or the error that says why not.
-func (s *Service) outcome(name, token string, r attemptResult) (Lease, error) {
-	switch r.status {
-	case acquireNotGranted:
-		s.metrics.conflicts.Inc()
-		retry := r.ttl
-		if retry <= 0 {
-			retry = r.recheck
-		}
-		return Lease{}, &HeldError{Name: name, RetryAfter: retry}
-	case acquireModeMismatch:
-		s.metrics.conflicts.Inc()
-		return Lease{}, &ModeError{Name: name, Fair: r.fair}
-	case acquireRefused:
-		s.metrics.conflicts.Inc()
-		return Lease{}, r.refused
-	}
-	lease := Lease{
-		Name: name, Token: token, Fence: r.fence, HoldCount: r.holdCount,
-		TTL:       r.ttl,
-		ExpiresAt: time.UnixMilli(r.nowMS + r.ttl.Milliseconds()).UTC(),
-		Reentrant: r.status == acquireReentered,
-		Keepalive: r.keepalive,
-		Mode:      r.mode,
-	}
-	if lease.Reentrant {
-		s.metrics.grants.WithLabelValues("reentrant").Inc()
-	} else {
-		s.metrics.grants.WithLabelValues("new").Inc()
-	}
-	return lease, nil
-}
-
-// handOut returns the lease of an attempt that granted it, unless ctx ended
-// meanwhile (the client went away) and ctx's error is returned. Then nobody
-// will learn of the hold: under a token the service generated (ownToken) it
-// is released, exactly the hold the attempt added. Under a token the client
-// chose it is left for the client to settle, as giveBack does: the client
-// may already be asking again with the same token (a retry after a lost
-// answer), and a release racing with that retry would free a lock the
-// client is told it holds.
-func (s *Service) handOut(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, r attemptResult) (Lease, error) {
-	lease, err := s.outcome(k.name, token, r)
-	s.markShard(ctx, k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if cerr := ctx.Err(); cerr != nil {
-		if !ownToken {
-			return Lease{}, cerr
-		}
-		if _, rerr := p.release(context.WithoutCancel(ctx), k, token); rerr != nil {
-			return Lease{}, errors.Join(cerr, rerr)
-		}
-		return Lease{}, cerr
-	}
-	return lease, err
-}
-
-// giveBack releases, best effort, the lease that a failed attempt may have
-// been granted. When the attempt's reply is lost (a timeout, a dropped
-// connection, a caller that went away mid-script) the script may have run,
-// and a lease nobody was told about would live until its TTL, or max_hold
-// when kept alive. The release runs in the background, detached from ctx
-// and bounded by OpTimeout, so the caller's error comes back at once; if
-// Redis does not take the release either, the lease stays as it would have.
-//
-// It only does so for a token the service generated for this request
-// (ownToken): no one else knows it, so any lease under it is this attempt's,
-// and a release frees exactly that. A token the caller chose may already
-// hold the lock: the lost attempt was then a re-entry or nothing at all,
-// and nothing tells which, as the reply is what was lost. A release would
-// drop a hold the caller had before whenever the attempt did not run, and
-// could free a lock the caller believes it holds. So nothing is released:
-// the caller, who knows its token, releases what it does not want (a 503
-// on acquire leaves the outcome unknown).
-//
-// A Redis error reply is an answer, not a lost one: the script did not run
-// (BUSY, LOADING, READONLY, ...) and there is nothing to give back.
-func (s *Service) giveBack(ctx context.Context, p primitive, k lockKeys, token string, ownToken bool, err error) {
-	if !ownToken || store.IsServerError(err) {
-		return
-	}
-	if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		return
-	}
-	go func() { _, _ = p.release(context.WithoutCancel(ctx), k, token) }()
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's

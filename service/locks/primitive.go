@@ -31,14 +31,24 @@ import (
 type primitive interface {
 	// kind names the primitive's keys and registry members.
 	kind() kind
-	// broadcast says whether a waiter of req hears every wake-up: true
-	// when one release may let several waiters in, or their order matters
-	// (fair mode); otherwise a wake-up goes to one waiter of the process.
-	broadcast(req AcquireRequest) bool
-	// attempt runs the acquire script once. waiterTimeout > 0 registers the
-	// caller as a waiter for that long when it is not granted; keepTTL
-	// makes a re-entry keep the lease's own TTL (the request gave none).
-	attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error)
+	// listen joins the wake-ups of a waiter of req on k's channel. Who a
+	// wake-up reaches is the primitive's: every waiter of the process when
+	// one release may let several in or their order matters (fair mode),
+	// else one waiter (see subscriber.join), or those a semaphore's freed
+	// permits fit (see semWakes). Returns an error only after Close.
+	listen(k lockKeys, req AcquireRequest) (wakeups, error)
+	// attempt runs the acquire script once for a. waiterTimeout > 0
+	// registers the caller as a waiter for that long when it is not
+	// granted; a.keepTTL makes a re-entry keep the lease's own TTL (the
+	// request gave none).
+	attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error)
+	// refusal is the error of an attempt on name that was not granted,
+	// counted in the primitive's metrics.
+	refusal(name string, r attemptResult) error
+	// countGrant counts a grant, new or reentrant, in the primitive's metrics.
+	countGrant(reentrant bool)
+	// countWait counts the outcome of a wait in the primitive's metrics.
+	countWait(err error)
 	// release drops one hold of token's lease. Returns ErrNotFound,
 	// ErrNotOwner or an error wrapping ErrUnavailable.
 	release(ctx context.Context, k lockKeys, token string) (Released, error)
@@ -54,9 +64,22 @@ type primitive interface {
 	batchKeys(keys []string, k lockKeys) []string
 }
 
+// wakeups is what a waiter hears wake-ups on: a listener of the
+// subscriber, or a primitive's own share of one.
+type wakeups interface {
+	// C delivers hints to try again.
+	C() <-chan string
+	// Ready is closed once Redis confirmed the channel's subscription.
+	Ready() <-chan struct{}
+	// leave stops listening; handOn passes on a wake-up the waiter did not
+	// use (see listener.leave).
+	leave(handOn bool)
+}
+
 // leaseBase is what every primitive is built on, embedded in each: its
 // service and its scripts, which give it the primitive methods that only
-// name a script (a primitive with other needs defines its own).
+// name a script, and a lock's refusals and counts (a primitive with other
+// needs defines its own).
 type leaseBase struct {
 	s  *Service
 	ls *leaseScripts
@@ -69,6 +92,44 @@ func (b leaseBase) leave(ctx context.Context, k lockKeys, token string) error {
 	_, err := b.s.st.Run(ctx, b.ls.leave, []string{k.waiters, k.queue, k.channel}, leaveArgs(token)...)
 	return err
 }
+
+// join listens on k's channel; broadcast: every waiter of the process hears
+// every wake-up, else one waiter hears each.
+func (b leaseBase) join(k lockKeys, broadcast bool) (wakeups, error) {
+	l, err := b.s.sub.join(k.channel, broadcast)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// refusal: another token holds the lock (*HeldError, Retry-After its
+// remaining TTL), its mode differs (*ModeError), or a rule of the
+// primitive refused (r.refused).
+func (b leaseBase) refusal(name string, r attemptResult) error {
+	b.s.metrics.conflicts.Inc()
+	switch r.status {
+	case acquireModeMismatch:
+		return &ModeError{Name: name, Fair: r.fair}
+	case acquireRefused:
+		return r.refused
+	}
+	retry := r.ttl
+	if retry <= 0 {
+		retry = r.recheck
+	}
+	return &HeldError{Name: name, RetryAfter: retry}
+}
+
+func (b leaseBase) countGrant(reentrant bool) {
+	if reentrant {
+		b.s.metrics.grants.WithLabelValues("reentrant").Inc()
+	} else {
+		b.s.metrics.grants.WithLabelValues("new").Inc()
+	}
+}
+
+func (b leaseBase) countWait(err error) { b.s.metrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
 
 // primitives are the lock primitives by kind, for the renewer.
 func (s *Service) primitive(k kind) (primitive, bool) {

@@ -19,7 +19,7 @@ import (
 // A lease's place belongs to the lease, not to its name: its member is the
 // primitive, the token and the name (leasePlace), so a waiter never shares
 // its holder's place. Every grant of every primitive goes through
-// attemptPlaced (the shared acquire, waiting and hold machinery calls it),
+// attemptPlaced (the shared acquire machine's attempt calls it, acquire.go),
 // which takes the place before the acquire script runs and settles it after:
 //   - granted: the place ends when the lease does (its TTL, or its max-hold
 //     deadline when kept alive), and moves with each renewal (Renew, the
@@ -67,9 +67,9 @@ const (
 )
 
 var (
-	quotaTakeScript    = store.NewScript("quota_take", lua.QuotaTake)
-	quotaSetScript     = store.NewScript("quota_set", lua.QuotaSet)
-	quotaReleaseScript = store.NewScript("quota_release", lua.QuotaRelease)
+	quotaTakeScript    = store.NewScript("quota_take", lua.Source("quota_take"))
+	quotaSetScript     = store.NewScript("quota_set", lua.Source("quota_set"))
+	quotaReleaseScript = store.NewScript("quota_release", lua.Source("quota_release"))
 )
 
 // LeaseQuotaKey names the sorted set of tenant's lease places under prefix.
@@ -193,17 +193,6 @@ func (s *Service) evictPlaces(ctx context.Context, k lockKeys) {
 			k.name,             // ARGV[2] the name
 		)
 	}
-}
-
-// attempt is p.attempt with the lease's place (see attemptPlaced).
-func (s *Service) attempt(ctx context.Context, p primitive, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
-	var r attemptResult
-	err := s.attemptPlaced(ctx, k, req.Token, s.grantBound(req), waiterTimeout > 0, func() (bool, time.Duration, error) {
-		var err error
-		r, err = p.attempt(ctx, k, req, waiterTimeout, keepTTL)
-		return err == nil && r.granted(), placeLasts(r.ttl, r.keepalive, r.nowMS), err
-	}, func(ctx context.Context) { _, _ = p.release(ctx, k, req.Token) })
-	return r, err
 }
 
 // grantTry is one run of a primitive's acquire script as attemptPlaced

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,14 +38,6 @@ import (
 // only what is due, atomically, so instances doing so at once renew no
 // lease twice for one due time; the directory is used again as soon as a
 // claim succeeds, and a reconciliation adds back what it lost.
-
-// The directory's scripts, loaded on a cluster only.
-var (
-	keepaliveMarkScript   = store.NewScript("keepalive_mark", lua.KeepaliveMark)
-	keepaliveClaimScript  = store.NewScript("keepalive_claim", lua.KeepaliveClaim)
-	keepaliveSettleScript = store.NewScript("keepalive_settle", lua.KeepaliveSettle)
-	dirScripts            = []*store.Script{keepaliveMarkScript, keepaliveClaimScript, keepaliveSettleScript}
-)
 
 // Directory tuning.
 const (
@@ -93,37 +84,6 @@ func newShardDir(prefix string) *shardDir {
 	d := &shardDir{due: due, gens: gens, pending: map[int]int64{}, tracked: map[int]int64{}, known: map[int]bool{}}
 	d.reconcile.Store(true)
 	return d
-}
-
-// markShard marks the slot of k's registry shard due when the keep-alive
-// lease ka (nil: not kept alive, nothing to mark) of ttl, which expires at
-// expiresAt, is next renewed: ttl/3 after the grant or renewal, or its
-// max-hold deadline when sooner. A no-op on a single node.
-//
-// It returns once the mark is in the directory, so that a lease handed to
-// a client is one every renewer finds even if this instance stops right
-// after (a mark sent later would be lost with the instance, and the lease
-// found only by a reconciliation, after it ran out). The marks of
-// concurrent grants go in one script call. It waits at most the Redis
-// timeout, and not once ctx ended: a failed mark is sent again in the
-// background after Config.RenewPoll.
-func (s *Service) markShard(ctx context.Context, k lockKeys, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
-	if s.dir == nil || ka == nil {
-		return
-	}
-	granted := expiresAt.Add(-ttl)
-	in := min(max(ttl/3, time.Millisecond), max(ka.Until.Sub(granted), 0)).Milliseconds()
-	sent := s.dir.add(map[int]int64{store.Slot(k.lock): in}, nil, func() { go s.flushMarks() })
-	if sent == nil {
-		return
-	}
-	wait := time.NewTimer(s.opTimeout)
-	defer wait.Stop()
-	select {
-	case <-sent:
-	case <-ctx.Done():
-	case <-wait.C:
-	}
 }
 
 // add merges marks into the pending ones (keeping each slot's soonest),

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
+
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
@@ -35,7 +37,7 @@ func (c *twoPrimaries) MasterForKey(_ context.Context, key string) (*redis.Clien
 func (c *twoPrimaries) ReloadState(context.Context) {}
 
 func (c *twoPrimaries) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if sha != shaOf(lua.KeepaliveDue) {
+	if sha != storetest.ScriptSHA(lua.Source("keepalive_due")) {
 		return c.Client.EvalSha(ctx, sha, keys, args...)
 	}
 	node := store.Slot(keys[0]) % 2
@@ -102,7 +104,7 @@ func (c *slowMarks) record(ev string) {
 }
 
 func (c *slowMarks) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if sha != shaOf(lua.KeepaliveMark) {
+	if sha != storetest.ScriptSHA(lua.Source("keepalive_mark")) {
 		return c.Client.EvalSha(ctx, sha, keys, args...)
 	}
 	select {
@@ -218,7 +220,7 @@ func (c *pipelinedTwoPrimaries) ProcessPipelineHook(next redis.ProcessPipelineHo
 				continue
 			}
 			node := store.Slot(args[3].(string)) % 2
-			if args[1] != shaOf(lua.KeepaliveDue) {
+			if args[1] != storetest.ScriptSHA(lua.Source("keepalive_due")) {
 				c.batches[node]++
 				pass = append(pass, cmd)
 				continue

@@ -2,24 +2,18 @@ package locks_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/storetest"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/redis/go-redis/v9"
 )
 
-var renewBatchSHA = shaOf(lua.RenewBatch)
-
-// shaOf is the SHA1 by which Redis knows the script src (EVALSHA).
-func shaOf(src string) string {
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:])
-}
+var renewBatchSHA = storetest.ScriptSHA(lua.Source("renew_batch"))
 
 // renewCall is one renew_batch call as a renewRecorder saw it: the registry
 // members it named and, per member, the code renew_batch answered (1 =

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
+
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,7 +88,7 @@ func TestRenewerParallelBatchesRenewEachLeaseOncePerDueTime(t *testing.T) {
 				if want := (tt.leases + tt.batch - 1) / tt.batch; len(calls) != want {
 					t.Errorf("round %d: %d renewal calls, want %d", round, len(calls), want)
 				}
-				if got, want := counterValue(t, reg, "latchkey_keepalive_renewals_total"), float64(tt.leases*round); got != want {
+				if got, want := storetest.CounterValue(t, reg, "latchkey_keepalive_renewals_total"), float64(tt.leases*round); got != want {
 					t.Errorf("round %d: renewals = %v, want %v", round, got, want)
 				}
 			}
@@ -146,7 +148,7 @@ func TestTwoRenewersWithParallelBatchesRenewOncePerDueTime(t *testing.T) {
 		if round == 1 && raced < batch*parallel {
 			t.Errorf("round 1: %d leases named by both renewers, want at least %d", raced, batch*parallel)
 		}
-		total := counterValue(t, regA, "latchkey_keepalive_renewals_total") + counterValue(t, regB, "latchkey_keepalive_renewals_total")
+		total := storetest.CounterValue(t, regA, "latchkey_keepalive_renewals_total") + storetest.CounterValue(t, regB, "latchkey_keepalive_renewals_total")
 		if want := float64(leases * round); total != want {
 			t.Errorf("round %d: renewals by both = %v, want %v", round, total, want)
 		}
@@ -187,10 +189,10 @@ func TestRenewerFailedBatch(t *testing.T) {
 	if len(calls) != 3 || (len(failed) != 10 && len(failed) != 5) {
 		t.Fatalf("%d calls, %d leases in failed ones; want 3 calls, one failed batch", len(calls), len(failed))
 	}
-	if got := counterValue(t, reg, "latchkey_keepalive_renewal_failures_total", "reason", "store"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_keepalive_renewal_failures_total", "reason", "store"); got != 1 {
 		t.Errorf(`failures{reason="store"} = %v, want 1`, got)
 	}
-	if got, want := counterValue(t, reg, "latchkey_keepalive_renewals_total"), float64(25-len(failed)); got != want {
+	if got, want := storetest.CounterValue(t, reg, "latchkey_keepalive_renewals_total"), float64(25-len(failed)); got != want {
 		t.Errorf("renewals = %v, want %v (the batches that did not fail)", got, want)
 	}
 
@@ -204,7 +206,7 @@ func TestRenewerFailedBatch(t *testing.T) {
 			t.Errorf("%s (in the failed batch) renewed %d times on the next look, want once", mem, renewed[mem])
 		}
 	}
-	if got := counterValue(t, reg, "latchkey_keepalive_renewals_total"); got != 25 {
+	if got := storetest.CounterValue(t, reg, "latchkey_keepalive_renewals_total"); got != 25 {
 		t.Errorf("renewals = %v, want 25", got)
 	}
 }
@@ -234,10 +236,10 @@ func TestRenewerStopWithBatchesInFlight(t *testing.T) {
 			t.Errorf("a stopped renewal call ended with %v, want context.Canceled", c.err)
 		}
 	}
-	if got := counterValue(t, reg, "latchkey_keepalive_renewal_failures_total", "reason", "store"); got != 0 {
+	if got := storetest.CounterValue(t, reg, "latchkey_keepalive_renewal_failures_total", "reason", "store"); got != 0 {
 		t.Errorf(`failures{reason="store"} = %v after a stop, want 0`, got)
 	}
-	if got := counterValue(t, reg, "latchkey_keepalive_renewals_total"); got != 0 {
+	if got := storetest.CounterValue(t, reg, "latchkey_keepalive_renewals_total"); got != 0 {
 		t.Errorf("renewals = %v, want 0", got)
 	}
 }

@@ -47,14 +47,14 @@ type rwlock struct{ leaseBase }
 
 func (rwlock) kind() kind { return kindRW }
 
-// broadcast: a release may let many readers in at once.
-func (rwlock) broadcast(AcquireRequest) bool { return true }
+// listen: a release may let many readers in at once.
+func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l.join(k, true) }
 
-func (l rwlock) attempt(ctx context.Context, k lockKeys, req AcquireRequest, waiterTimeout time.Duration, keepTTL bool) (attemptResult, error) {
-	s := l.s
+func (l rwlock) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+	s, k, req := l.s, a.k, a.req
 	res, err := s.st.RunReplicated(ctx, rwScripts.acquire,
 		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
-		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, keepTTL)...)
+		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, a.keepTTL)...)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -201,7 +201,7 @@ func (s *Service) AcquireRW(ctx context.Context, name string, req AcquireRequest
 	if err := checkMode(req.Mode); err != nil {
 		return Lease{}, err
 	}
-	lease, err := s.acquire(ctx, s.rwlock, name, req)
+	lease, _, err := s.acquire(ctx, s.rwlock, name, req)
 	if err == nil {
 		kind := "new"
 		if lease.Reentrant {

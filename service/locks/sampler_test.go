@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +41,7 @@ func TestSamplerCountsEveryTenant(t *testing.T) {
 	go func() { defer close(done); svc.RunSampler(ctx, time.Millisecond) }()
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(10 * time.Second)
-	for counterValue(t, reg, "latchkey_sample_passes_total") < 2 {
+	for storetest.CounterValue(t, reg, "latchkey_sample_passes_total") < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("no two complete walks")
 		}
@@ -59,7 +60,7 @@ func TestSamplerCountsEveryTenant(t *testing.T) {
 		if tt.kind != "" {
 			labels = []string{"kind", tt.kind}
 		}
-		if got := counterValue(t, reg, tt.name, labels...); got != tt.want {
+		if got := storetest.CounterValue(t, reg, tt.name, labels...); got != tt.want {
 			t.Errorf("%s{%s} = %v, want %v", tt.name, tt.kind, got, tt.want)
 		}
 	}

@@ -9,8 +9,10 @@ import (
 
 // The lock scripts. Each primitive's ARGV builders and reply statuses are
 // beside it (the exclusive lock's in mutex_scripts.go), the keep-alive
-// renewer's here. The state changes a client is told about (a grant, a
-// release, a renewal, a forced release) run with store.RunReplicated.
+// renewer's (and its cluster directory's) here. Every script is declared
+// one way, store.NewScript(name, lua.Source(name)), named as its file. The
+// state changes a client is told about (a grant, a release, a renewal, a
+// forced release) run with store.RunReplicated.
 //
 // Each script's ARGV is built by one function, one line per ARGV index as
 // listed in the script's header comment (scripts/lua/*.lua), and the
@@ -23,9 +25,15 @@ import (
 var (
 	mutexScripts = newLeaseScripts("")     // mutex.go
 	rwScripts    = newLeaseScripts("rw_")  // rwlock.go
-	semScripts   = newLeaseScripts("sem_") // semaphore*.go, and semSetPermitsScript
-	// The keep-alive renewer's, which serves every primitive.
-	keepaliveDueScript = store.NewScript("keepalive_due", lua.KeepaliveDue)
+	semScripts   = newLeaseScripts("sem_") // semaphore.go, and semSetPermitsScript
+	// The keep-alive renewer's, which serves every primitive (renewer.go).
+	keepaliveDueScript = store.NewScript("keepalive_due", lua.Source("keepalive_due"))
+	// The directory of the renewer's shards, loaded on a cluster only
+	// (renewer_cluster.go).
+	keepaliveMarkScript   = store.NewScript("keepalive_mark", lua.Source("keepalive_mark"))
+	keepaliveClaimScript  = store.NewScript("keepalive_claim", lua.Source("keepalive_claim"))
+	keepaliveSettleScript = store.NewScript("keepalive_settle", lua.Source("keepalive_settle"))
+	dirScripts            = []*store.Script{keepaliveMarkScript, keepaliveClaimScript, keepaliveSettleScript}
 )
 
 // leaseScripts are a lease primitive's scripts, one per operation.
@@ -38,13 +46,7 @@ type leaseScripts struct {
 // its file. It panics when one is missing (every test of the package
 // fails).
 func newLeaseScripts(prefix string) leaseScripts {
-	script := func(op string) *store.Script {
-		src, err := lua.Assemble(prefix + op + ".lua")
-		if err != nil {
-			panic("locks: " + err.Error())
-		}
-		return store.NewScript(prefix+op, src)
-	}
+	script := func(op string) *store.Script { return store.NewScript(prefix+op, lua.Source(prefix+op)) }
 	return leaseScripts{acquire: script("acquire"), release: script("release"), renew: script("renew"),
 		inspect: script("inspect"), forceRelease: script("force_release"), leave: script("leave"),
 		renewBatch: script("renew_batch")}

@@ -53,21 +53,21 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		args    []any
 		entries int // batch entries in args
 	}{
-		{"acquire.lua", lua.Acquire, acquireArgs(cfg, kindMutex, req, "orders", time.Second, true, 0), 0},
-		{"release.lua", lua.Release, releaseArgs(cfg, kindMutex, "orders", req.Token), 0},
-		{"renew.lua", lua.Renew, renewArgs(cfg, kindMutex, "orders", req.Token, time.Second, 0), 0},
-		{"inspect.lua", lua.Inspect, inspectArgs(kindMutex, "orders", req.Token), 0},
-		{"force_release.lua", lua.ForceRelease, forceReleaseArgs(cfg, "orders"), 0},
-		{"leave.lua", lua.Leave, leaveArgs(req.Token), 0},
-		{"keepalive_due.lua", lua.KeepaliveDue, keepaliveDueArgs(10), 0},
-		{"renew_batch.lua", lua.RenewBatch, renewBatchArgs(cfg, members), len(members)},
-		{"rw_acquire.lua", lua.RWAcquire, rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
-		{"rw_release.lua", lua.RWRelease, rwReleaseArgs(cfg, "orders", req.Token, ModeRead), 0},
-		{"rw_renew.lua", lua.RWRenew, rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
-		{"rw_inspect.lua", lua.RWInspect, inspectArgs(kindRW, "orders", req.Token), 0},
-		{"rw_force_release.lua", lua.RWForceRelease, forceReleaseArgs(cfg, "orders"), 0},
-		{"rw_leave.lua", lua.RWLeave, leaveArgs(req.Token), 0},
-		{"rw_renew_batch.lua", lua.RWRenewBatch, renewBatchArgs(cfg, members), len(members)},
+		{"acquire.lua", lua.Source("acquire"), acquireArgs(cfg, kindMutex, req, "orders", time.Second, true, 0), 0},
+		{"release.lua", lua.Source("release"), releaseArgs(cfg, kindMutex, "orders", req.Token), 0},
+		{"renew.lua", lua.Source("renew"), renewArgs(cfg, kindMutex, "orders", req.Token, time.Second, 0), 0},
+		{"inspect.lua", lua.Source("inspect"), inspectArgs(kindMutex, "orders", req.Token), 0},
+		{"force_release.lua", lua.Source("force_release"), forceReleaseArgs(cfg, "orders"), 0},
+		{"leave.lua", lua.Source("leave"), leaveArgs(req.Token), 0},
+		{"keepalive_due.lua", lua.Source("keepalive_due"), keepaliveDueArgs(10), 0},
+		{"renew_batch.lua", lua.Source("renew_batch"), renewBatchArgs(cfg, members), len(members)},
+		{"rw_acquire.lua", lua.Source("rw_acquire"), rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
+		{"rw_release.lua", lua.Source("rw_release"), rwReleaseArgs(cfg, "orders", req.Token, ModeRead), 0},
+		{"rw_renew.lua", lua.Source("rw_renew"), rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
+		{"rw_inspect.lua", lua.Source("rw_inspect"), inspectArgs(kindRW, "orders", req.Token), 0},
+		{"rw_force_release.lua", lua.Source("rw_force_release"), forceReleaseArgs(cfg, "orders"), 0},
+		{"rw_leave.lua", lua.Source("rw_leave"), leaveArgs(req.Token), 0},
+		{"rw_renew_batch.lua", lua.Source("rw_renew_batch"), renewBatchArgs(cfg, members), len(members)},
 	}
 	for _, tt := range tests {
 		fixed, per := argvLayout(t, tt.name, tt.src)

@@ -3,10 +3,10 @@ package locks_test
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/storetest"
 
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
@@ -75,7 +75,7 @@ func TestNoScriptReloadsAndRetries(t *testing.T) {
 			t.Fatalf("%s after SCRIPT FLUSH = %v, want success after a reload", op, err)
 		}
 		want++
-		if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != want {
+		if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != want {
 			t.Errorf("%s: latchkey_script_reloads_total = %v, want %v", op, got, want)
 		}
 	}
@@ -95,40 +95,8 @@ func TestClosedStoreIsUnavailable(t *testing.T) {
 	}
 }
 
-// silentRedis returns the address of a listener that accepts connections and
-// never answers, like a Redis behind a dead network path.
-func silentRedis(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 func TestSilentStoreIsUnavailable(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: silentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: storetest.SilentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	svc, err := newService(rdb, locks.Config{}, store.Config{OpTimeout: 50 * time.Millisecond})
 	if err != nil {

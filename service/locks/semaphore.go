@@ -1,11 +1,25 @@
 package locks
 
+// The semaphore: N permits of a name, taken k at a time as one lease per
+// token. It is a primitive of the shared acquire machine (acquire.go) and
+// of holds and keep-alive; what is its own is here: its types and errors,
+// its acquire script's reading, its wake-ups shared out by permits
+// (semWakes), its renew, release, force-release, capacity change and
+// inspection, and its metrics. Its scripts' ARGV and reply statuses are in
+// semaphore_scripts.go.
+
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MaxPermits is the largest capacity a semaphore may have.
@@ -72,7 +86,7 @@ type PermitsMismatchError struct {
 }
 
 func (e *PermitsMismatchError) Error() string {
-	return fmt.Sprintf("service: semaphore %s has %d permits", e.Name, e.Permits)
+	return fmt.Sprintf("locks: semaphore %s has %d permits", e.Name, e.Permits)
 }
 
 // Unwrap makes errors.Is(err, ErrConflict) true.
@@ -88,7 +102,7 @@ type PermitsUnavailableError struct {
 }
 
 func (e *PermitsUnavailableError) Error() string {
-	return fmt.Sprintf("service: semaphore %s has %d permits free", e.Name, e.Available)
+	return fmt.Sprintf("locks: semaphore %s has %d permits free", e.Name, e.Available)
 }
 
 // Unwrap makes errors.Is(err, ErrConflict) true.
@@ -123,46 +137,303 @@ func SemaphoreKeysOf(prefix, name string) SemaphoreKeys {
 // semMember names a semaphore lease in the keep-alive registry.
 func semMember(token, name string) string { return kindSem.member(token, name) }
 
-// checkSemaphore validates a semaphore acquire and fills in its defaults.
-// It reports whether the service generated the token.
-func (s *Service) checkSemaphore(name string, req *SemaphoreRequest) (ownToken bool, err error) {
+// AcquireSemaphore takes req.Count of the req.Permits permits of semaphore
+// name as one lease under req.Token (generated when empty). With req.Wait it
+// waits up to that long for enough permits, as a lock waiter does (see
+// acquireWaiting); a release wakes the waiters whose counts fit in the
+// permits it freed (see semWakes). In fair mode waiters are served in
+// arrival order, and a waiter wanting more permits than are free holds back
+// those behind it. Returns a *ValidationError (ErrInvalid) for bad input, a
+// *PermitsMismatchError when the semaphore has another capacity, a
+// *PermitsUnavailableError when too few permits are free (after the wait), a
+// *ModeError when req.Fair differs from the semaphore's mode, ErrTokenInUse
+// when the token already holds a lease on it, a *store.QuotaError when the
+// tenant is at a quota (as Acquire), ctx's error when ctx ends first, or an
+// error wrapping ErrUnavailable. On ctx's error or ErrUnavailable a lease
+// the script granted anyway under a token the service generated is given
+// back, best effort.
+func (s *Service) AcquireSemaphore(ctx context.Context, name string, req SemaphoreRequest) (SemaphoreLease, error) {
 	if err := ValidateName(name); err != nil {
-		return false, err
+		return SemaphoreLease{}, err
 	}
 	if err := checkPermits(req.Permits); err != nil {
-		return false, err
+		return SemaphoreLease{}, err
 	}
 	if req.Count == 0 {
 		req.Count = 1
 	}
 	switch {
 	case req.Count < 1:
-		return false, invalid("count", "min", "count must be at least 1")
+		return SemaphoreLease{}, invalid("count", "min", "count must be at least 1")
 	case req.Count > req.Permits:
-		return false, invalid("count", "max", "count must be at most permits (%d)", req.Permits)
+		return SemaphoreLease{}, invalid("count", "max", "count must be at most permits (%d)", req.Permits)
 	}
-	ownToken = req.Token == ""
-	if ownToken {
-		req.Token = NewToken()
-	} else if err := ValidateToken(req.Token); err != nil {
-		return false, err
+	p := s.semaphore()
+	p.permits, p.count = req.Permits, req.Count
+	lease, r, err := s.acquire(ctx, p, name, req.AcquireRequest)
+	if err != nil {
+		return SemaphoreLease{}, err
 	}
-	if req.TTL == 0 {
-		req.TTL = s.cfg.DefaultTTL
+	return SemaphoreLease{Name: name, Token: lease.Token, Count: req.Count, Permits: r.permits,
+		Available: max(r.available, 0), Fence: lease.Fence, TTL: lease.TTL,
+		ExpiresAt: lease.ExpiresAt, Keepalive: lease.Keepalive}, nil
+}
+
+// HoldSemaphore takes permits of semaphore name as AcquireSemaphore does
+// (waiting up to req.Wait) and keeps the lease alive until Close or until
+// it is lost, as Hold does for a lock. The Hold's lease and renewals carry
+// the permits held as their HoldCount. Returns the errors of
+// AcquireSemaphore.
+func (s *Service) HoldSemaphore(ctx context.Context, name string, req SemaphoreRequest) (*Hold, error) {
+	return s.hold(ctx, s.semaphore(), name, req.AcquireRequest, func(ctx context.Context, name string, ar AcquireRequest) (Lease, error) {
+		req.AcquireRequest = ar
+		l, err := s.AcquireSemaphore(ctx, name, req)
+		return semLease(l), err
+	})
+}
+
+// semaphore is the semaphore as a primitive (see primitive.go). An acquire's
+// primitive carries the capacity and the count it asks for; the renewer's
+// and a hold's need neither.
+type semaphore struct {
+	leaseBase
+	permits, count int64
+}
+
+func (semaphore) kind() kind { return kindSem }
+
+// listen: one release may let several waiters in; it wakes the waiters of
+// this process whose counts fit in the permits it freed (semWakes).
+func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
+	sw, err := p.s.semWakes.join(k.channel, p.count, req.Fair)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.checkTTL("ttl", req.TTL); err != nil {
-		return false, err
+	return sw, nil
+}
+
+// attempt is one run of sem_acquire.lua, its statuses read as the shared
+// machine's: a lease holds its count of permits as its holds.
+func (p semaphore) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+	s, k := p.s, a.k
+	req := SemaphoreRequest{AcquireRequest: a.req, Permits: p.permits, Count: p.count}
+	res, err := s.st.RunReplicated(ctx, semScripts.acquire,
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
+		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)...)
+	if err != nil {
+		return attemptResult{}, err
 	}
-	if err := ValidateOwner(req.Owner); err != nil {
-		return false, err
+	v, err := store.Int64s("sem_acquire", res, 10)
+	if err != nil {
+		return attemptResult{}, err
 	}
+	r := attemptResult{status: acquireNotGranted, holdCount: p.count, fence: v[1],
+		ttl: time.Duration(v[2]) * time.Millisecond, nowMS: v[3],
+		recheck: time.Duration(v[4]) * time.Millisecond, fair: truth(v[5]),
+		keepalive: keepaliveOf(v[6], v[7], v[3]), permits: v[8], available: v[9]}
+	switch v[0] {
+	case semGranted:
+		r.status = acquireGranted
+	case semNotGranted:
+	case semModeMismatch:
+		r.status = acquireModeMismatch
+	case semPermitsMismatch:
+		r.status, r.refused = acquireRefused, &PermitsMismatchError{Name: k.name, Permits: r.permits}
+	case semTokenHoldsALease:
+		r.status, r.refused = acquireRefused, ErrTokenInUse
+	default:
+		r.status, r.refused = acquireRefused, fmt.Errorf("sem_acquire: unknown status %d", v[0])
+	}
+	return r, nil
+}
+
+// refusal: too few permits are free (*PermitsUnavailableError, Retry-After
+// the re-check time), the mode differs (*ModeError), the capacity differs
+// or the token holds a lease (r.refused).
+func (p semaphore) refusal(name string, r attemptResult) error {
+	conflicts := p.s.semMetrics.conflicts
 	switch {
-	case req.Wait < 0:
-		return false, invalid("wait", "min", "wait must not be negative")
-	case req.Wait > s.cfg.MaxWait:
-		return false, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
+	case r.status == acquireModeMismatch:
+		conflicts.WithLabelValues("mode").Inc()
+		return &ModeError{Name: name, Fair: r.fair}
+	case errors.As(r.refused, new(*PermitsMismatchError)):
+		conflicts.WithLabelValues("permits").Inc()
+		return r.refused
+	case errors.Is(r.refused, ErrTokenInUse):
+		conflicts.WithLabelValues("token").Inc()
+		return r.refused
+	case r.refused != nil:
+		return r.refused
 	}
-	return ownToken, s.checkKeepalive(&req.AcquireRequest)
+	conflicts.WithLabelValues("unavailable").Inc()
+	return &PermitsUnavailableError{Name: name, Available: max(r.available, 0), RetryAfter: r.recheck}
+}
+
+func (p semaphore) countGrant(bool) { p.s.semMetrics.grants.Inc() }
+
+func (p semaphore) countWait(err error) { p.s.semMetrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
+
+// release gives back token's lease; a semaphore lease has one hold.
+func (p semaphore) release(ctx context.Context, k lockKeys, token string) (Released, error) {
+	if _, err := p.s.releaseSemaphore(ctx, k, token); err != nil {
+		return Released{}, err
+	}
+	return Released{Released: true}, nil
+}
+
+// renew renews token's lease as a Lease (see semLease).
+func (p semaphore) renew(ctx context.Context, k lockKeys, token string, ttl time.Duration) (Lease, error) {
+	l, err := p.s.renewSemaphore(ctx, k, token, ttl)
+	return semLease(l), err
+}
+
+func (p semaphore) lostReason(ctx context.Context, k lockKeys, token string) string {
+	st, _ := p.s.InspectSemaphore(ctx, k.name, token) // a failed inspect has no reason
+	return st.LostReason
+}
+
+func (semaphore) batchKeys(keys []string, k lockKeys) []string {
+	return append(keys, k.holders, k.leases, k.lost)
+}
+
+// semLease is a semaphore lease as the shared machinery carries it: its
+// HoldCount is the permits it holds.
+func semLease(l SemaphoreLease) Lease {
+	return Lease{Name: l.Name, Token: l.Token, Fence: l.Fence, HoldCount: l.Count, TTL: l.TTL,
+		ExpiresAt: l.ExpiresAt, Keepalive: l.Keepalive}
+}
+
+// RenewSemaphore extends the lease on semaphore name owned by token to ttl
+// (zero: the lease's own TTL). A keep-alive lease is renewed at most to its
+// max-hold deadline and the renewal counts as its heartbeat, as Renew does
+// for a lock. Returns ErrNotFound when the token holds no lease (expired,
+// released or force-released), a *ValidationError for bad input, or an
+// error wrapping ErrUnavailable.
+func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl time.Duration) (SemaphoreLease, error) {
+	if err := s.checkRenew(name, token, ttl); err != nil {
+		return SemaphoreLease{}, err
+	}
+	k := s.semKeys(ctx, name)
+	lease, err := s.renewSemaphore(ctx, k, token, ttl)
+	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	if err == nil {
+		s.setPlace(ctx, k, token, leaseLasts(semLease(lease)))
+	}
+	return lease, err
+}
+
+// renewSemaphore is RenewSemaphore on validated input.
+func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
+	res, err := s.st.RunReplicated(ctx, semScripts.renew,
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		renewArgs(s.cfg, kindSem, k.regName(), token, ttl, 0)...)
+	v, err := ownerReply("sem_renew", 7, res, err)
+	if err != nil {
+		return SemaphoreLease{}, err
+	}
+	return SemaphoreLease{Name: k.name, Token: token, Count: v[1], Fence: v[2],
+		TTL:       time.Duration(v[3]) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(v[4] + v[3]).UTC(),
+		Keepalive: keepaliveOf(v[5], v[6], v[4])}, nil
+}
+
+// ReleaseSemaphore gives back the permits of the lease on semaphore name
+// owned by token and wakes the waiters. It returns the permits given back.
+// Returns ErrNotFound, a *ValidationError or an error wrapping
+// ErrUnavailable.
+func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int64, error) {
+	if err := checkNameToken(name, token); err != nil {
+		return 0, err
+	}
+	return s.releaseSemaphore(ctx, s.semKeys(ctx, name), token)
+}
+
+// releaseSemaphore is ReleaseSemaphore on validated input.
+func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
+	res, err := s.st.RunReplicated(ctx, semScripts.release,
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		releaseArgs(s.cfg, kindSem, k.regName(), token)...)
+	v, err := ownerReply("sem_release", 2, res, err)
+	if err != nil {
+		return 0, err
+	}
+	s.semMetrics.releases.WithLabelValues("released").Inc()
+	s.released(ctx, k, token, 0)
+	return v[1], nil
+}
+
+// ForceReleaseSemaphore removes every lease of semaphore name, bumps its
+// fence so the evicted leases' fences are stale, records each evicted
+// token's loss (force_released) and wakes the waiters. It returns how many
+// leases were removed. Returns a *ValidationError or an error wrapping
+// ErrUnavailable.
+func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64, error) {
+	if err := ValidateName(name); err != nil {
+		return 0, err
+	}
+	k := s.semKeys(ctx, name)
+	res, err := s.st.RunReplicated(ctx, semScripts.forceRelease,
+		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		semForceReleaseArgs(s.cfg, k.regName())...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := res.(int64)
+	if !ok {
+		return 0, fmt.Errorf("sem_force_release: unexpected reply %T %v", res, res)
+	}
+	s.semMetrics.releases.WithLabelValues("forced").Add(float64(n))
+	if n > 0 {
+		s.evictPlaces(ctx, k)
+	}
+	return n, nil
+}
+
+// SetSemaphorePermits changes the capacity of semaphore name to permits
+// (creating its record when none is kept) and wakes its waiters. Leases
+// already granted keep their permits. It returns the state after the
+// change. Returns a *ValidationError or an error wrapping ErrUnavailable.
+func (s *Service) SetSemaphorePermits(ctx context.Context, name string, permits int64) (SemaphoreState, error) {
+	if err := ValidateName(name); err != nil {
+		return SemaphoreState{}, err
+	}
+	if err := checkPermits(permits); err != nil {
+		return SemaphoreState{}, err
+	}
+	k := s.semKeys(ctx, name)
+	if _, err := s.st.RunReplicated(ctx, semSetPermitsScript, []string{k.lock, k.channel},
+		semSetPermitsArgs(s.cfg, permits)...); err != nil {
+		return SemaphoreState{}, err
+	}
+	return s.InspectSemaphore(ctx, name, "")
+}
+
+// InspectSemaphore reads the state of semaphore name; with a token it also
+// reports the lease that token holds, or why it lost it. Returns a
+// *ValidationError or an error wrapping ErrUnavailable.
+func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (SemaphoreState, error) {
+	if err := checkNameOptionalToken(name, token); err != nil {
+		return SemaphoreState{}, err
+	}
+	k := s.semKeys(ctx, name)
+	res, err := s.st.Run(ctx, semScripts.inspect,
+		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
+		inspectArgs(kindSem, k.regName(), token)...)
+	arr, v, err := inspectReply("sem_inspect", 16, 14, res, err)
+	if err != nil {
+		return SemaphoreState{}, err
+	}
+	st := SemaphoreState{Name: name, Permits: v[0], InUse: v[1], Holders: v[2], Waiters: v[3],
+		Fair: truth(v[4]), Fence: v[5], Owned: truth(v[7])}
+	st.LostReason, _ = arr[14].(string)
+	if st.Owned {
+		st.Owner, _ = arr[15].(string)
+		st.Lease = &SemaphoreLease{Name: name, Count: v[8], Permits: v[0], Fence: v[9],
+			TTL:       time.Duration(v[10]) * time.Millisecond,
+			ExpiresAt: time.UnixMilli(v[6] + v[10]).UTC(),
+			Keepalive: keepaliveOf(v[11], v[12], v[13])}
+	}
+	return st, nil
 }
 
 // checkPermits checks a semaphore's capacity: 1 ≤ permits ≤ MaxPermits.
@@ -176,4 +447,151 @@ func checkPermits(permits int64) error {
 		return invalid("permits", "max", "permits must be at most %d", MaxPermits)
 	}
 	return nil
+}
+
+// semMetrics are the semaphore's Prometheus collectors. Every label has a
+// fixed set of values.
+type semMetrics struct {
+	grants    prometheus.Counter
+	conflicts *prometheus.CounterVec // reason: unavailable, mode, permits, token
+	releases  *prometheus.CounterVec // kind: released, forced
+	waits     *prometheus.CounterVec // outcome: acquired, timeout, canceled, conflict, error
+}
+
+func newSemMetrics(reg prometheus.Registerer) *semMetrics {
+	m := &semMetrics{
+		grants: counter(reg, "latchkey_semaphore_grants_total", "Semaphore leases granted."),
+		conflicts: counterVec(reg, "latchkey_semaphore_conflicts_total",
+			"Semaphore acquire attempts refused, by reason (unavailable, mode, permits, token).", "reason"),
+		releases: counterVec(reg, "latchkey_semaphore_releases_total",
+			"Semaphore leases ended by release, by kind (released, forced).", "kind"),
+		waits: counterVec(reg, "latchkey_semaphore_waits_total",
+			"Semaphore acquires that waited, by outcome (acquired, timeout, canceled, conflict, error).", "outcome"),
+	}
+	for _, r := range []string{"unavailable", "mode", "permits", "token"} {
+		m.conflicts.WithLabelValues(r)
+	}
+	return m
+}
+
+// semWakes shares out a semaphore's wake-ups among the waiters of this
+// process. A message that says how many permits are free ("released:2"
+// after a release, "granted:1" after a grant that left some) wakes, in
+// arrival order, the waiters whose counts fit in that many (as Redisson's
+// semaphore wakes as many waiters as permits were released); expired leases
+// publish nothing, which the waiters' timed re-checks cover, and
+// any other hint (a force-release, a change of permits, a waiter that left,
+// a re-subscription) wakes them all, and so does every hint in fair mode:
+// only the queue's head may take permits, and this process cannot tell which
+// of its waiters that is. So a release does not send every waiter
+// of the process to Redis, while a waiter that fits is never passed over
+// for one that does not. Each semaphore with waiters here has one broadcast
+// listener on the shared subscriber.
+type semWakes struct {
+	sub    *subscriber
+	mu     sync.Mutex
+	groups map[string]*semGroup // by channel
+}
+
+// semGroup is the waiters of one semaphore in this process, in arrival order.
+type semGroup struct {
+	l       *listener
+	done    chan struct{} // closed when the last waiter left
+	waiters []*semWaiter
+}
+
+// semWaiter is one waiter: c (buffered 1) receives its wake-ups, the hint
+// that woke it. It is the waiter's wakeups (primitive.go).
+type semWaiter struct {
+	w       *semWakes
+	channel string
+	count   int64
+	fair    bool
+	c       chan string
+	ready   <-chan struct{}
+}
+
+func (sw *semWaiter) C() <-chan string { return sw.c }
+
+func (sw *semWaiter) Ready() <-chan struct{} { return sw.ready }
+
+// leave removes the waiter (see semWakes.leave); a wake-up it did not use
+// is not passed on: a release wakes every waiter it may let in.
+func (sw *semWaiter) leave(bool) { sw.w.leave(sw.channel, sw) }
+
+// join registers a waiter for count permits on channel. Returns the
+// subscriber's error when it is closed.
+func (w *semWakes) join(channel string, count int64, fair bool) (*semWaiter, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.groups[channel]
+	if g == nil {
+		l, err := w.sub.join(channel, true)
+		if err != nil {
+			return nil, err
+		}
+		g = &semGroup{l: l, done: make(chan struct{})}
+		if w.groups == nil {
+			w.groups = map[string]*semGroup{}
+		}
+		w.groups[channel] = g
+		go w.dispatch(g)
+	}
+	sw := &semWaiter{w: w, channel: channel, count: count, fair: fair, c: make(chan string, 1), ready: g.l.Ready()}
+	g.waiters = append(g.waiters, sw)
+	return sw, nil
+}
+
+// leave removes a waiter; the last one of a semaphore leaves the subscriber.
+func (w *semWakes) leave(channel string, sw *semWaiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.groups[channel]
+	if g == nil {
+		return
+	}
+	g.waiters = slices.DeleteFunc(g.waiters, func(x *semWaiter) bool { return x == sw })
+	if len(g.waiters) == 0 {
+		delete(w.groups, channel)
+		g.l.leave(false)
+		close(g.done)
+	}
+}
+
+// dispatch shares out the hints of g's listener until g is left.
+func (w *semWakes) dispatch(g *semGroup) {
+	for {
+		var hint string
+		select {
+		case <-g.done:
+			return
+		case hint = <-g.l.C():
+		}
+		budget, counted := permitsIn(hint)
+		w.mu.Lock()
+		for _, sw := range g.waiters {
+			switch {
+			case sw.fair: // only the queue's head may take them, wherever it waits
+			case counted && sw.count > budget:
+				continue
+			default:
+				budget -= sw.count
+			}
+			select {
+			case sw.c <- hint:
+			default:
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// permitsIn reads the permits a "released:n" or "granted:n" hint frees.
+func permitsIn(hint string) (int64, bool) {
+	_, n, ok := strings.Cut(hint, ":")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	return v, err == nil
 }

@@ -19,14 +19,14 @@ func TestSemaphoreScriptArgsMatchTheirHeaders(t *testing.T) {
 		args    []any
 		entries int // batch entries in args
 	}{
-		{"sem_acquire.lua", lua.SemAcquire, semAcquireArgs(cfg, req, "pool", time.Second), 0},
-		{"sem_release.lua", lua.SemRelease, releaseArgs(cfg, kindSem, "pool", req.Token), 0},
-		{"sem_renew.lua", lua.SemRenew, renewArgs(cfg, kindSem, "pool", req.Token, time.Second, 0), 0},
-		{"sem_inspect.lua", lua.SemInspect, inspectArgs(kindSem, "pool", req.Token), 0},
-		{"sem_force_release.lua", lua.SemForceRelease, semForceReleaseArgs(cfg, "pool"), 0},
-		{"sem_set_permits.lua", lua.SemSetPermits, semSetPermitsArgs(cfg, 8), 0},
-		{"sem_leave.lua", lua.SemLeave, leaveArgs(req.Token), 0},
-		{"sem_renew_batch.lua", lua.SemRenewBatch, renewBatchArgs(cfg, members), len(members)},
+		{"sem_acquire.lua", lua.Source("sem_acquire"), semAcquireArgs(cfg, req, "pool", time.Second), 0},
+		{"sem_release.lua", lua.Source("sem_release"), releaseArgs(cfg, kindSem, "pool", req.Token), 0},
+		{"sem_renew.lua", lua.Source("sem_renew"), renewArgs(cfg, kindSem, "pool", req.Token, time.Second, 0), 0},
+		{"sem_inspect.lua", lua.Source("sem_inspect"), inspectArgs(kindSem, "pool", req.Token), 0},
+		{"sem_force_release.lua", lua.Source("sem_force_release"), semForceReleaseArgs(cfg, "pool"), 0},
+		{"sem_set_permits.lua", lua.Source("sem_set_permits"), semSetPermitsArgs(cfg, 8), 0},
+		{"sem_leave.lua", lua.Source("sem_leave"), leaveArgs(req.Token), 0},
+		{"sem_renew_batch.lua", lua.Source("sem_renew_batch"), renewBatchArgs(cfg, members), len(members)},
 	}
 	for _, tt := range tests {
 		fixed, per := argvLayout(t, tt.name, tt.src)

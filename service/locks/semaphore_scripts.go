@@ -10,7 +10,7 @@ import (
 
 // semSetPermitsScript is the semaphore's script beside its leaseScripts
 // (semScripts).
-var semSetPermitsScript = store.NewScript("sem_set_permits", lua.SemSetPermits)
+var semSetPermitsScript = store.NewScript("sem_set_permits", lua.Source("sem_set_permits"))
 
 // Statuses of sem_acquire.lua's reply.
 const (

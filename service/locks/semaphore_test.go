@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
@@ -337,7 +339,7 @@ func TestSemaphoreMetrics(t *testing.T) {
 		{"latchkey_semaphore_conflicts_total", []string{"reason", "permits"}, 1},
 		{"latchkey_semaphore_releases_total", []string{"kind", "released"}, 1},
 	} {
-		if got := counterValue(t, reg, c.name, c.labels...); got != c.want {
+		if got := storetest.CounterValue(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}

@@ -1,21 +1,28 @@
 // Package locks is Latchkey's lock leases and their Redis model. Every
 // state change is one Lua script from scripts/lua, run through the store.
 //
-// Each primitive lives in files of its own: the exclusive lock in mutex.go
-// (acquire, renew, release, force release, inspect) and mutex_scripts.go
-// (its scripts' ARGV and reply statuses), the read/write lock in rwlock.go
-// and rwlock_scripts.go (its scripts are rw_*.lua, run with rw_lib.lua). What serves every primitive
-// beside it: the service and its config, keys and name rules (keys.go),
-// waiting woken by pub/sub (wait.go, subscriber.go; sharded pub/sub on a
-// Redis Cluster in subscriber_cluster.go), keep-alive leases and their
-// renewer (keepalive.go, renewer.go; on a cluster the registry's shards,
-// shards.go, and their directory, renewer_cluster.go), connection-held
-// leases (hold.go), every lock script (scripts.go), the listings of what
-// is held (list.go) and the sampler behind the gauges of it (sampler.go).
+// One acquire machine serves every primitive (acquire.go): the request
+// completed and checked, one attempt with the lease's place in its
+// tenant's quota (quota.go), or a wait woken by pub/sub, then the grant
+// handed out or given back. Each primitive lives in files of its own and
+// supplies only what differs (primitive.go): the exclusive lock in
+// mutex.go and mutex_scripts.go (its scripts' ARGV and reply statuses), the
+// read/write lock in rwlock.go and rwlock_scripts.go (its scripts are
+// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go and
+// semaphore_scripts.go. What serves every primitive beside it: the service
+// and its config, keys and name rules (keys.go), the pub/sub subscriber
+// (subscriber.go; sharded pub/sub on a Redis Cluster in
+// subscriber_cluster.go), keep-alive leases and their renewer
+// (keepalive.go, renewer.go; on a cluster the registry's shards and their
+// marks, shards.go, and the directory's renewer, renewer_cluster.go),
+// connection-held leases (hold.go), every lock script (scripts.go), the
+// listings of what is held (list.go) and the sampler behind the gauges of
+// it (sampler.go).
 //
 // # Adding a primitive
 //
-// A new primitive provides:
+// A new primitive provides, in one file set beside the others and with no
+// loop of its own:
 //   - a kind (keys.go): the tag that keysOf puts in every key of its names,
 //     all under the name's hash tag {name}, and that its keep-alive
 //     registry members carry ("<kind>/<token>:<name>", see kind.member);
@@ -23,19 +30,21 @@
 //     named alike with a prefix of its own (rw_acquire.lua, ...), built
 //     with the ARGV builders the primitives share (mutex_scripts.go);
 //   - an implementation of the primitive interface (primitive.go) on them,
-//     embedding leaseBase, which gives it leave (a waiter gives up) and its
-//     keep-alive batch renewal script: attempt (the acquire script,
-//     registering waiters and queueing fair ones as acquire.lua does),
-//     release of a token's lease, renew, the recorded lost reason of a
-//     token, and the keys the batch script takes per entry; the scripts
-//     follow the rules listed with the interface (wake-up messages,
-//     registry entries, lost reasons, reply shapes);
+//     embedding leaseBase, which gives it leave (a waiter gives up), its
+//     keep-alive batch renewal script and a lock's refusals and counts:
+//     listen (who a wake-up reaches), attempt (the acquire script,
+//     registering waiters and queueing fair ones as acquire.lua does, its
+//     reply read into the shared statuses), release of a token's lease,
+//     renew, the recorded lost reason of a token, and the keys the batch
+//     script takes per entry; the scripts follow the rules listed with the
+//     interface (wake-up messages, registry entries, lost reasons, reply
+//     shapes);
 //   - its case in Service.primitive, so the renewer dispatches its due
 //     registry entries to its batch script;
-//   - exported methods that validate their input and call the shared
-//     machinery with it: acquire (trying once, or waiting with
-//     acquireWaiting, handing out or giving back a grant), hold (a
-//     connection-held lease), and its own inspect and force release.
+//   - exported methods that validate their own input and call the shared
+//     machinery with it: acquire (s.acquire: trying once or waiting,
+//     handing out or giving back a grant), hold (a connection-held lease),
+//     and its own inspect and force release.
 package locks
 
 import (
@@ -74,10 +83,10 @@ type Service struct {
 // I/O; call st.LoadScripts at start-up. Returns an error if cfg is invalid.
 func New(st *store.Store, cfg Config) (*Service, error) {
 	if st == nil {
-		return nil, fmt.Errorf("service: nil store")
+		return nil, fmt.Errorf("locks: nil store")
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("service: %w", err)
+		return nil, fmt.Errorf("locks: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	m := newMetrics(cfg.Registerer)
@@ -103,7 +112,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
 
 // semaphore is the semaphore as a primitive, on its scripts.
-func (s *Service) semaphore() semaphore { return semaphore{leaseBase{s, &semScripts}} }
+func (s *Service) semaphore() semaphore { return semaphore{leaseBase: leaseBase{s, &semScripts}} }
 
 // Close closes the shared pub/sub connections. Waiters still waiting fall
 // back to timed re-checks; new waits fail with ErrUnavailable. On a cluster

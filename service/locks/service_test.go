@@ -75,8 +75,8 @@ func TestNewRejectsNilStore(t *testing.T) {
 func TestNewRejectsInvalidConfig(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	_, err := newService(rdb, locks.Config{MinTTL: time.Minute, MaxTTL: time.Second})
-	if err == nil || !strings.HasPrefix(err.Error(), "service: ") {
-		t.Fatalf("New error = %v, want a \"service: \" error about the ttl bounds", err)
+	if err == nil || !strings.HasPrefix(err.Error(), "locks: ") {
+		t.Fatalf("New error = %v, want a \"locks: \" error about the ttl bounds", err)
 	}
 }
 

@@ -1,8 +1,10 @@
 package locks
 
 import (
+	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/latchkey/latchkey/service/store"
 )
@@ -134,4 +136,45 @@ func (s *Service) registryKey(k lockKeys) string {
 		return s.regKey
 	}
 	return s.shards[store.Slot(k.lock)]
+}
+
+// markShard marks the slot of k's registry shard due when the keep-alive
+// lease ka (nil: not kept alive, nothing to mark) of ttl, which expires at
+// expiresAt, is next renewed: ttl/3 after the grant or renewal, or its
+// max-hold deadline when sooner. A no-op on a single node.
+//
+// It returns once the mark is in the directory, so that a lease handed to
+// a client is one every renewer finds even if this instance stops right
+// after (a mark sent later would be lost with the instance, and the lease
+// found only by a reconciliation, after it ran out). The marks of
+// concurrent grants go in one script call. It waits at most the Redis
+// timeout, and not once ctx ended: a failed mark is sent again in the
+// background after Config.RenewPoll.
+func (s *Service) markShard(ctx context.Context, k lockKeys, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
+	if s.dir == nil || ka == nil {
+		return
+	}
+	granted := expiresAt.Add(-ttl)
+	in := min(max(ttl/3, time.Millisecond), max(ka.Until.Sub(granted), 0)).Milliseconds()
+	sent := s.dir.add(map[int]int64{store.Slot(k.lock): in}, nil, func() { go s.flushMarks() })
+	if sent == nil {
+		return
+	}
+	wait := time.NewTimer(s.opTimeout)
+	defer wait.Stop()
+	select {
+	case <-sent:
+	case <-ctx.Done():
+	case <-wait.C:
+	}
+}
+
+// markRenewed marks the registry shard of k (markShard) after a renewal
+// that asked for a new TTL (asked != 0), which may bring the next renewal
+// of a keep-alive lease forward; ka, ttl and expiresAt are the renewed
+// lease's.
+func (s *Service) markRenewed(ctx context.Context, k lockKeys, asked time.Duration, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
+	if asked != 0 {
+		s.markShard(ctx, k, ka, ttl, expiresAt)
+	}
 }

@@ -108,7 +108,7 @@ func TestDirectoryScripts(t *testing.T) {
 	// earlier, one in 2000ms does not; each gives it a new generation (the
 	// clock, or one above the last in the same microsecond).
 	for _, in := range []int{1000, 400, 2000} {
-		run(lua.KeepaliveMark, "lt", 5, in)
+		run(lua.Source("keepalive_mark"), "lt", 5, in)
 	}
 	if s, _ := score(5); s != float64(nowMS+400) {
 		t.Fatalf("slot 5 due at %v, want now+400", s)
@@ -117,7 +117,7 @@ func TestDirectoryScripts(t *testing.T) {
 		t.Fatalf("slot 5's generation after 3 marks = %q, want %q", g, want)
 	}
 	// Reconciliation adds a missing slot due at once, and leaves a listed one.
-	if n := run(lua.KeepaliveMark, "nx", 5, 0, 9, 0); n != int64(1) {
+	if n := run(lua.Source("keepalive_mark"), "nx", 5, 0, 9, 0); n != int64(1) {
 		t.Fatalf("nx mark changed %v slots, want 1 (slot 9)", n)
 	}
 	if s, _ := score(5); s != float64(nowMS+400) {
@@ -126,7 +126,7 @@ func TestDirectoryScripts(t *testing.T) {
 
 	// Only slot 9 is due: the claim takes it, due again after the claim
 	// time, with its generation, and says when slot 5 falls due.
-	c := run(lua.KeepaliveClaim, 10, 1000).([]any)
+	c := run(lua.Source("keepalive_claim"), 10, 1000).([]any)
 	if want := []any{nowMS, nowMS + 400, int64(9), usAt(0)}; !slices.Equal(c, want) {
 		t.Fatalf("claim = %v, want %v", c, want)
 	}
@@ -136,7 +136,7 @@ func TestDirectoryScripts(t *testing.T) {
 
 	// Slot 9's shard was empty and nothing marked it since: it leaves,
 	// with its generation.
-	if n := run(lua.KeepaliveSettle, 9, usAt(0), -1); n != int64(1) {
+	if n := run(lua.Source("keepalive_settle"), 9, usAt(0), -1); n != int64(1) {
 		t.Fatalf("settle removed %v slots, want 1", n)
 	}
 	if _, ok := score(9); ok || gen(9) != "" {
@@ -145,30 +145,30 @@ func TestDirectoryScripts(t *testing.T) {
 
 	m.SetTime(t0.Add(500 * time.Millisecond))
 	nowMS += 500
-	c = run(lua.KeepaliveClaim, 10, 1000).([]any)
+	c = run(lua.Source("keepalive_claim"), 10, 1000).([]any)
 	if want := []any{nowMS, nowMS + 1000, int64(5), strconv.FormatInt(t0.UnixMicro()+2, 10)}; !slices.Equal(c, want) {
 		t.Fatalf("claim = %v, want %v", c, want)
 	}
 	// A grant marks slot 5 while the renewer visits it: the renewer saw
 	// the shard empty, but the slot stays, due when the grant said.
-	run(lua.KeepaliveMark, "lt", 5, 300)
+	run(lua.Source("keepalive_mark"), "lt", 5, 300)
 	claimedGen := c[3]
-	run(lua.KeepaliveSettle, 5, claimedGen, -1)
+	run(lua.Source("keepalive_settle"), 5, claimedGen, -1)
 	if s, ok := score(5); !ok || s != float64(nowMS+300) {
 		t.Fatalf("slot 5 after an overtaken settle: %v %v, want due at now+300", s, ok)
 	}
 	// A settle with the generation current sets the shard's next due time,
 	// later or earlier.
-	c = run(lua.KeepaliveClaim, 10, 1000).([]any)
+	c = run(lua.Source("keepalive_claim"), 10, 1000).([]any)
 	if len(c) != 2 {
 		t.Fatalf("claim before anything is due = %v", c)
 	}
-	run(lua.KeepaliveSettle, 5, gen(5), nowMS+5000)
+	run(lua.Source("keepalive_settle"), 5, gen(5), nowMS+5000)
 	if s, _ := score(5); s != float64(nowMS+5000) {
 		t.Fatalf("slot 5 due at %v, want now+5000", s)
 	}
 	// An overtaken settle never moves a slot later.
-	run(lua.KeepaliveSettle, 5, claimedGen, nowMS+9000)
+	run(lua.Source("keepalive_settle"), 5, claimedGen, nowMS+9000)
 	if s, _ := score(5); s != float64(nowMS+5000) {
 		t.Fatalf("an overtaken settle moved slot 5 to %v", s)
 	}
@@ -176,16 +176,16 @@ func TestDirectoryScripts(t *testing.T) {
 	// A slot that left the directory and is marked again gets a generation
 	// that no older claim holds, so an overtaken settle of that claim does
 	// not take it out.
-	run(lua.KeepaliveMark, "lt", 9, 100)
+	run(lua.Source("keepalive_mark"), "lt", 9, 100)
 	if g := gen(9); g == usAt(0) || g == "" {
 		t.Fatalf("slot 9 marked again has generation %q, want a new one", g)
 	}
-	run(lua.KeepaliveSettle, 9, usAt(0), -1)
+	run(lua.Source("keepalive_settle"), 9, usAt(0), -1)
 	if _, ok := score(9); !ok {
 		t.Fatalf("a settle of an older claim removed slot 9, marked again since")
 	}
 	// Once every shard is empty and settled, the directory's keys are gone.
-	run(lua.KeepaliveSettle, 9, gen(9), -1, 5, gen(5), -1)
+	run(lua.Source("keepalive_settle"), 9, gen(9), -1, 5, gen(5), -1)
 	if n, err := rdb.Exists(ctx, due, gens).Result(); err != nil || n != 0 {
 		t.Fatalf("directory keys left after every shard emptied: %v %v", n, err)
 	}

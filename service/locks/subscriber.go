@@ -104,7 +104,7 @@ func newSubscriber(rdb store.Client, sharded bool, opTimeout, ping time.Duration
 }
 
 // errClosed reports a join after Close.
-var errClosed = errors.New("service: closed")
+var errClosed = errors.New("locks: closed")
 
 // join adds a listener on channel; the channel is subscribed if it is new.
 // It does not wait for Redis: the listener's Ready channel closes once Redis

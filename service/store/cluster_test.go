@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/latchkey/latchkey/service/store/clustertest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,7 +100,7 @@ func TestClusterNoScriptHealsOnTheNodeThatAnswered(t *testing.T) {
 			t.Errorf("%s: Run after SCRIPT FLUSH on the key's primary = %v, %v; want 1", addr, res, err)
 		}
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 3 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != 3 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 3 (one per flushed primary)", got)
 	}
 }
@@ -179,7 +180,7 @@ func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {
 	if _, err := st.Run(t.Context(), incr, []string{key}); err != nil {
 		t.Fatalf("Run on the promoted replica's slot = %v", err)
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 0: the promoted replica had the scripts", got)
 	}
 }
@@ -320,7 +321,7 @@ func TestClusterRunPipelinedAnswersEachCallOnItsPrimary(t *testing.T) {
 	if last := len(calls) - 1; errs[last] == nil || errors.Is(errs[last], store.ErrUnavailable) {
 		t.Errorf("INCR of a string = %v, %v; want the script's error", res[last], errs[last])
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
 		t.Errorf("latchkey_script_reloads_total = %v, want the flushed primary's script reloaded", got)
 	}
 }
@@ -369,7 +370,7 @@ func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
 	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
 		t.Fatalf("Run on the failed-over slot = %v, %v; want 1", res, err)
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 1", got)
 	}
 	exists, err := replica.ScriptExists(t.Context(), incr.SHA()).Result()
@@ -379,7 +380,7 @@ func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
 	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(2) {
 		t.Errorf("Run again = %v, %v; want 2", res, err)
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != 1 {
 		t.Errorf("latchkey_script_reloads_total = %v after a second call, want still 1", got)
 	}
 }
