@@ -104,15 +104,6 @@ var Inspect string
 //go:embed force_release.lua
 var ForceRelease string
 
-// RateLimitFixedWindow is the INCR + EXPIRE fixed-window limiter.
-var RateLimitFixedWindow = mustAssemble("ratelimit_fixed_window.lua")
-
-// RateLimitSlidingWindow is the two-counter sliding-window limiter.
-var RateLimitSlidingWindow = mustAssemble("ratelimit_sliding_window.lua")
-
-// RateLimitTokenBucket is the GCRA token-bucket limiter.
-var RateLimitTokenBucket = mustAssemble("ratelimit_token_bucket.lua")
-
 // Leave removes a waiter that gives up from the waiters and the fair queue.
 //
 //go:embed leave.lua
@@ -135,10 +126,6 @@ var (
 
 // RenewBatch renews a batch of keep-alive leases in one call.
 var RenewBatch = mustAssemble("renew_batch.lua")
-
-// RateLimitMulti decides one request under several limits at once: all
-// allow and count it, or nothing is counted.
-var RateLimitMulti = mustAssemble("ratelimit_multi.lua")
 
 // The read/write lock's scripts, each including lib/rw.lua.
 var (

@@ -224,9 +224,9 @@ func TestDecisionScriptsDecideEachKey(t *testing.T) {
 		src  string
 		args []any
 	}{
-		{"fixed_window", lua.RateLimitFixedWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
-		{"sliding_window", lua.RateLimitSlidingWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
-		{"token_bucket", lua.RateLimitTokenBucket, []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
+		{"fixed_window", lua.Source("ratelimit_fixed_window"), []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"sliding_window", lua.Source("ratelimit_sliding_window"), []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"token_bucket", lua.Source("ratelimit_token_bucket"), []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rdb := newTestRedis(t)

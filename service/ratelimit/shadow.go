@@ -23,18 +23,3 @@ func count(ctr *decisionCounters, pol Policy, d Decision) Decision {
 	}
 	return d
 }
-
-// countSingle is count for a single-limit policy decided by its own
-// algorithm's script: it also counts the policy's one limit.
-func countSingle(ctr *decisionCounters, pol Policy, d Decision) Decision {
-	status := int64(multiCounted)
-	switch {
-	case d.Allowed:
-	case pol.Shadow:
-		status = multiWouldDeny
-	default:
-		status = multiDenied
-	}
-	ctr.countLimit(0, pol.Name, status)
-	return count(ctr, pol, d)
-}
