@@ -1,17 +1,15 @@
 package integration
 
 import (
-	"io"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/locks"
 )
 
@@ -22,41 +20,6 @@ const (
 	outageTimeout = 400 * time.Millisecond
 	hangFactor    = 5
 )
-
-// silentRedis listens on loopback, accepts connections and reads whatever
-// arrives, but never answers: a Redis that hangs.
-func silentRedis(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
 
 // wantUnavailable sends one request and checks that it is answered 503
 // store-unavailable with Retry-After, without internals, and did not hang.
@@ -126,7 +89,7 @@ func TestRedisDown(t *testing.T) {
 func TestRedisSilent(t *testing.T) {
 	for _, c := range serverClients {
 		t.Run(c.name, func(t *testing.T) {
-			checkOutage(t, newTestEnv(t, unreachable(silentRedis(t)), withServerClient(outageTimeout), withClient(c.wrap)))
+			checkOutage(t, newTestEnv(t, unreachable(storetest.SilentRedis(t)), withServerClient(outageTimeout), withClient(c.wrap)))
 		})
 	}
 }

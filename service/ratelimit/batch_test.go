@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -322,7 +323,7 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	if calls := c.callKeys(); len(calls) > 1 {
 		t.Errorf("script calls by keys = %v, want at most the held one", calls)
 	}
-	if got := counterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
 		t.Errorf("unavailable errors counted = %v, want 1 for the one failed decision", got)
 	}
 }

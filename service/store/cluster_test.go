@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/latchkey/latchkey/service/store/clustertest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,7 +98,7 @@ func TestClusterNoScriptHealsOnTheNodeThatAnswered(t *testing.T) {
 			t.Errorf("%s: Run after SCRIPT FLUSH on the key's primary = %v, %v; want 1", addr, res, err)
 		}
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 3 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != 3 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 3 (one per flushed primary)", got)
 	}
 }
@@ -184,7 +185,7 @@ func TestClusterPromotedReplicaHasTheScripts(t *testing.T) {
 	if _, err := st.Run(t.Context(), incr, []string{key}); err != nil {
 		t.Fatalf("Run on the promoted replica's slot = %v", err)
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != 0 {
 		t.Errorf("latchkey_script_reloads_total = %v, want 0: the promoted replica had the scripts", got)
 	}
 }
@@ -312,7 +313,7 @@ func TestClusterRunPipelinedAnswersEachCallOnItsPrimary(t *testing.T) {
 	if last := len(calls) - 1; errs[last] == nil || errors.Is(errs[last], store.ErrUnavailable) {
 		t.Errorf("INCR of a string = %v, %v; want the script's error", res[last], errs[last])
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
 		t.Errorf("latchkey_script_reloads_total = %v, want the flushed primary's script reloaded", got)
 	}
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -58,43 +58,11 @@ func TestPipelinedClientRunsScripts(t *testing.T) {
 	}
 }
 
-// silentRedis returns the address of a listener that accepts connections and
-// never answers, like a Redis behind a dead network path.
-func silentRedis(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 func TestPipelinedClientOnASilentStore(t *testing.T) {
 	// The pipeline sends its batches on its own context, so only the read
 	// timeout ends a batch Redis never answers (and lets Close return), as
 	// the server's -redis-timeout does.
-	rdb := redis.NewClient(&redis.Options{Addr: silentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true,
+	rdb := redis.NewClient(&redis.Options{Addr: storetest.SilentRedis(t), MaxRetries: -1, ContextTimeoutEnabled: true,
 		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	st := newStore(t, newPipelined(t, rdb), store.Config{OpTimeout: 50 * time.Millisecond})
@@ -146,7 +114,7 @@ func TestRunPipelinedHealsNoScriptPerCall(t *testing.T) {
 	if errs[1] == nil || errors.Is(errs[1], store.ErrUnavailable) {
 		t.Errorf("INCR of a string = %v, %v; want the script's error", res[1], errs[1])
 	}
-	if got := counterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got < 1 {
 		t.Errorf("latchkey_script_reloads_total = %v, want the flushed scripts reloaded", got)
 	}
 }

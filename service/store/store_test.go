@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -41,33 +42,6 @@ func newStore(t *testing.T, rdb store.Client, cfg store.Config) *store.Store {
 	}
 	st.Register(incr, noop)
 	return st
-}
-
-// counterValue reads one counter of reg by name and label pairs.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel())*2 != len(labels) {
-				continue
-			}
-			for i, lp := range m.GetLabel() { // sorted by name, as the pairs given
-				if lp.GetName() != labels[2*i] || lp.GetValue() != labels[2*i+1] {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -126,7 +100,7 @@ func TestNoScriptReloadsAndRetries(t *testing.T) {
 		if err != nil || res != int64(i+1) {
 			t.Fatalf("Run after SCRIPT FLUSH = %v, %v; want %d after a reload", res, err, i+1)
 		}
-		if got := counterValue(t, reg, "latchkey_script_reloads_total"); got != float64(i+1) {
+		if got := storetest.CounterValue(t, reg, "latchkey_script_reloads_total"); got != float64(i+1) {
 			t.Errorf("latchkey_script_reloads_total = %v, want %d", got, i+1)
 		}
 	}
@@ -221,7 +195,7 @@ func TestErrorTranslation(t *testing.T) {
 			if tt.unavailable {
 				kind = "unavailable"
 			}
-			if got := counterValue(t, reg, "latchkey_redis_errors_total", "kind", kind, "op", "incr"); got != 2 {
+			if got := storetest.CounterValue(t, reg, "latchkey_redis_errors_total", "kind", kind, "op", "incr"); got != 2 {
 				t.Errorf("latchkey_redis_errors_total{op=incr,kind=%s} = %v, want 2 (one per call)", kind, got)
 			}
 		})
@@ -293,7 +267,7 @@ func TestCallerCancelIsContextCanceled(t *testing.T) {
 		t.Fatalf("Run cancelled by its caller = %v, want context.Canceled and not ErrUnavailable", err)
 	}
 	for _, kind := range []string{"unavailable", "script"} {
-		if got := counterValue(t, reg, "latchkey_redis_errors_total", "kind", kind, "op", "incr"); got != 0 {
+		if got := storetest.CounterValue(t, reg, "latchkey_redis_errors_total", "kind", kind, "op", "incr"); got != 0 {
 			t.Errorf("a caller that went away counted as a %s error", kind)
 		}
 	}
@@ -312,7 +286,7 @@ func TestRunReplicated(t *testing.T) {
 	if !errors.As(err, &rerr) || rerr.Acked != 0 || rerr.Want != 1 || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("RunReplicated of a change with no replica = %v, want a *ReplicationError{0, 1} wrapping ErrUnavailable", err)
 	}
-	if got := counterValue(t, reg, "latchkey_redis_errors_total", "kind", "replicas", "op", "incr"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_redis_errors_total", "kind", "replicas", "op", "incr"); got != 1 {
 		t.Errorf("latchkey_redis_errors_total{op=incr,kind=replicas} = %v, want 1", got)
 	}
 	if n, err := rdb.Get(t.Context(), "n").Int(); err != nil || n != 1 {
