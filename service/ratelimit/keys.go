@@ -137,3 +137,22 @@ func (s *Service) Keys(pol Policy, keys []string) []string {
 func (s *Service) MultiKeys(pol Policy, keys []string) []string {
 	return redisKeys(s.prefix, pol, keyList{many: keys}).many
 }
+
+// ValidatePolicyName checks a policy name: 1-64 characters of
+// [A-Za-z0-9._-], starting with a letter or digit. Returns a
+// *ValidationError otherwise.
+func ValidatePolicyName(name string) error {
+	if !store.Matches(name, 1, 64, store.IsAlnum, isPolicyNameByte) {
+		return invalid("policy", "format", "policy name must be 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit")
+	}
+	return nil
+}
+
+// ValidateRateLimitKey checks a rate-limit key: 1-256 printable ASCII
+// characters without spaces, '{' or '}'. Returns a *ValidationError otherwise.
+func ValidateRateLimitKey(field, key string) error {
+	if !store.Matches(key, 1, 256, isKeyByte, isKeyByte) {
+		return invalid(field, "format", "%s must be 1-256 printable ASCII characters without spaces, { or }", field)
+	}
+	return nil
+}
