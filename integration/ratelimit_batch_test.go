@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
@@ -83,17 +84,7 @@ func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
 	}
 	wg.Wait()
 	for k := range keys {
-		cost := int64(k + 1)
-		var want []int64
-		for r := 60 - cost; r >= 0; r -= cost {
-			want = append(want, r)
-		}
-		got := slices.Clone(remaining[k])
-		slices.Sort(got)
-		slices.Reverse(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("user-%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
-		}
+		storetest.WantCountdown(t, fmt.Sprintf("user-%d", k), remaining[k], 60, int64(k+1))
 	}
 }
 
@@ -250,16 +241,7 @@ func TestRateLimitChecksBehindStalledCallsCountExactly(t *testing.T) {
 			}
 			for k := range keys {
 				cost := int64(k + 1)
-				var want []int64
-				for r := 60 - cost; r >= 0; r -= cost {
-					want = append(want, r)
-				}
-				got := slices.Clone(remaining[k])
-				slices.Sort(got)
-				slices.Reverse(got)
-				if !slices.Equal(got, want) {
-					t.Errorf("user-%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
-				}
+				storetest.WantCountdown(t, fmt.Sprintf("user-%d", k), remaining[k], 60, cost)
 				counter, err := e.RDB.Get(t.Context(), fmt.Sprintf("%srl:fw:stall:user-%d", e.Prefix, k)).Int64()
 				if wantCount := 60 - 60%cost; err != nil || counter != wantCount {
 					t.Errorf("user-%d's counter in Redis = %d, %v; want %d", k, counter, err, wantCount)

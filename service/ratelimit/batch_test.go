@@ -411,17 +411,7 @@ func TestConcurrentDecisionsCountExactly(t *testing.T) {
 			}
 			wg.Wait()
 			for k := range keys {
-				cost := int64(k + 1)
-				var want []int64
-				for r := 60 - cost; r >= 0; r -= cost {
-					want = append(want, r)
-				}
-				got := slices.Clone(remaining[k])
-				slices.Sort(got)
-				slices.Reverse(got)
-				if !slices.Equal(got, want) {
-					t.Errorf("k%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
-				}
+				storetest.WantCountdown(t, fmt.Sprintf("k%d", k), remaining[k], 60, int64(k+1))
 			}
 		})
 	}
