@@ -122,29 +122,6 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// identity is the key a policy takes from a request: the client's address
-// (see ClientIPConfig) or a header's value.
-func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
-	if h := pol.KeyHeader(); h != "" {
-		v, err := singleHeader(r, h)
-		if err != nil {
-			return "", err
-		}
-		if v == "" {
-			return "", badRequest(h, "required", "policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
-		}
-		if err := ratelimit.ValidateRateLimitKey(h, v); err != nil {
-			return "", err
-		}
-		return v, nil
-	}
-	key, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
-	if err != nil {
-		return "", badRequest("client", "address", err.Error())
-	}
-	return key, nil
-}
-
 // writeDecision answers a decision with its headers and JSON body.
 func (a *api) writeDecision(w http.ResponseWriter, status int, d ratelimit.Decision) {
 	setRateLimitHeaders(w.Header(), d, a.cfg.RateLimit.LegacyHeaders)

@@ -108,6 +108,29 @@ func (a *api) limitKeys(r *http.Request, pol ratelimit.Policy, gate bool) ([]str
 	return keys, nil
 }
 
+// identity is the key a policy takes from a request: the client's address
+// (see ClientIPConfig) or a header's value.
+func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
+	if h := pol.KeyHeader(); h != "" {
+		v, err := singleHeader(r, h)
+		if err != nil {
+			return "", err
+		}
+		if v == "" {
+			return "", badRequest(h, "required", "policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
+		}
+		if err := ratelimit.ValidateRateLimitKey(h, v); err != nil {
+			return "", err
+		}
+		return v, nil
+	}
+	key, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
+	if err != nil {
+		return "", badRequest("client", "address", err.Error())
+	}
+	return key, nil
+}
+
 // policyRequest completes a check request naming a policy: looked up once,
 // it gives the key when the body has none (the caller itself) and the cost
 // when the body has none and the policy takes it from a header.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/redis/go-redis/v9"
@@ -27,9 +28,9 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 		src  string
 		args []any
 	}{
-		{"fixed_window", lua.RateLimitFixedWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
-		{"sliding_window", lua.RateLimitSlidingWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
-		{"token_bucket", lua.RateLimitTokenBucket, []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
+		{"fixed_window", lua.Source("ratelimit_fixed_window"), []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"sliding_window", lua.Source("ratelimit_sliding_window"), []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"token_bucket", lua.Source("ratelimit_token_bucket"), []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tag := prefix + "{" + tc.name + "}" // one slot: the script runs on a cluster too
@@ -83,17 +84,7 @@ func TestRateLimitConcurrentChecksCountExactly(t *testing.T) {
 	}
 	wg.Wait()
 	for k := range keys {
-		cost := int64(k + 1)
-		var want []int64
-		for r := 60 - cost; r >= 0; r -= cost {
-			want = append(want, r)
-		}
-		got := slices.Clone(remaining[k])
-		slices.Sort(got)
-		slices.Reverse(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("user-%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
-		}
+		storetest.WantCountdown(t, fmt.Sprintf("user-%d", k), remaining[k], 60, int64(k+1))
 	}
 }
 
@@ -250,16 +241,7 @@ func TestRateLimitChecksBehindStalledCallsCountExactly(t *testing.T) {
 			}
 			for k := range keys {
 				cost := int64(k + 1)
-				var want []int64
-				for r := 60 - cost; r >= 0; r -= cost {
-					want = append(want, r)
-				}
-				got := slices.Clone(remaining[k])
-				slices.Sort(got)
-				slices.Reverse(got)
-				if !slices.Equal(got, want) {
-					t.Errorf("user-%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
-				}
+				storetest.WantCountdown(t, fmt.Sprintf("user-%d", k), remaining[k], 60, cost)
 				counter, err := e.RDB.Get(t.Context(), fmt.Sprintf("%srl:fw:stall:user-%d", e.Prefix, k)).Int64()
 				if wantCount := 60 - 60%cost; err != nil || counter != wantCount {
 					t.Errorf("user-%d's counter in Redis = %d, %v; want %d", k, counter, err, wantCount)

@@ -271,8 +271,8 @@ func TestFencesIncrease(t *testing.T) {
 }
 
 var (
-	tokenBucketScript   = redis.NewScript(lua.RateLimitTokenBucket)
-	slidingWindowScript = redis.NewScript(lua.RateLimitSlidingWindow)
+	tokenBucketScript   = redis.NewScript(lua.Source("ratelimit_token_bucket"))
+	slidingWindowScript = redis.NewScript(lua.Source("ratelimit_sliding_window"))
 )
 
 // runLimitScript runs a rate-limit script on key with args and returns its

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/storetest"
-
 	"github.com/latchkey/latchkey/service/locks"
 )
 

@@ -10,7 +10,7 @@ import (
 // CounterValue reads one counter of reg: the metric name with exactly the
 // given label pairs (name, value, name, value, ...), or 0 when it has not
 // been counted yet.
-func CounterValue(tb testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
+func CounterValue(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	tb.Helper()
 	families, err := reg.Gather()
 	if err != nil {

@@ -77,19 +77,3 @@ func Source(name string) string {
 	}
 	return s
 }
-
-// mustAssemble is Source for a file name.
-func mustAssemble(file string) string { return Source(strings.TrimSuffix(file, ".lua")) }
-
-// RateLimitFixedWindow is the INCR + EXPIRE fixed-window limiter.
-var RateLimitFixedWindow = mustAssemble("ratelimit_fixed_window.lua")
-
-// RateLimitSlidingWindow is the two-counter sliding-window limiter.
-var RateLimitSlidingWindow = mustAssemble("ratelimit_sliding_window.lua")
-
-// RateLimitTokenBucket is the GCRA token-bucket limiter.
-var RateLimitTokenBucket = mustAssemble("ratelimit_token_bucket.lua")
-
-// RateLimitMulti decides one request under several limits at once: all
-// allow and count it, or nothing is counted.
-var RateLimitMulti = mustAssemble("ratelimit_multi.lua")

@@ -55,7 +55,7 @@ func TestDecisionCallSendsOnlyLiveDecisions(t *testing.T) {
 	if err := s.st.LoadScripts(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	b := s.rl.batchers[FixedWindow]
+	b := s.batchers[FixedWindow]
 	decision := func(key string, deadline time.Time) *decisionCall {
 		return &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3, deadline: deadline,
 			done: make(chan decisionResult, 1)}
@@ -92,10 +92,10 @@ func TestDecisionBatchesOnAClusterGroupBySlot(t *testing.T) {
 	s := newOn(t, rdb)
 	single := newOn(t, redis.NewClient(&redis.Options{Addr: m.Addr()}))
 	for name, svc := range map[string]*Service{"cluster": s, "single": single} {
-		if len(svc.rl.batchers) != len(limitScripts) {
-			t.Errorf("batchers on a %s client: %d, want one per algorithm", name, len(svc.rl.batchers))
+		if len(svc.batchers) != len(limitScripts) {
+			t.Errorf("batchers on a %s client: %d, want one per algorithm", name, len(svc.batchers))
 		}
-		for alg, b := range svc.rl.batchers {
+		for alg, b := range svc.batchers {
 			if b.cluster != (name == "cluster") {
 				t.Errorf("%s batcher on a %s client groups by slot: %v", alg, name, b.cluster)
 			}
@@ -172,7 +172,7 @@ func TestStalledCallAndPooledCallsCountExactly(t *testing.T) {
 	if err := st.LoadScripts(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	b := s.rl.batchers[FixedWindow]
+	b := s.batchers[FixedWindow]
 	type answer struct {
 		v   [4]int64
 		err error
@@ -285,10 +285,10 @@ func TestDecisionsWhileRedisIsSlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ScriptLoad(t.Context(), lua.RateLimitFixedWindow).Err(); err != nil {
+	if err := rdb.ScriptLoad(t.Context(), lua.Source("ratelimit_fixed_window")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := s.rl.batchers[FixedWindow]
+	b := s.batchers[FixedWindow]
 	type answer struct {
 		v   [4]int64
 		err error
@@ -419,7 +419,7 @@ func TestDecisionCallOnAClusterIsOneScriptCallPerSlot(t *testing.T) {
 		batch = append(batch, &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3,
 			deadline: time.Now().Add(time.Minute), done: make(chan decisionResult, 1)})
 	}
-	s.rl.batchers[FixedWindow].call(batch)
+	s.batchers[FixedWindow].call(batch)
 	for i, c := range batch {
 		remaining := int64(9 - i/20)
 		if r := <-c.done; r.err != nil || r.v != [4]int64{1, remaining, 60000, 0} {

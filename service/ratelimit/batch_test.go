@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
@@ -224,9 +225,9 @@ func TestDecisionScriptsDecideEachKey(t *testing.T) {
 		src  string
 		args []any
 	}{
-		{"fixed_window", lua.RateLimitFixedWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
-		{"sliding_window", lua.RateLimitSlidingWindow, []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
-		{"token_bucket", lua.RateLimitTokenBucket, []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
+		{"fixed_window", lua.Source("ratelimit_fixed_window"), []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"sliding_window", lua.Source("ratelimit_sliding_window"), []any{5, 60000, 1, 5, 60000, 1, 5, 60000, 2}},
+		{"token_bucket", lua.Source("ratelimit_token_bucket"), []any{5, 60000, 5, 1, 5, 60000, 5, 1, 5, 60000, 5, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rdb := newTestRedis(t)
@@ -322,7 +323,7 @@ func TestDecisionWaitEndsAtItsDeadline(t *testing.T) {
 	if calls := c.callKeys(); len(calls) > 1 {
 		t.Errorf("script calls by keys = %v, want at most the held one", calls)
 	}
-	if got := counterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_redis_errors_total", "op", "ratelimit_fixed_window", "kind", "unavailable"); got != 1 {
 		t.Errorf("unavailable errors counted = %v, want 1 for the one failed decision", got)
 	}
 }
@@ -410,17 +411,7 @@ func TestConcurrentDecisionsCountExactly(t *testing.T) {
 			}
 			wg.Wait()
 			for k := range keys {
-				cost := int64(k + 1)
-				var want []int64
-				for r := 60 - cost; r >= 0; r -= cost {
-					want = append(want, r)
-				}
-				got := slices.Clone(remaining[k])
-				slices.Sort(got)
-				slices.Reverse(got)
-				if !slices.Equal(got, want) {
-					t.Errorf("k%d (cost %d): allowed with remaining %v, want exactly %v", k, cost, got, want)
-				}
+				storetest.WantCountdown(t, fmt.Sprintf("k%d", k), remaining[k], 60, int64(k+1))
 			}
 		})
 	}

@@ -3,12 +3,12 @@ package ratelimit
 import "time"
 
 // DenyCacheLen reports how many denials s holds in its in-process cache.
-func DenyCacheLen(s *Service) int { return s.rl.cache.len() }
+func DenyCacheLen(s *Service) int { return s.cache.len() }
 
 // QueuedDecisions reports how many decisions of an algorithm wait for a
 // script call.
 func QueuedDecisions(s *Service, alg Algorithm) int {
-	b := s.rl.batchers[alg]
+	b := s.batchers[alg]
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.queue)
@@ -17,14 +17,14 @@ func QueuedDecisions(s *Service, alg Algorithm) int {
 // Senders reports how many calls of an algorithm are out (each sender has
 // one out, or is about to take the queue).
 func Senders(s *Service, alg Algorithm) int {
-	b := s.rl.batchers[alg]
+	b := s.batchers[alg]
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.senders
 }
 
 // LeasePools reports how many pools of leased limits s keeps.
-func LeasePools(s *Service) int { return s.rl.leases.len() }
+func LeasePools(s *Service) int { return s.leases.len() }
 
 // SetViewsClock makes s's views (PolicyStats, TopDenied) read now as the
 // time.

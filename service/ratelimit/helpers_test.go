@@ -1,7 +1,6 @@
 package ratelimit_test
 
 import (
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -71,35 +70,6 @@ func newTestService(t *testing.T, cfg config) (*ratelimit.Service, *miniredis.Mi
 	t.Helper()
 	m, rdb := newTestRedis(t)
 	return mustNew(t, rdb, cfg), m
-}
-
-// counterValue reads one counter of reg, by name and label pairs; absent
-// counts as 0.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			if maps.Equal(got, want) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // wantNoGoType fails the test if err prints a Go type: a policy file's

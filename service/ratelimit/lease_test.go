@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -68,10 +69,10 @@ func TestLeaseTakesUnitsAndNeverExceedsTheLimit(t *testing.T) {
 	if allowedA+allowedB != 10 {
 		t.Errorf("%d + %d allowed, want exactly 10", allowedA, allowedB)
 	}
-	if got := counterValue(t, regA, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", "granted"); got != 2 {
+	if got := storetest.CounterValue(t, regA, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", "granted"); got != 2 {
 		t.Errorf("a's granted leases %v, want 2", got)
 	}
-	if got := counterValue(t, regA, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", "local"); got != 4 {
+	if got := storetest.CounterValue(t, regA, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", "local"); got != 4 {
 		t.Errorf("a's local decisions %v, want 4", got)
 	}
 }
@@ -206,7 +207,7 @@ func TestLeaseTableAtCapPlusOneStaysExact(t *testing.T) {
 	svc := mustNew(t, rdb, config{Registerer: reg, RateLimit: rlConfig(0, leased("l", 3, 2)).RateLimit})
 	keys := leaseKeys(ratelimit.MaxLeasePools + 1)
 	source := func(s string) float64 {
-		return counterValue(t, reg, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", s)
+		return storetest.CounterValue(t, reg, "latchkey_ratelimit_lease_decisions_total", "policy", "l", "limit", "l", "source", s)
 	}
 
 	if got := leaseRun(t, svc, "l", keys, 1); got != int64(len(keys)) {

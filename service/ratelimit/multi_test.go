@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,7 +104,7 @@ func TestMultiLimitEachBindsInTurn(t *testing.T) {
 		want          float64
 	}{{"per-ip", "denied", 1}, {"per-key", "denied", 1}, {"global", "denied", 1},
 		{"global", "allowed", 4}, {"per-ip", "allowed", 4}, {"global", "blocked", 2}, {"per-ip", "blocked", 2}} {
-		if got := counterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "api", "limit", c.limit, "result", c.result); got != c.want {
+		if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "api", "limit", c.limit, "result", c.result); got != c.want {
 			t.Errorf("limit %s %s: %v, want %v", c.limit, c.result, got, c.want)
 		}
 	}
@@ -303,7 +304,7 @@ func TestMultiLimitFailModesAndShadow(t *testing.T) {
 	if after := counts(m, keys); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("a shadow would-deny changed the counts: %q, then %q", before, after)
 	}
-	if got := counterValue(t, reg, "latchkey_ratelimit_shadow_would_deny_total", "policy", "shadow"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_shadow_would_deny_total", "policy", "shadow"); got != 1 {
 		t.Errorf("would-deny metric %v, want 1", got)
 	}
 
@@ -347,7 +348,7 @@ func TestMultiLimitMetricsFollowReloads(t *testing.T) {
 	if n := series(); n != 4 {
 		t.Errorf("%d series after removing limit b, want limit a's 4", n)
 	}
-	if got := counterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "p", "limit", "a", "result", "allowed"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_limit_decisions_total", "policy", "p", "limit", "a", "result", "allowed"); got != 1 {
 		t.Errorf("limit a allowed %v, want 1 carried over", got)
 	}
 }

@@ -166,25 +166,6 @@ const DefaultPolicyName = "default"
 
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 
-// ValidatePolicyName checks a policy name: 1-64 characters of
-// [A-Za-z0-9._-], starting with a letter or digit. Returns a
-// *ValidationError otherwise.
-func ValidatePolicyName(name string) error {
-	if !store.Matches(name, 1, 64, store.IsAlnum, isPolicyNameByte) {
-		return invalid("policy", "format", "policy name must be 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit")
-	}
-	return nil
-}
-
-// ValidateRateLimitKey checks a rate-limit key: 1-256 printable ASCII
-// characters without spaces, '{' or '}'. Returns a *ValidationError otherwise.
-func ValidateRateLimitKey(field, key string) error {
-	if !store.Matches(key, 1, 256, isKeyByte, isKeyByte) {
-		return invalid(field, "format", "%s must be 1-256 printable ASCII characters without spaces, { or }", field)
-	}
-	return nil
-}
-
 // validateLimit checks a limit against the configured bounds; field names
 // are prefixed with prefix ("" for a request, "policies.NAME." for a file).
 func (c Config) validateLimit(prefix string, l Limit) error {
@@ -501,7 +482,7 @@ const YearWindow = 365 * 24 * time.Hour
 // ValidateLimit checks l as a policy's limit, with windows up to the
 // longer of MaxWindow and YearWindow. Returns a *ValidationError.
 func (s *Service) ValidateLimit(l Limit) error {
-	c := s.rl.cfg
+	c := s.cfg
 	c.MaxWindow = max(c.MaxWindow, YearWindow)
 	return c.validateLimit("", l)
 }

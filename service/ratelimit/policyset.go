@@ -31,29 +31,25 @@ type policySet struct {
 	byName map[string]Policy
 	// counters holds each policy's metrics, looked up once per set.
 	counters map[string]*decisionCounters
-	// specs are how the policies decided by ratelimit_multi.lua are (see
-	// limitSpec), built once per set.
+	// specs are how each policy is decided (see limitSpec), built once
+	// per set.
 	specs map[string]limitSpec
 }
 
 // newPolicySet builds a set of policies (already validated) with their
-// counters in rl's metrics.
-func (rl *rateLimiter) newPolicySet(ps []Policy, now time.Time) *policySet {
-	s := &policySet{byName: make(map[string]Policy, len(ps)), counters: make(map[string]*decisionCounters, len(ps))}
-	s.Policies = make([]Policy, len(ps))
+// counters in the Service's metrics.
+func (s *Service) newPolicySet(ps []Policy, now time.Time) *policySet {
+	set := &policySet{byName: make(map[string]Policy, len(ps)), counters: make(map[string]*decisionCounters, len(ps)),
+		specs: make(map[string]limitSpec, len(ps))}
+	set.Policies = make([]Policy, len(ps))
 	for i, p := range ps {
 		p = p.withDefaults()
-		s.Policies[i] = p
-		s.byName[p.Name] = p
-		s.counters[p.Name] = rl.newCounters(p)
-		if p.decidedByLimits() {
-			if s.specs == nil {
-				s.specs = map[string]limitSpec{}
-			}
-			s.specs[p.Name] = newLimitSpec(p)
-		}
+		set.Policies[i] = p
+		set.byName[p.Name] = p
+		set.counters[p.Name] = s.newCounters(p)
+		set.specs[p.Name] = newLimitSpec(p)
 	}
-	slices.SortFunc(s.Policies, func(a, b Policy) int {
+	slices.SortFunc(set.Policies, func(a, b Policy) int {
 		if a.Name < b.Name {
 			return -1
 		}
@@ -62,9 +58,9 @@ func (rl *rateLimiter) newPolicySet(ps []Policy, now time.Time) *policySet {
 		}
 		return 0
 	})
-	s.Version = policyVersion(s.Policies)
-	s.LoadedAt = now
-	return s
+	set.Version = policyVersion(set.Policies)
+	set.LoadedAt = now
+	return set
 }
 
 // policyVersion is a set's Version: a hash of its sorted policies as JSON.
@@ -79,7 +75,7 @@ func policyVersion(ps []Policy) string {
 
 // ActivePolicies returns the set decisions use now. Its Policies must not
 // be modified.
-func (s *Service) ActivePolicies() PolicySet { return s.rl.set.Load().PolicySet }
+func (s *Service) ActivePolicies() PolicySet { return s.set.Load().PolicySet }
 
 // SetPolicies makes ps the active policy set, atomically: a decision under
 // way finishes with the set it began with, every later one uses the new set.
@@ -93,29 +89,29 @@ func (s *Service) ActivePolicies() PolicySet { return s.rl.set.Load().PolicySet 
 // longer in the set are deleted, so their series stay bounded by the
 // policies of the active set.
 func (s *Service) SetPolicies(ps []Policy) (active PolicySet, changed bool, err error) {
-	cfg := s.rl.cfg
+	cfg := s.cfg
 	cfg.Policies = ps
 	if err := cfg.Validate(); err != nil {
 		return s.ActivePolicies(), false, err
 	}
-	s.rl.swapMu.Lock()
-	defer s.rl.swapMu.Unlock()
-	old := s.rl.set.Load()
-	next := s.rl.newPolicySet(ps, time.Now())
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
+	old := s.set.Load()
+	next := s.newPolicySet(ps, time.Now())
 	if next.Version == old.Version {
 		return old.PolicySet, false, nil
 	}
-	s.rl.set.Store(next)
+	s.set.Store(next)
 	s.views.prune(next)
 	for name, p := range old.byName {
 		if np, ok := next.byName[name]; !ok {
-			s.rl.deleteCounters(name)
+			s.deleteCounters(name)
 		} else {
-			s.rl.deleteLimitCounters(p, np)
+			s.deleteLimitCounters(p, np)
 		}
 	}
 	// A cached denial was taken under the old limits: ask Redis again.
-	s.rl.cache.clear()
+	s.cache.clear()
 	return next.PolicySet, true, nil
 }
 
@@ -127,8 +123,8 @@ type decisionCounters struct {
 	limits []limitCounters
 }
 
-// limitCounters are one limit's metrics; see rateLimiter.limitDecisions
-// and rateLimiter.leaseDecisions.
+// limitCounters are one limit's metrics; see Service.limitDecisions
+// and Service.leaseDecisions.
 type limitCounters struct {
 	name                                string
 	allowed, denied, blocked, wouldDeny prometheus.Counter
@@ -138,25 +134,25 @@ type limitCounters struct {
 // limitResults are the result labels of limitDecisions.
 var limitResults = []string{"allowed", "denied", "blocked", "would_deny"}
 
-func (rl *rateLimiter) newCounters(p Policy) *decisionCounters {
+func (s *Service) newCounters(p Policy) *decisionCounters {
 	policy := p.Name
-	c := &decisionCounters{allowed: rl.decisions.WithLabelValues(policy, "allowed"),
-		denied:    rl.decisions.WithLabelValues(policy, "denied"),
-		wouldDeny: rl.wouldDeny.WithLabelValues(policy),
-		failOpen:  rl.failOpen.WithLabelValues(policy)}
+	c := &decisionCounters{allowed: s.decisions.WithLabelValues(policy, "allowed"),
+		denied:    s.decisions.WithLabelValues(policy, "denied"),
+		wouldDeny: s.wouldDeny.WithLabelValues(policy),
+		failOpen:  s.failOpen.WithLabelValues(policy)}
 	ls := p.Limits
 	if !p.Multi() && policy != InlinePolicyName {
 		ls = []NamedLimit{{Name: policy, Limit: p.Limit}}
 	}
 	for _, l := range ls {
-		lc := limitCounters{name: l.Name, allowed: rl.limitDecisions.WithLabelValues(policy, l.Name, "allowed"),
-			denied:    rl.limitDecisions.WithLabelValues(policy, l.Name, "denied"),
-			blocked:   rl.limitDecisions.WithLabelValues(policy, l.Name, "blocked"),
-			wouldDeny: rl.limitDecisions.WithLabelValues(policy, l.Name, "would_deny")}
+		lc := limitCounters{name: l.Name, allowed: s.limitDecisions.WithLabelValues(policy, l.Name, "allowed"),
+			denied:    s.limitDecisions.WithLabelValues(policy, l.Name, "denied"),
+			blocked:   s.limitDecisions.WithLabelValues(policy, l.Name, "blocked"),
+			wouldDeny: s.limitDecisions.WithLabelValues(policy, l.Name, "would_deny")}
 		if l.Lease > 0 {
-			lc.leaseLocal = rl.leaseDecisions.WithLabelValues(policy, l.Name, "local")
-			lc.leaseGranted = rl.leaseDecisions.WithLabelValues(policy, l.Name, "granted")
-			lc.unleased = rl.leaseDecisions.WithLabelValues(policy, l.Name, "unleased")
+			lc.leaseLocal = s.leaseDecisions.WithLabelValues(policy, l.Name, "local")
+			lc.leaseGranted = s.leaseDecisions.WithLabelValues(policy, l.Name, "granted")
+			lc.unleased = s.leaseDecisions.WithLabelValues(policy, l.Name, "unleased")
 		}
 		c.limits = append(c.limits, lc)
 	}
@@ -200,18 +196,18 @@ func (c *decisionCounters) lease(i int, name, source string) {
 }
 
 // deleteCounters removes a policy's series from every metric.
-func (rl *rateLimiter) deleteCounters(policy string) {
-	rl.decisions.DeleteLabelValues(policy, "allowed")
-	rl.decisions.DeleteLabelValues(policy, "denied")
-	rl.wouldDeny.DeleteLabelValues(policy)
-	rl.failOpen.DeleteLabelValues(policy)
-	rl.limitDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
-	rl.leaseDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
+func (s *Service) deleteCounters(policy string) {
+	s.decisions.DeleteLabelValues(policy, "allowed")
+	s.decisions.DeleteLabelValues(policy, "denied")
+	s.wouldDeny.DeleteLabelValues(policy)
+	s.failOpen.DeleteLabelValues(policy)
+	s.limitDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	s.leaseDecisions.DeletePartialMatch(prometheus.Labels{"policy": policy})
 }
 
 // deleteLimitCounters removes the series of old's limits that next, the
 // same policy in a new set, no longer has (or no longer leases).
-func (rl *rateLimiter) deleteLimitCounters(old, next Policy) {
+func (s *Service) deleteLimitCounters(old, next Policy) {
 	names := func(p Policy) []NamedLimit {
 		if p.Multi() {
 			return p.Limits
@@ -223,13 +219,13 @@ func (rl *rateLimiter) deleteLimitCounters(old, next Policy) {
 		i := slices.IndexFunc(nl, func(n NamedLimit) bool { return n.Name == l.Name })
 		if i < 0 {
 			for _, r := range limitResults {
-				rl.limitDecisions.DeleteLabelValues(old.Name, l.Name, r)
+				s.limitDecisions.DeleteLabelValues(old.Name, l.Name, r)
 			}
 		}
 		if i < 0 || nl[i].Lease == 0 {
-			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "local")
-			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "granted")
-			rl.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "unleased")
+			s.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "local")
+			s.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "granted")
+			s.leaseDecisions.DeleteLabelValues(old.Name, l.Name, "unleased")
 		}
 	}
 }
@@ -243,14 +239,14 @@ var detachedCounters = &decisionCounters{
 }
 
 // countersFor returns the counters of a decision under p, taken from set.
-func (rl *rateLimiter) countersFor(set *policySet, p Policy) *decisionCounters {
+func (s *Service) countersFor(set *policySet, p Policy) *decisionCounters {
 	if p.Name == InlinePolicyName {
-		return rl.inline
+		return s.inline
 	}
 	if c, ok := set.counters[p.Name]; ok {
 		return c
 	}
-	if c, ok := rl.set.Load().counters[p.Name]; ok {
+	if c, ok := s.set.Load().counters[p.Name]; ok {
 		return c
 	}
 	return detachedCounters
@@ -264,4 +260,67 @@ func (c *denyCache) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	clear(c.m)
+}
+
+// limitSpec is how a policy is decided: its limits (a single-limit
+// policy's one limit, named after the policy, in shadow mode when the
+// policy is) and, for ratelimit_multi.lua, their ARGV entries after the cost
+// and the units held from leases.
+type limitSpec struct {
+	limits []NamedLimit
+	args   []any
+	// one is set for one unleased limit of a policy of one (short form or
+	// "limits:"): decided by its algorithm's script, batched.
+	one bool
+	// cache is set for a single-limit policy: its denials are cached.
+	cache     bool
+	leased    bool // a limit has a lease
+	allLeased bool // every limit has one
+}
+
+// newLimitSpec builds pol's spec.
+func newLimitSpec(pol Policy) limitSpec {
+	ls := pol.Limits
+	if !pol.Multi() {
+		// A shadow policy's one limit is a shadow limit: the same answer.
+		ls = []NamedLimit{{Name: pol.Name, Limit: pol.Limit, Key: pol.Key, Shadow: pol.Shadow}}
+	}
+	sp := limitSpec{limits: ls, cache: !pol.Multi(), allLeased: true}
+	for _, l := range ls {
+		sp.leased = sp.leased || l.Lease > 0
+		sp.allLeased = sp.allLeased && l.Lease > 0
+	}
+	sp.one = len(ls) == 1 && !sp.leased
+	if sp.one {
+		return sp
+	}
+	sp.args = make([]any, 0, 5*len(ls))
+	for _, l := range ls {
+		a := limitArgs(l)
+		sp.args = append(sp.args, a[:]...)
+	}
+	return sp
+}
+
+// spec returns pol's spec: the set's, built once, when pol is the set's
+// policy itself (a multi-limit policy's limits the same array), as a
+// looked-up policy is; else built now.
+func (set *policySet) spec(pol Policy) limitSpec {
+	sp, ok := set.specs[pol.Name]
+	if cur := set.byName[pol.Name]; ok && (pol.Multi() && len(cur.Limits) == len(pol.Limits) && &cur.Limits[0] == &pol.Limits[0] ||
+		!pol.Multi() && !cur.Multi() && cur.Limit == pol.Limit && cur.Key == pol.Key && cur.Shadow == pol.Shadow) {
+		return sp
+	}
+	return newLimitSpec(pol)
+}
+
+func (set *policySet) policy(name string) (Policy, error) {
+	if err := ValidatePolicyName(name); err != nil {
+		return Policy{}, err
+	}
+	p, ok := set.byName[name]
+	if !ok {
+		return Policy{}, &PolicyNotFoundError{Name: name}
+	}
+	return p, nil
 }

@@ -628,7 +628,7 @@ func (g *gcraModel) decide(now, cost int64) [4]int64 {
 // are covered; a few limits above 1e9 give tokens below 1 ns.
 func TestTokenBucketScriptMatchesExactModel(t *testing.T) {
 	m, rdb := newTestRedis(t)
-	script := redis.NewScript(lua.RateLimitTokenBucket)
+	script := redis.NewScript(lua.Source("ratelimit_token_bucket"))
 	rng := rand.New(rand.NewPCG(7, 11))
 	logUniform := func(lo, hi float64) int64 { return int64(lo * math.Pow(hi/lo, rng.Float64())) }
 	configs := 200

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -46,10 +47,10 @@ func TestSetPoliciesCarriesCountsOver(t *testing.T) {
 	if _, err := svc.Check(context.Background(), ratelimit.Request{Policy: "other", Key: "k"}); err == nil {
 		t.Error("a removed policy still decides")
 	}
-	if got := counterValue(t, reg, "latchkey_ratelimit_decisions_total", "policy", "other", "result", "allowed"); got != 0 {
+	if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_decisions_total", "policy", "other", "result", "allowed"); got != 0 {
 		t.Errorf("removed policy's series still exported (%v)", got)
 	}
-	if got := counterValue(t, reg, "latchkey_ratelimit_decisions_total", "policy", "api", "result", "allowed"); got != 4 {
+	if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_decisions_total", "policy", "api", "result", "allowed"); got != 4 {
 		t.Errorf("api allowed = %v, want 4 (kept over the reload)", got)
 	}
 
@@ -165,7 +166,7 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	reloads := func(result string) float64 {
-		return counterValue(t, reg, "latchkey_ratelimit_policy_reloads_total", "result", result)
+		return storetest.CounterValue(t, reg, "latchkey_ratelimit_policy_reloads_total", "result", result)
 	}
 
 	// The first read applies the file with the default policy added.
@@ -255,7 +256,7 @@ func TestReloaderLoadIsQuiet(t *testing.T) {
 		t.Errorf("poll after Load: changed %v err %v, completed %d times, want the unchanged file left alone", changed, err, completed)
 	}
 	for _, result := range []string{"ok", "error"} {
-		if got := counterValue(t, reg, "latchkey_ratelimit_policy_reloads_total", "result", result); got != 0 {
+		if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_policy_reloads_total", "result", result); got != 0 {
 			t.Errorf("reloads %s = %v after Load, want 0", result, got)
 		}
 	}

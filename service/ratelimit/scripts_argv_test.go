@@ -39,9 +39,9 @@ func argvPerRequest(t *testing.T, name, src string) int {
 // builder and the ARGV its header documents the same length per request.
 func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 	for alg, src := range map[Algorithm]string{
-		FixedWindow:   lua.RateLimitFixedWindow,
-		SlidingWindow: lua.RateLimitSlidingWindow,
-		TokenBucket:   lua.RateLimitTokenBucket,
+		FixedWindow:   lua.Source("ratelimit_fixed_window"),
+		SlidingWindow: lua.Source("ratelimit_sliding_window"),
+		TokenBucket:   lua.Source("ratelimit_token_bucket"),
 	} {
 		name := limitScripts[alg].Name() + ".lua"
 		_, n := requestArgs(Limit{Algorithm: alg, Limit: 10, Window: time.Minute}, 1)

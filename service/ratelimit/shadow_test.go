@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,10 +41,10 @@ func TestShadowPolicyAllowsAndCountsWouldDenials(t *testing.T) {
 			if would != n-3 {
 				t.Errorf("%d would-denials, want %d", would, n-3)
 			}
-			if got := counterValue(t, reg, "latchkey_ratelimit_shadow_would_deny_total", "policy", "shadow"); got != n-3 {
+			if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_shadow_would_deny_total", "policy", "shadow"); got != n-3 {
 				t.Errorf("would-deny metric = %v, want %d", got, n-3)
 			}
-			if got := counterValue(t, reg, "latchkey_ratelimit_decisions_total", "policy", "shadow", "result", "denied"); got != 0 {
+			if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_decisions_total", "policy", "shadow", "result", "denied"); got != 0 {
 				t.Errorf("denied metric = %v, want 0: a shadow policy denies nothing", got)
 			}
 			// What an enforced twin would have consumed: the limit, no more.

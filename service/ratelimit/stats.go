@@ -59,7 +59,7 @@ func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 // dropped when the policy leaves the active set, so there are at most as
 // many as tenants times policies, both bounded by configuration.
 type views struct {
-	rl  *rateLimiter
+	svc *Service
 	now func() time.Time
 	// nearLimit counts the allowed decisions that left less than
 	// 1/NearLimitShare of the limit, by policy as decisions are.
@@ -96,8 +96,8 @@ type slotCounters struct {
 	counters
 }
 
-func newViews(rl *rateLimiter, reg prometheus.Registerer) *views {
-	v := &views{rl: rl, now: time.Now, nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+func newViews(svc *Service, reg prometheus.Registerer) *views {
+	v := &views{svc: svc, now: time.Now, nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "latchkey_ratelimit_near_limit_total",
 		Help: "Allowed rate-limit decisions that left less than 20 % of the limit, by policy (the binding limit's, for a policy of several limits).",
 	}, []string{"policy"})}
@@ -164,7 +164,7 @@ func (v *views) view(tenant, policy string) *policyView {
 	if pv, ok := (*v.m.Load())[k]; ok {
 		return pv
 	}
-	if _, ok := v.rl.set.Load().byName[policy]; !ok {
+	if _, ok := v.svc.set.Load().byName[policy]; !ok {
 		return nil
 	}
 	v.mu.Lock()
@@ -175,7 +175,7 @@ func (v *views) view(tenant, policy string) *policyView {
 	}
 	// Checked again under mu: prune may have run since, and must not see
 	// a view of a policy it dropped come back.
-	if _, ok := v.rl.set.Load().byName[policy]; !ok {
+	if _, ok := v.svc.set.Load().byName[policy]; !ok {
 		return nil
 	}
 	pv := &policyView{nearLimit: v.nearLimit.WithLabelValues(policy)}
@@ -246,7 +246,7 @@ func (pv *policyView) lastMinute(now time.Time) Counts {
 // policy without a decision yet has zero counts. Counts of other tenants
 // and other instances are not in it.
 func (s *Service) PolicyStats(ctx context.Context) map[string]PolicyStats {
-	set := s.rl.set.Load()
+	set := s.set.Load()
 	tenant := store.TenantOf(ctx)
 	now := s.views.now()
 	out := make(map[string]PolicyStats, len(set.Policies))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,7 +98,7 @@ func TestNearLimitCountsAllowedDecisionsWithLessThanAFifthLeft(t *testing.T) {
 		mustCheck(t, svc, ratelimit.Request{Inline: &ratelimit.Limit{Limit: 5, Window: time.Hour}, Key: "k"})
 	}
 	for policy, want := range map[string]float64{"api": 2, "shadow": 2, "inline": 1} {
-		if got := counterValue(t, reg, "latchkey_ratelimit_near_limit_total", "policy", policy); got != want {
+		if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_near_limit_total", "policy", policy); got != want {
 			t.Errorf("near-limit decisions of %s = %v, want %v", policy, got, want)
 		}
 	}
@@ -158,7 +159,7 @@ func TestPolicyViewsGoWithTheirPolicy(t *testing.T) {
 	svc, _ := newTestService(t, cfg)
 	mustCheck(t, svc, ratelimit.Request{Policy: "api", Key: "k"})
 	mustCheck(t, svc, ratelimit.Request{Policy: "api", Key: "k"})
-	if got := counterValue(t, reg, "latchkey_ratelimit_near_limit_total", "policy", "api"); got != 1 {
+	if got := storetest.CounterValue(t, reg, "latchkey_ratelimit_near_limit_total", "policy", "api"); got != 1 {
 		t.Fatalf("near-limit of api = %v, want 1", got)
 	}
 	if _, _, err := svc.SetPolicies([]ratelimit.Policy{fixed("other", 1, time.Hour)}); err != nil {

@@ -15,13 +15,15 @@ import (
 var (
 	// ErrInvalid reports a request that breaks an invariant (bad name, token,
 	// duration). Such a request changes nothing.
-	ErrInvalid = errors.New("service: invalid request")
-	// ErrNotFound reports a lease that does not exist (expired or released).
-	ErrNotFound = errors.New("service: lease not found")
+	ErrInvalid = errors.New("store: invalid request")
+	// ErrNotFound reports that what a request names does not exist (a
+	// lease expired or released, an unknown policy); each domain's error
+	// wrapping it says what was not found.
+	ErrNotFound = errors.New("store: not found")
 	// ErrConflict reports a request that conflicts with the current state.
-	ErrConflict = errors.New("service: conflict")
+	ErrConflict = errors.New("store: conflict")
 	// ErrUnavailable reports that the store could not be reached in time.
-	ErrUnavailable = errors.New("service: store unavailable")
+	ErrUnavailable = errors.New("store: unavailable")
 )
 
 // ValidationError names the request field that broke a rule. It wraps
@@ -32,7 +34,7 @@ type ValidationError struct {
 	Detail string // a sentence for people
 }
 
-func (e *ValidationError) Error() string { return "service: invalid " + e.Field + ": " + e.Detail }
+func (e *ValidationError) Error() string { return "store: invalid " + e.Field + ": " + e.Detail }
 
 // Unwrap makes errors.Is(err, ErrInvalid) true.
 func (e *ValidationError) Unwrap() error { return ErrInvalid }
@@ -53,7 +55,7 @@ type QuotaError struct {
 }
 
 func (e *QuotaError) Error() string {
-	return fmt.Sprintf("service: tenant quota of %d %s reached", e.Limit, e.Quota)
+	return fmt.Sprintf("store: tenant quota of %d %s reached", e.Limit, e.Quota)
 }
 
 // Unwrap makes errors.Is(err, ErrConflict) true.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/storetest"
-
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"

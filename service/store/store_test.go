@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/internal/storetest"
-
 	"github.com/alicebob/miniredis/v2"
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"

@@ -1,0 +1,245 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/latchkey/latchkey/service/store"
+)
+
+// run runs the limits of one decision under sp, costing cost, on their
+// Redis keys rkeys, and writes each limit's answer into v as
+// ratelimit_multi.lua's reply has it (multiReplyPer entries per limit,
+// status first). One unleased limit is decided by its algorithm's script,
+// through the batcher, and a single-limit policy's denial is cached, so a
+// repeated request is denied without Redis (cached reports such an
+// answer); a leased limit, or several, by the units this instance holds,
+// else by ratelimit_multi.lua. takes are the leased limits' takes, settled
+// and unpinned. Returns the store's error when Redis could not decide.
+func (s *Service) run(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys keyList, cost int64, v []int64) (takes []leaseTake, cached bool, err error) {
+	if sp.one {
+		cached, err = s.runOne(ctx, sp, rkeys.at(0), cost, v)
+		return nil, cached, err
+	}
+	if takes, ok := s.fromLeases(ctr, sp, rkeys, cost, v); ok {
+		return takes, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	takes, err = s.runLimits(ctx, ctr, sp, rkeys.all(), cost, v)
+	return takes, false, err
+}
+
+// runOne decides sp's one unleased limit on rkey: from the cache of denied
+// keys when sp.cache and it holds a denial of rkey, else with the limit's
+// algorithm's script.
+func (s *Service) runOne(ctx context.Context, sp limitSpec, rkey string, cost int64, v []int64) (cached bool, err error) {
+	l := sp.limits[0]
+	denied := int64(multiDenied)
+	if l.Shadow {
+		denied = multiWouldDeny
+	}
+	ck := denyKey{key: rkey, limit: l.Limit.Limit, burst: l.Burst}
+	now := time.Now()
+	if sp.cache {
+		if e, ok := s.cache.get(ck, cost, now); ok {
+			s.cacheHits.Inc()
+			v[0], v[1] = denied, e.remaining
+			v[2] = ceilMillis(max(e.reset.Sub(now), 0))
+			v[3] = ceilMillis(max(e.until.Sub(now), time.Millisecond))
+			return true, nil
+		}
+	}
+	r, err := s.runLimit(ctx, l.Limit, rkey, cost)
+	if err != nil {
+		return false, err
+	}
+	v[0], v[1], v[2], v[3] = multiCounted, r[1], r[2], r[3]
+	if r[0] != decisionAllowed {
+		v[0] = denied
+		if sp.cache {
+			s.cache.put(ck, denyEntry{until: now.Add(time.Duration(r[3]) * time.Millisecond),
+				reset: now.Add(time.Duration(r[2]) * time.Millisecond), cost: cost, remaining: r[1]}, now)
+		}
+	}
+	return false, nil
+}
+
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// runLimit decides one request with the algorithm's script, bounded by the
+// decision timeout: through the algorithm's batcher, or in a call of its own
+// when batching is off. The reply is {allowed, remaining, reset_ms,
+// retry_after_ms}.
+func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([4]int64, error) {
+	args, n := requestArgs(l, cost)
+	if b := s.batchers[l.Algorithm]; b != nil {
+		return b.decide(ctx, key, args[:n]...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	argv := make([]any, n)
+	for i := range argv {
+		argv[i] = args[i]
+	}
+	sc := limitScripts[l.Algorithm]
+	res, err := s.st.Run(ctx, sc, []string{key}, argv...)
+	if err != nil {
+		return [4]int64{}, err
+	}
+	arr, _ := res.([]any)
+	return s.decisionReply(sc, arr)
+}
+
+// runLimits runs ratelimit_multi.lua for one decision under sp, bounded
+// by ctx, taking the units of leased limits from their pools first; when
+// the pools cover every limit it answers without a call. A leased limit
+// that gets no pool (the table is full) is asked of Redis without a lease.
+// The reply goes to out, multiReplyPer entries per limit; takes are the
+// leased limits' takes (zero for the others), already settled and unpinned.
+func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64, out []int64) ([]leaseTake, error) {
+	n := len(sp.limits)
+	var takes []leaseTake
+	local, unleased := 0, false
+	t0 := time.Now()
+	if sp.leased {
+		takes = make([]leaseTake, n)
+		defer unpinTakes(takes)
+		for i, l := range sp.limits {
+			if l.Lease == 0 {
+				continue
+			}
+			p := s.leases.pool(rkeys[i], t0)
+			if p == nil {
+				unleased = true
+				continue
+			}
+			t, err := p.reserve(ctx, cost, t0)
+			if err != nil {
+				p.unpin()
+				undoTakes(takes[:i])
+				return nil, fmt.Errorf("%s: %w", rateLimitMultiScript.Name(), errors.Join(store.ErrUnavailable, err))
+			}
+			takes[i] = t
+			if t.have >= cost {
+				local++
+			}
+			if t.dry && n == 1 && !l.Shadow {
+				// Redis cannot cover it before dryUntil: denied here. (A
+				// limit among others asks Redis, which denies it, so the
+				// answer reports every limit.)
+				p.mu.Lock()
+				avail, wait := p.avail+p.unitsAt(t0), p.dryUntil.Sub(t0).Milliseconds()
+				p.mu.Unlock()
+				out[0], out[1], out[2], out[3] = multiDenied, avail, wait, wait+1
+				return make([]leaseTake, n), nil
+			}
+		}
+		if local == n {
+			for i := range n {
+				out[multiReplyPer*i], out[multiReplyPer*i+1], out[multiReplyPer*i+2] = multiCounted, -1, -1
+			}
+			for i := range n {
+				ctr.lease(i, sp.limits[i].Name, "local")
+			}
+			return takes, nil
+		}
+	}
+	argv := make([]any, 1+n, 1+n+len(sp.args))
+	argv[0] = cost // ARGV[1] cost
+	for i := range n {
+		argv[1+i] = int64(0) // ARGV[1+i] units held from a lease
+		if takes != nil {
+			argv[1+i] = takes[i].have
+		}
+	}
+	argv = append(argv, sp.args...)
+	if unleased {
+		for i, l := range sp.limits {
+			if l.Lease > 0 && takes[i].pool == nil {
+				argv[1+n+5*i+leaseArg] = int64(0) // ARGV[n+5i] lease: none, as it has no pool
+			}
+		}
+	}
+	res, err := s.st.Run(ctx, rateLimitMultiScript, rkeys, argv...)
+	if err == nil {
+		err = s.multiReply(res, out)
+	}
+	if err != nil {
+		undoTakes(takes)
+		return nil, err
+	}
+	for i, t := range takes {
+		o := multiReplyPer * i
+		status, remaining, reset := out[o], out[o+1], time.Duration(out[o+2])*time.Millisecond
+		switch {
+		case t.pool == nil: // no lease, or no pool for it in a full table
+			if status == multiCounted && sp.limits[i].Lease > 0 {
+				ctr.lease(i, sp.limits[i].Name, "unleased")
+			}
+		case status == multiCounted && t.refill:
+			t.granted(out[o+4], cost-t.have, remaining, t0.Add(reset), t0)
+			ctr.lease(i, sp.limits[i].Name, "granted")
+		case status == multiCounted:
+			ctr.lease(i, sp.limits[i].Name, "local")
+		default:
+			t.undo(status == multiDenied || status == multiWouldDeny, remaining, t0.Add(reset))
+		}
+	}
+	return takes, nil
+}
+
+// fromLeases answers a decision into out from the units this instance
+// holds when every limit of sp is leased and holds the cost: no Redis call,
+// no wait. It reports false otherwise, having taken nothing. The takes
+// returned are unpinned.
+func (s *Service) fromLeases(ctr *decisionCounters, sp limitSpec, rkeys keyList, cost int64, out []int64) ([]leaseTake, bool) {
+	if !sp.allLeased {
+		return nil, false
+	}
+	now := time.Now()
+	takes := make([]leaseTake, len(sp.limits))
+	defer unpinTakes(takes)
+	for i := range sp.limits {
+		p := s.leases.find(rkeys.at(i))
+		if p == nil {
+			undoTakes(takes[:i])
+			return nil, false
+		}
+		t, ok := p.tryLocal(cost, now)
+		if !ok {
+			p.unpin()
+			undoTakes(takes[:i])
+			return nil, false
+		}
+		takes[i] = t
+	}
+	for i, l := range sp.limits {
+		out[multiReplyPer*i], out[multiReplyPer*i+1], out[multiReplyPer*i+2] = multiCounted, -1, -1
+		ctr.lease(i, l.Name, "local")
+	}
+	return takes, true
+}
+
+// undoTakes gives back the units of takes whose decision was not counted.
+func undoTakes(takes []leaseTake) {
+	for _, t := range takes {
+		if t.pool != nil && !t.dry {
+			t.undo(false, 0, time.Time{})
+		}
+	}
+}
+
+// unpinTakes unpins the pools of takes, once the decision is settled.
+func unpinTakes(takes []leaseTake) {
+	for _, t := range takes {
+		if t.pool != nil {
+			t.pool.unpin()
+		}
+	}
+}
