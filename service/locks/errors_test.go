@@ -44,7 +44,7 @@ func TestErrorsWrapTheirSentinel(t *testing.T) {
 
 func TestValidationErrorMessageNamesTheField(t *testing.T) {
 	err := error(&store.ValidationError{Field: "ttl", Rule: "max", Detail: "ttl must be at most 1h0m0s"})
-	if got, want := err.Error(), "service: invalid ttl: ttl must be at most 1h0m0s"; got != want {
+	if got, want := err.Error(), "store: invalid ttl: ttl must be at most 1h0m0s"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
