@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,17 +114,38 @@ func (s *Store) loadCluster(ctx context.Context, cc clusterClient, replicas bool
 	return nil
 }
 
-// evalAfterNoScript runs sc's source with EVAL on c, after c answered
-// NOSCRIPT: the script did not run. EVAL goes where the EVALSHA went (the
-// node of c's connection, or on a cluster client the primary of keys' slot,
-// following MOVED as EVALSHA did), runs the script there and leaves it in
-// that node's script cache, so the node that lacked the script is the one
-// that gets it, in the same call. Loading it on the primary the cluster
-// client names for keys[0] would not do: during a failover that view may
-// name another node than the one that answered (the old primary, now a
-// replica), and the EVALSHA sent again would meet NOSCRIPT once more.
-func evalAfterNoScript(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
-	return c.Eval(ctx, sc.src, keys, args...).Result()
+// reloadAfterNoScript loads sc where the EVALSHA that met NOSCRIPT can
+// have gone, so that the call sent again runs by SHA: on c itself (one
+// Redis), or on a cluster client on every node of its view, primaries and
+// replicas alike. Loading it on the primary the cluster client names for
+// keys[0] would not do: during a failover that view may name another node
+// than the one that answered (the old primary, now a replica, or a new
+// primary restarted empty), and the EVALSHA sent again would meet NOSCRIPT
+// once more. A node that does not answer is skipped: the call sent again
+// says whether the node of its slot has the script. Returns the error of
+// loading it on a single Redis.
+func (s *Store) reloadAfterNoScript(ctx context.Context, c redis.Scripter, sc *Script) error {
+	cc, ok := c.(clusterClient)
+	if !ok {
+		return s.load(ctx, c, sc)
+	}
+	// The nodes are asked at once, each for at most half the time the call
+	// has left, so one that does not answer (paused, or dead and not yet
+	// out of the view) leaves the call sent again time to run.
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
+		defer cancel()
+	}
+	load := func(ctx context.Context, node *redis.Client) error {
+		_ = s.load(ctx, node, sc)
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = cc.ForEachMaster(ctx, load) })
+	wg.Go(func() { _ = cc.ForEachSlave(ctx, load) })
+	wg.Wait()
+	return nil
 }
 
 // rerouteWait bounds how long a call that could not reach its slot's

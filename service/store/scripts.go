@@ -91,8 +91,9 @@ func (s *Store) load(ctx context.Context, c redis.Scripter, sc *Script) error {
 }
 
 // Run calls a script with EVALSHA. On NOSCRIPT (Redis restarted, failed over
-// or flushed its script cache) it runs the script's source with EVAL, which
-// loads it where the call went, once. Errors are translated by Err.
+// or flushed its script cache) it loads the script with SCRIPT LOAD where the
+// call can have gone and calls it again by SHA, once. Errors are translated
+// by Err.
 func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any) (any, error) {
 	opCtx := ctx
 	if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > s.cfg.OpTimeout {
@@ -112,15 +113,18 @@ func (s *Store) Run(ctx context.Context, sc *Script, keys []string, args ...any)
 	return res, nil
 }
 
-// EvalSha calls sc on c with EVALSHA; on NOSCRIPT it calls it again, once,
-// with EVAL and the script's source, which Redis runs and keeps in its
-// script cache (see evalAfterNoScript). Errors are go-redis's, untranslated.
+// EvalSha calls sc on c with EVALSHA; on NOSCRIPT it loads the script
+// (reloadAfterNoScript) and calls it again, once, by SHA. Errors are
+// go-redis's, untranslated.
 func (s *Store) EvalSha(ctx context.Context, c redis.Scripter, sc *Script, keys []string, args ...any) (any, error) {
 	sc = s.variant(sc)
 	res, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	if err != nil && isNoScript(err) {
 		s.metrics.scriptReloads.Inc()
-		res, err = evalAfterNoScript(ctx, c, sc, keys, args...)
+		if err := s.reloadAfterNoScript(ctx, c, sc); err != nil {
+			return nil, err
+		}
+		res, err = c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	}
 	return res, err
 }
