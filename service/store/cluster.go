@@ -170,6 +170,13 @@ func (s *Store) rerouted(ctx context.Context, keys []string, err error) bool {
 	if ferr != nil {
 		return false
 	}
+	return movedFrom(ctx, cc, failed, keys[0])
+}
+
+// movedFrom reports whether cc's view of the slots names another primary
+// than failed for key, reloading it and waiting up to rerouteWait (and ctx)
+// for that (see rerouted).
+func movedFrom(ctx context.Context, cc clusterClient, failed *redis.Client, key string) bool {
 	t := time.NewTimer(rerouteWait)
 	defer t.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -183,7 +190,7 @@ func (s *Store) rerouted(ctx context.Context, keys []string, err error) bool {
 			return false
 		case <-tick.C:
 		}
-		if node, err := cc.MasterForKey(ctx, keys[0]); err == nil && node.Options().Addr != failed.Options().Addr {
+		if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr != failed.Options().Addr {
 			return true
 		}
 	}

@@ -436,3 +436,38 @@ func TestClusterCallAfterADeadPrimaryGoesToTheNewOne(t *testing.T) {
 		t.Errorf("calls to the dead primary = %d, want 1", got)
 	}
 }
+
+// A pipeline that could not connect to the primary its client named (the
+// view not yet caught up with a failover) is sent again, once, to the
+// primaries the reloaded view names: every call, on every primary, runs
+// once and succeeds, as Run's call does.
+func TestClusterRunPipelinedAfterADeadPrimaryGoesToTheNewOnes(t *testing.T) {
+	c := clustertest.Shared(t)
+	rdb := c.Client(t)
+	keys := keysOnEveryPrimary(t, rdb, "pipelined-rerouted")
+	var calls []store.Call
+	for _, key := range keys {
+		if err := rdb.Del(t.Context(), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, store.Call{Script: incr, Keys: []string{key}})
+	}
+	// As a cluster client's node clients are: no retries, so that the
+	// refused dial comes back as it is.
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = dead.Close() })
+	cc := &deadPrimary{ClusterClient: rdb, dead: dead}
+	st := newStore(t, cc, store.Config{Cluster: true})
+	if err := st.LoadScripts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := st.RunPipelined(t.Context(), calls)
+	for i, c := range calls {
+		if errs[i] != nil || res[i] != int64(1) {
+			t.Errorf("%s after the dead primary = %v, %v; want 1, run once on its new primary", c.Keys[0], res[i], errs[i])
+		}
+	}
+	if !cc.reloaded.Load() {
+		t.Error("the client's view was never reloaded: the calls did not meet the dead primary")
+	}
+}

@@ -95,7 +95,10 @@ func (s *Store) CanPipeline() bool {
 // pipeline per primary (the primary of each call's first key) on that
 // primary's own client, all at once, so a primary that failed holds up only
 // its own calls, and a redirect (MOVED, ASK: the slot is served elsewhere)
-// comes back as its call's error rather than being followed. It returns
+// comes back as its call's error rather than being followed; a pipeline
+// that could not connect to its primary (a failover the client's view has
+// not caught up with) is sent again, once, where the reloaded view names
+// its calls' primaries, as Run's call is. It returns
 // each call's reply or error, translated by Err as Run's; one call's error
 // (a script error, a node that failed) leaves the others' replies alone. A
 // call answered NOSCRIPT is run again on its own with Run, which loads the
@@ -108,20 +111,11 @@ func (s *Store) CanPipeline() bool {
 func (s *Store) RunPipelined(ctx context.Context, calls []Call) ([]any, []error) {
 	res, errs := make([]any, len(calls)), make([]error, len(calls))
 	if cc, ok := s.rdb.(clusterClient); ok {
-		nodes := map[*redis.Client][]int{}
-		for i, c := range calls {
-			node, err := cc.MasterForKey(ctx, c.Keys[0])
-			if err != nil {
-				errs[i] = s.Err(ctx, c.Script.name, err)
-				continue
-			}
-			nodes[node] = append(nodes[node], i)
+		all := make([]int, len(calls))
+		for i := range all {
+			all[i] = i
 		}
-		var wg sync.WaitGroup
-		for node, which := range nodes {
-			wg.Go(func() { s.pipeline(ctx, node, calls, which, res, errs) })
-		}
-		wg.Wait()
+		s.pipelinePerPrimary(ctx, cc, calls, all, true, res, errs)
 		return res, errs
 	}
 	p, ok := s.rdb.(pipeliner)
@@ -135,15 +129,57 @@ func (s *Store) RunPipelined(ctx context.Context, calls []Call) ([]any, []error)
 	for i := range which {
 		which[i] = i
 	}
-	s.pipeline(ctx, p, calls, which, res, errs)
+	if err := s.pipeline(ctx, p, calls, which, res, errs); err != nil {
+		for i, c := range calls {
+			errs[i] = s.Err(ctx, c.Script.name, err)
+		}
+	}
 	return res, errs
 }
 
+// pipelinePerPrimary sends calls[i] for each i of which in one pipeline per
+// primary (the primary of each call's first key) and sets res[i] and
+// errs[i]. With reroute set, the calls of a pipeline that could not connect
+// to its primary (a dial error: nothing was sent) are sent again, once, when
+// the cluster client's reloaded view names another primary for them (see
+// rerouted): a batch sent right after a failover goes to the promoted
+// replica rather than failing on the dead primary, as Run's call does.
+func (s *Store) pipelinePerPrimary(ctx context.Context, cc clusterClient, calls []Call, which []int, reroute bool, res []any, errs []error) {
+	nodes := map[*redis.Client][]int{}
+	for _, i := range which {
+		c := calls[i]
+		node, err := cc.MasterForKey(ctx, c.Keys[0])
+		if err != nil {
+			errs[i] = s.Err(ctx, c.Script.name, err)
+			continue
+		}
+		nodes[node] = append(nodes[node], i)
+	}
+	var wg sync.WaitGroup
+	for node, which := range nodes {
+		wg.Go(func() {
+			err := s.pipeline(ctx, node, calls, which, res, errs)
+			if err == nil {
+				return
+			}
+			if reroute && movedFrom(ctx, cc, node, calls[which[0]].Keys[0]) {
+				s.pipelinePerPrimary(ctx, cc, calls, which, false, res, errs)
+				return
+			}
+			for _, i := range which {
+				errs[i] = s.Err(ctx, calls[i].Script.name, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // pipeline sends calls[i] for each i of which in one pipeline on p and sets
-// res[i] and errs[i] (see RunPipelined).
-func (s *Store) pipeline(ctx context.Context, p pipeliner, calls []Call, which []int, res []any, errs []error) {
+// res[i] and errs[i] (see RunPipelined), but when it could not connect (a
+// dial error: no call was sent): then it sets neither and returns the error.
+func (s *Store) pipeline(ctx context.Context, p pipeliner, calls []Call, which []int, res []any, errs []error) error {
 	if len(which) == 0 {
-		return
+		return nil
 	}
 	opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
@@ -153,7 +189,10 @@ func (s *Store) pipeline(ctx context.Context, p pipeliner, calls []Call, which [
 		c := calls[i]
 		cmds[j] = pipe.EvalSha(opCtx, s.variant(c.Script).sha, c.Keys, c.Args...)
 	}
-	_, _ = pipe.Exec(opCtx) // each command carries its own error
+	if _, err := pipe.Exec(opCtx); isDialError(err) {
+		return err // nothing sent; the caller sets each call's error
+	}
+	// Each command carries its own error.
 	for j, cmd := range cmds {
 		i := which[j]
 		c := calls[i]
@@ -166,4 +205,5 @@ func (s *Store) pipeline(ctx context.Context, p pipeliner, calls []Call, which [
 			errs[i] = s.Err(ctx, c.Script.name, err)
 		}
 	}
+	return nil
 }
