@@ -24,7 +24,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"replaces without name", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}}\n"}, "should not have an empty replaces entry"},
 		{"replaces itself", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}}\n"}, "replaces should not contain name of same descriptor"},
 		{"unknown field", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, limit: 3}\n"}, "a.yaml: "},
-		{"share_threshold without wildcard", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 1}}\n"}, "share_threshold applies to a wildcard value"},
+		{"share_threshold without wildcard", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 1}}\n"}, "share_threshold can only be used with wildcard values (ending with '*'), but found key 'k_v'"},
 		{"window beyond a year", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {window: 9000h, requests_per_unit: 1}}\n"}, "window must be at most"},
 	}
 	for _, tc := range cases {

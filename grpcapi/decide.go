@@ -42,6 +42,9 @@ type item struct {
 	m    match
 	key  string // the counter's key, from the descriptor's values
 	cost int64
+	// left, for a fixed window on the epoch, is the time to its end: the
+	// window the counter is created with, so it expires as the window ends.
+	left time.Duration
 	st   *pb.RateLimitResponse_DescriptorStatus
 }
 
@@ -69,6 +72,7 @@ func (s *Server) decide(ctx context.Context, cfg *EnvoyConfig, req *pb.RateLimit
 	}
 	items := make([]*item, len(req.Descriptors))
 	names := map[string]bool{}
+	now := s.cfg.Now()
 	for i, d := range req.Descriptors {
 		if len(d.Entries) > MaxEntries {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: at most %d entries, got %d", i, MaxEntries, len(d.Entries))
@@ -80,6 +84,10 @@ func (s *Server) decide(ctx context.Context, cfg *EnvoyConfig, req *pb.RateLimit
 			continue
 		}
 		it.m, it.key = m, counterKey(m.values)
+		if r := m.rule; r.Policy == "" && r.Limit.Algorithm == ratelimit.FixedWindow {
+			start, left := epochWindow(now, r.Limit.Window)
+			it.key, it.left = counterKey(append(m.values, strconv.FormatInt(start, 10))), left
+		}
 		if m.rule.Name != "" {
 			names[m.rule.Name] = true
 		}
@@ -129,6 +137,19 @@ func (s *Server) decide(ctx context.Context, cfg *EnvoyConfig, req *pb.RateLimit
 		resp.ResponseHeadersToAdd = limitHeaders(tightest)
 	}
 	return resp, nil
+}
+
+// epochWindow places now in the fixed windows of length w counted from the
+// Unix epoch, as envoyproxy/ratelimit does: its cache key ends with
+// (now/divider)*divider (src/limiter/cache_key.go GenerateCacheKey) and its
+// reset is divider - now%divider (src/utils/utilities.go CalculateReset;
+// week, month and year fixed lengths from UnitToDivider). Returns the
+// window's start in Unix milliseconds and the time left to its end, at
+// least 1ms.
+func epochWindow(now time.Time, w time.Duration) (int64, time.Duration) {
+	ms, wms := now.UnixMilli(), max(w.Milliseconds(), 1)
+	start := ms - ms%wms
+	return start, time.Duration(start+wms-ms) * time.Millisecond
 }
 
 // okResponse is the answer when no rule applies.
@@ -220,13 +241,17 @@ func (s *Server) decideGroup(ctx context.Context, domain string, g group) (bool,
 			r := it.m.rule
 			if it.cost > r.Limit.Limit && (r.Limit.Burst == 0 || it.cost > r.Limit.Burst) {
 				// More than the limit could ever allow: over, nothing counted.
-				it.st = overStatus(r)
+				it.st = overStatus(it)
 				return false, nil
+			}
+			l := r.Limit
+			if it.left > 0 {
+				l.Window = it.left
 			}
 			// Every limit takes its key from the same source, so each key's
 			// hash tag is the policy and the key: the same Redis key whatever
 			// other descriptors come with it.
-			req.Using.Limits = append(req.Using.Limits, ratelimit.NamedLimit{Name: limitName(r), Limit: r.Limit, Key: "descriptor", Shadow: r.Shadow})
+			req.Using.Limits = append(req.Using.Limits, ratelimit.NamedLimit{Name: limitName(r), Limit: l, Key: "descriptor", Shadow: r.Shadow})
 			req.Keys = append(req.Keys, it.key)
 		}
 	}
@@ -250,7 +275,7 @@ func (s *Server) decideGroup(ctx context.Context, domain string, g group) (bool,
 		it.st = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK,
 			CurrentLimit:       currentLimit(it.m.rule, ld.Limit, ld.Window),
 			LimitRemaining:     uint32(min(max(ld.Remaining, 0), 1<<32-1)),
-			DurationUntilReset: durationpb.New(ld.ResetAfter.Round(time.Second)),
+			DurationUntilReset: resetIn(ld.ResetAfter),
 		}
 		if !ld.Allowed && !it.m.rule.Shadow { // shadow_mode: OK, never over
 			it.st.Code = pb.RateLimitResponse_OVER_LIMIT
@@ -259,16 +284,29 @@ func (s *Server) decideGroup(ctx context.Context, domain string, g group) (bool,
 	return d.Allowed, nil
 }
 
+// resetIn is a duration_until_reset in whole seconds, rounded up as
+// envoyproxy/ratelimit's divider - now%divider of whole seconds is.
+func resetIn(d time.Duration) *durationpb.Duration {
+	return durationpb.New((d + time.Second - 1).Truncate(time.Second))
+}
+
 // overStatus is the status of a descriptor whose cost is above its limit.
-func overStatus(r *Rule) *pb.RateLimitResponse_DescriptorStatus {
+func overStatus(it *item) *pb.RateLimitResponse_DescriptorStatus {
+	r, left := it.m.rule, it.left
+	if left == 0 {
+		left = r.Limit.Window
+	}
 	return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OVER_LIMIT,
-		CurrentLimit: currentLimit(r, r.Limit.Limit, r.Limit.Window), DurationUntilReset: durationpb.New(r.Limit.Window)}
+		CurrentLimit: currentLimit(r, r.Limit.Limit, r.Limit.Window), DurationUntilReset: resetIn(left)}
 }
 
 // currentLimit is the status's current_limit: the rule's envoy unit, or the
 // unit whose length the window is (UNKNOWN for another window).
 func currentLimit(r *Rule, limit int64, window time.Duration) *pb.RateLimitResponse_RateLimit {
 	cl := &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: uint32(min(limit, 1<<32-1))}
+	if r.Unit != "" {
+		window = unitWindows[r.Unit]
+	}
 	for name, w := range unitWindows {
 		if w == window {
 			cl.Unit = pb.RateLimitResponse_RateLimit_Unit(pb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(name)])
@@ -279,18 +317,16 @@ func currentLimit(r *Rule, limit int64, window time.Duration) *pb.RateLimitRespo
 
 // limitHeaders are the headers envoyproxy/ratelimit adds with
 // LIMIT_RESPONSE_HEADERS_ENABLED, from the descriptor with the least
-// remaining: the limit with its window (the IETF draft's "N, N;w=SECONDS"),
-// the remaining count and the seconds until the reset.
+// remaining, as src/service/ratelimit.go rateLimitLimitHeader,
+// rateLimitRemainingHeader and rateLimitResetHeader write them: the
+// requests per unit alone (no quota policy), the remaining count, and the
+// seconds until the window's reset (CalculateReset, the epoch-aligned
+// divider - now%divider, which is duration_until_reset here).
 func limitHeaders(it *item) []*corev3.HeaderValue {
 	st := it.st
-	w := int64(it.m.rule.Limit.Window / time.Second)
-	if it.m.rule.Policy != "" {
-		w = int64(st.DurationUntilReset.AsDuration() / time.Second)
-	}
-	n := strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)
 	return []*corev3.HeaderValue{
-		{Key: "x-ratelimit-limit", Value: n + ", " + n + ";w=" + strconv.FormatInt(w, 10)},
+		{Key: "x-ratelimit-limit", Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 		{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(int64(st.DurationUntilReset.AsDuration()/time.Second), 10)},
+		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)},
 	}
 }

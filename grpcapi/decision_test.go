@@ -1,6 +1,7 @@
 package grpcapi_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,36 +181,120 @@ func equalCodes(a, b []pb.RateLimitResponse_Code) bool {
 	return true
 }
 
-// TestEveryUnit checks each unit's current_limit and that its counter
-// lives for the unit's length as utilities.go UnitToDivider computes it.
+// clock is a settable server clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+// at is 2026-03-15 10:20:30.250 UTC: inside every unit's window, none of
+// whose ends it is.
+var at = time.Date(2026, 3, 15, 10, 20, 30, 250e6, time.UTC)
+
+// TestEveryUnit checks each unit's current_limit, that its window is on the
+// epoch as envoyproxy/ratelimit's src/utils/utilities.go computes it
+// (UnitToDivider: week, month and year fixed lengths; CalculateReset:
+// divider - now%divider) and that its counter lives until that window ends,
+// not a moment longer; the headers are rateLimitLimitHeader's and
+// rateLimitResetHeader's of src/service/ratelimit.go.
 func TestEveryUnit(t *testing.T) {
-	units := map[string]time.Duration{"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
-		"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour}
-	for unit, window := range units {
+	units := map[string]int64{"second": 1, "minute": 60, "hour": 3600, "day": 86400,
+		"week": 7 * 86400, "month": 30 * 86400, "year": 365 * 86400}
+	for unit, divider := range units {
 		t.Run(unit, func(t *testing.T) {
-			e := newEnv(t, map[string]string{"u.yaml": "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unit: " + unit + ", requests_per_unit: 1}\n"}, options{headers: true})
+			c := &clock{at}
+			e := newEnv(t, map[string]string{"u.yaml": "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unit: " + unit + ", requests_per_unit: 1}\n"},
+				options{headers: true, now: c.now})
 			r := e.must(t, &pb.RateLimitRequest{Domain: "u", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
 			st := r.Statuses[0]
 			if st.CurrentLimit.GetUnit().String() != strings.ToUpper(unit) || st.CurrentLimit.RequestsPerUnit != 1 || st.LimitRemaining != 0 {
 				t.Fatalf("status %v", st)
 			}
-			if d := st.DurationUntilReset.AsDuration(); d != window {
-				t.Errorf("duration_until_reset %s, want %s", d, window)
+			now := at.Unix()
+			reset := divider - now%divider // CalculateReset
+			if d := st.DurationUntilReset.AsDuration(); d != time.Duration(reset)*time.Second {
+				t.Errorf("duration_until_reset %s, want %ds", d, reset)
 			}
-			var ttl time.Duration
-			for _, k := range e.m.Keys() {
-				ttl = e.m.TTL(k)
+			end := time.Unix((now/divider+1)*divider, 0)
+			keys := e.m.Keys()
+			if len(keys) != 1 {
+				t.Fatalf("keys %v, want one counter", keys)
 			}
-			if ttl != window {
-				t.Errorf("counter TTL %s, want %s", ttl, window)
+			if ttl := e.m.TTL(keys[0]); ttl != end.Sub(at) {
+				t.Errorf("counter TTL %s, want %s (until the window's end at %s)", ttl, end.Sub(at), end)
 			}
-			if len(r.ResponseHeadersToAdd) != 3 || r.ResponseHeadersToAdd[1].Value != "0" {
-				t.Errorf("headers %v", r.ResponseHeadersToAdd)
+			want := []string{"1", "0", strconv.FormatInt(reset, 10)}
+			if len(r.ResponseHeadersToAdd) != 3 {
+				t.Fatalf("headers %v", r.ResponseHeadersToAdd)
+			}
+			for i, h := range r.ResponseHeadersToAdd {
+				if h.Key != []string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}[i] || h.Value != want[i] {
+					t.Errorf("header %d: %s: %s, want %s", i, h.Key, h.Value, want[i])
+				}
 			}
 			if r := e.must(t, &pb.RateLimitRequest{Domain: "u", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}}); r.OverallCode != over {
 				t.Errorf("second request: %v, want OVER_LIMIT", r.OverallCode)
 			}
 		})
+	}
+}
+
+// TestWindowsOnTheEpoch: a window starts at a multiple of its length since
+// the epoch, not at its first request (src/limiter/cache_key.go
+// GenerateCacheKey keys the counter by (now/divider)*divider): a limit used
+// up in the last 100ms of a minute is back at the minute's turn, though
+// the first window's counter is still in Redis, and each window has its
+// own counter.
+func TestWindowsOnTheEpoch(t *testing.T) {
+	c := &clock{time.Date(2026, 3, 15, 10, 20, 59, 900e6, time.UTC)}
+	e := newEnv(t, map[string]string{"m.yaml": "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"},
+		options{now: c.now})
+	req := &pb.RateLimitRequest{Domain: "m", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}}
+	codes := func() []pb.RateLimitResponse_Code {
+		var out []pb.RateLimitResponse_Code
+		for range 3 {
+			out = append(out, e.must(t, req).OverallCode)
+		}
+		return out
+	}
+	want := []pb.RateLimitResponse_Code{ok, ok, over}
+	if got := codes(); !equalCodes(got, want) {
+		t.Fatalf("10:20:59.900: %v, want %v", got, want)
+	}
+	c.t = time.Date(2026, 3, 15, 10, 21, 0, 0, time.UTC) // miniredis's TTLs stand still: the old counter stays
+	if got := codes(); !equalCodes(got, want) {
+		t.Fatalf("10:21:00: %v, want %v", got, want)
+	}
+	keys := e.m.Keys()
+	if len(keys) != 2 {
+		t.Fatalf("keys %v, want one counter per window", keys)
+	}
+	for _, k := range keys {
+		if e.m.TTL(k) != 100*time.Millisecond && e.m.TTL(k) != time.Minute {
+			t.Errorf("%s TTL %s, want 100ms (the first window's rest) or 1m", k, e.m.TTL(k))
+		}
+	}
+}
+
+// TestShareThresholdOnAnInnerWildcard: share_threshold on a wildcard
+// without a rate_limit of its own shares the counter of the rule below it
+// (config_impl.go GetLimit tracks the pattern at any level:
+// shareThresholdPatterns).
+func TestShareThresholdOnAnInnerWildcard(t *testing.T) {
+	e := newEnv(t, map[string]string{"s.yaml": `domain: s
+descriptors:
+  - key: path
+    value: /files/*
+    share_threshold: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 2}
+`}, options{})
+	var got []pb.RateLimitResponse_Code
+	for _, p := range []string{"/files/a", "/files/b", "/files/c"} {
+		got = append(got, e.must(t, &pb.RateLimitRequest{Domain: "s", Descriptors: []*rlv3.RateLimitDescriptor{desc("path", p, "user", "u1")}}).OverallCode)
+	}
+	if want := []pb.RateLimitResponse_Code{ok, ok, over}; !equalCodes(got, want) {
+		t.Fatalf("%v, want %v (one counter for every /files/ path)", got, want)
 	}
 }
 

@@ -79,8 +79,6 @@ type Rule struct {
 	// Policy, when set, decides the rule under that policy of the policies
 	// file, whose counter the HTTP API shares.
 	Policy string
-	// ShareThreshold makes every value a wildcard matches share one counter.
-	ShareThreshold bool
 }
 
 // node is one level of a domain's descriptor tree.
@@ -88,6 +86,9 @@ type node struct {
 	children  map[string]*node // by key_value, or key for a key-only entry
 	wildcards []string         // children keys ending in '*', in file order
 	rule      *Rule
+	// share: every value this wildcard node matches counts as the wildcard's
+	// own text (share_threshold), whether or not the node has a rule.
+	share bool
 }
 
 // EnvoyConfig is a loaded envoy configuration: one tree per domain.
@@ -185,7 +186,12 @@ func (n *node) load(parent string, ds []fileDescriptor, validate func(ratelimit.
 		if _, dup := n.children[final]; dup {
 			return fmt.Errorf("duplicate descriptor composite key '%s'", path)
 		}
-		child := &node{children: map[string]*node{}}
+		// config_impl.go loadDescriptors: share_threshold on any descriptor,
+		// with or without a rate_limit, needs a wildcard value.
+		if d.ShareThreshold && !strings.HasSuffix(final, "*") {
+			return fmt.Errorf("share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", final)
+		}
+		child := &node{children: map[string]*node{}, share: d.ShareThreshold}
 		if d.RateLimit != nil {
 			r, err := newRule(path, d, validate)
 			if err != nil {
@@ -210,16 +216,13 @@ func (n *node) load(parent string, ds []fileDescriptor, validate func(ratelimit.
 func newRule(path string, d fileDescriptor, validate func(ratelimit.Limit) error) (*Rule, error) {
 	rl := d.RateLimit
 	r := &Rule{Path: path, Unit: strings.ToLower(rl.Unit), Requests: rl.RequestsPerUnit, Unlimited: rl.Unlimited,
-		Shadow: d.ShadowMode, Name: rl.Name, Policy: rl.Policy, ShareThreshold: d.ShareThreshold}
+		Shadow: d.ShadowMode, Name: rl.Name, Policy: rl.Policy}
 	window, validUnit := unitWindows[r.Unit]
 	switch {
 	case rl.Unlimited && validUnit:
 		return nil, fmt.Errorf("should not specify rate limit unit when unlimited")
 	case !rl.Unlimited && !validUnit && rl.Window == "" && rl.Policy == "":
 		return nil, fmt.Errorf("invalid rate limit unit '%s'", rl.Unit)
-	}
-	if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
-		return nil, fmt.Errorf("share_threshold applies to a wildcard value (ending in '*') only")
 	}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {

@@ -34,6 +34,7 @@ type options struct {
 	keys     *auth.KeySet
 	headers  bool
 	policies []ratelimit.Policy
+	now      func() time.Time // the server's clock; default time.Now
 }
 
 // newEnv serves the envoy configuration files on a fresh miniredis.
@@ -66,7 +67,7 @@ func newEnv(t *testing.T, files map[string]string, o options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := grpcapi.Config{ResponseHeaders: o.headers}
+	cfg := grpcapi.Config{ResponseHeaders: o.headers, Now: o.now}
 	if o.keys != nil {
 		cfg.Keys = func() *auth.KeySet { return o.keys }
 	}

@@ -32,10 +32,12 @@ func (c *EnvoyConfig) lookup(domain string, d *rlv3.RateLimitDescriptor) (match,
 			for _, w := range n.wildcards {
 				if strings.HasPrefix(final, strings.TrimSuffix(w, "*")) {
 					next = n.children[w]
-					if next.rule != nil && next.rule.ShareThreshold {
+					if next.share {
 						// share_threshold: every value the wildcard matches
-						// counts against one limit (README "Sharing thresholds
-						// for wildcard matches").
+						// counts against one limit, at any level of the path
+						// (config_impl.go GetLimit shareThresholdPatterns; the
+						// cache key holds the pattern with its '*', as
+						// base_limiter.go GenerateCacheKeys writes it).
 						value = strings.TrimPrefix(w, e.Key+"_")
 					}
 					break

@@ -39,6 +39,9 @@ type Config struct {
 	// decided one slot at a time.
 	Cluster bool
 	Logger  *slog.Logger
+	// Now is the clock that places the domain's fixed windows on the epoch
+	// (envoyproxy/ratelimit reads its own clock too). Default time.Now.
+	Now func() time.Time
 }
 
 // Server is the gRPC rate-limit service.
@@ -62,6 +65,9 @@ func New(rl RateLimits, conf func() *EnvoyConfig, cfg Config) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, rl: rl, envoy: conf, health: health.NewServer()}
 	opts := []grpc.ServerOption{
