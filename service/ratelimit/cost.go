@@ -143,18 +143,3 @@ func (c *costEntry) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	}
 	return errCostShape
 }
-
-// checkCost checks a request's cost against max, the most a request may
-// cost, and returns it (1 when unset).
-func checkCost(cost, max int64, what string) (int64, error) {
-	if cost == 0 {
-		cost = 1
-	}
-	if cost < 0 {
-		return 0, invalid("cost", "min", "cost must be at least 1, got %d", cost)
-	}
-	if cost > max {
-		return 0, invalid("cost", "max", "cost %d is above what %s can ever allow at once (%d)", cost, what, max)
-	}
-	return cost, nil
-}

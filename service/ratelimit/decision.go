@@ -161,6 +161,21 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 	return count(ctr, pol, bind(d, lds)), nil
 }
 
+// checkCost checks a request's cost against max, the most a request may
+// cost, and returns it (1 when unset).
+func checkCost(cost, max int64, what string) (int64, error) {
+	if cost == 0 {
+		cost = 1
+	}
+	if cost < 0 {
+		return 0, invalid("cost", "min", "cost must be at least 1, got %d", cost)
+	}
+	if cost > max {
+		return 0, invalid("cost", "max", "cost %d is above what %s can ever allow at once (%d)", cost, what, max)
+	}
+	return cost, nil
+}
+
 // failOpenDecision answers a decision whose limits could not be run (err): a
 // fail-open policy allows it, Degraded, uncounted, as if each limit had its
 // whole capacity; a fail-closed one, or an error that is not the store's
