@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
@@ -111,4 +112,25 @@ func isDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// heldLeaseResponse is one lease of a read/write lock or a semaphore in its
+// state: who holds it, since when and for how long, never its token.
+type heldLeaseResponse struct {
+	Owner     string    `json:"owner,omitempty"`
+	GrantedAt time.Time `json:"granted_at"`
+	TTLMS     int64     `json:"ttl_ms"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Mode      string    `json:"mode,omitempty"`
+	Count     int64     `json:"count,omitempty"`
+}
+
+// toHeldLeaseResponses is the leases member of a state: always an array.
+func toHeldLeaseResponses(ls []locks.HeldLease) []heldLeaseResponse {
+	out := make([]heldLeaseResponse, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, heldLeaseResponse{Owner: l.Owner, GrantedAt: l.GrantedAt, TTLMS: l.TTL.Milliseconds(),
+			ExpiresAt: l.ExpiresAt, Mode: string(l.Mode), Count: l.Count})
+	}
+	return out
 }

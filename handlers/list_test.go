@@ -112,7 +112,7 @@ func TestListAnswersItemsAsGetDoes(t *testing.T) {
 	}{
 		{"/v1/locks", `{"items":[{"name":"orders","held":true,"hold_count":1,"ttl_ms":30000,"expires_at":"2026-11-23T05:00:30Z",` +
 			`"fence":7,"waiters":0,"fair":false,"owner":"worker-1","granted_at":"2026-11-23T05:00:00Z"}],"next_cursor":"next"}`},
-		{"/v1/semaphores", `{"items":[{"name":"pool","permits":3,"in_use":2,"available":1,"holders":2,"waiters":0,"fair":false,"fence":0}]}`},
+		{"/v1/semaphores", `{"items":[{"name":"pool","permits":3,"in_use":2,"available":1,"holders":2,"waiters":0,"fair":false,"fence":0,"leases":[],"leases_truncated":false}]}`},
 	} {
 		rec := serve(t, router, newRequest("GET", tt.path, ""))
 		if rec.Code != http.StatusOK {

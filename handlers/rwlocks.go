@@ -23,21 +23,23 @@ type rwHoldRequest struct {
 
 // rwStateResponse is the answer to GET /v1/rwlocks/{name}. It never holds a token.
 type rwStateResponse struct {
-	Name       string             `json:"name"`
-	WriteHeld  bool               `json:"write_held"`
-	Readers    int64              `json:"readers"`
-	Fence      int64              `json:"fence"`
-	Waiters    rwWaitersResponse  `json:"waiters"`
-	Fair       bool               `json:"fair"`
-	Owned      *bool              `json:"owned,omitempty"`
-	Mode       string             `json:"mode,omitempty"`
-	Modes      []string           `json:"modes,omitempty"`
-	HoldCount  int64              `json:"hold_count,omitempty"`
-	TTLMS      int64              `json:"ttl_ms,omitempty"`
-	ExpiresAt  *time.Time         `json:"expires_at,omitempty"`
-	Keepalive  *keepaliveResponse `json:"keepalive,omitempty"`
-	Owner      string             `json:"owner,omitempty"`
-	LostReason string             `json:"lost_reason,omitempty"`
+	Name            string              `json:"name"`
+	WriteHeld       bool                `json:"write_held"`
+	Readers         int64               `json:"readers"`
+	Fence           int64               `json:"fence"`
+	Waiters         rwWaitersResponse   `json:"waiters"`
+	Fair            bool                `json:"fair"`
+	Owned           *bool               `json:"owned,omitempty"`
+	Mode            string              `json:"mode,omitempty"`
+	Modes           []string            `json:"modes,omitempty"`
+	HoldCount       int64               `json:"hold_count,omitempty"`
+	TTLMS           int64               `json:"ttl_ms,omitempty"`
+	ExpiresAt       *time.Time          `json:"expires_at,omitempty"`
+	Keepalive       *keepaliveResponse  `json:"keepalive,omitempty"`
+	Owner           string              `json:"owner,omitempty"`
+	LostReason      string              `json:"lost_reason,omitempty"`
+	Leases          []heldLeaseResponse `json:"leases"`
+	LeasesTruncated bool                `json:"leases_truncated"`
 }
 
 // rwWaitersResponse counts a read/write lock's waiters by mode.
@@ -102,7 +104,7 @@ func (a *api) inspectRWLock(ctx context.Context, name, token string) (any, error
 func toRWStateResponse(st locks.RWState, withToken bool) rwStateResponse {
 	resp := rwStateResponse{Name: st.Name, WriteHeld: st.WriteHeld, Readers: st.Readers, Fence: st.Fence,
 		Waiters: rwWaitersResponse{Read: st.WaitingReaders, Write: st.WaitingWriters}, Fair: st.Fair,
-		LostReason: st.LostReason}
+		LostReason: st.LostReason, Leases: toHeldLeaseResponses(st.Leases), LeasesTruncated: st.LeasesTruncated}
 	if withToken {
 		resp.Owned = &st.Owned
 	}

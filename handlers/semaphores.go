@@ -52,17 +52,19 @@ type semaphoreLeaseResponse struct {
 // semaphoreStateResponse is the answer to GET and PUT /v1/semaphores/{name}.
 // It never holds a token.
 type semaphoreStateResponse struct {
-	Name       string                  `json:"name"`
-	Permits    int64                   `json:"permits"`
-	InUse      int64                   `json:"in_use"`
-	Available  int64                   `json:"available"`
-	Holders    int64                   `json:"holders"`
-	Waiters    int64                   `json:"waiters"`
-	Fair       bool                    `json:"fair"`
-	Fence      int64                   `json:"fence"`
-	Owned      *bool                   `json:"owned,omitempty"`
-	Lease      *semaphoreOwnedResponse `json:"lease,omitempty"`
-	LostReason string                  `json:"lost_reason,omitempty"`
+	Name            string                  `json:"name"`
+	Permits         int64                   `json:"permits"`
+	InUse           int64                   `json:"in_use"`
+	Available       int64                   `json:"available"`
+	Holders         int64                   `json:"holders"`
+	Waiters         int64                   `json:"waiters"`
+	Fair            bool                    `json:"fair"`
+	Fence           int64                   `json:"fence"`
+	Owned           *bool                   `json:"owned,omitempty"`
+	Lease           *semaphoreOwnedResponse `json:"lease,omitempty"`
+	LostReason      string                  `json:"lost_reason,omitempty"`
+	Leases          []heldLeaseResponse     `json:"leases"`
+	LeasesTruncated bool                    `json:"leases_truncated"`
 }
 
 // semaphoreOwnedResponse is the lease the token given to GET holds.
@@ -94,7 +96,8 @@ func toSemaphoreLeaseResponse(l locks.SemaphoreLease, granted bool) semaphoreLea
 
 func toSemaphoreStateResponse(st locks.SemaphoreState, withToken bool) semaphoreStateResponse {
 	resp := semaphoreStateResponse{Name: st.Name, Permits: st.Permits, InUse: st.InUse, Available: st.Available(),
-		Holders: st.Holders, Waiters: st.Waiters, Fair: st.Fair, Fence: st.Fence, LostReason: st.LostReason}
+		Holders: st.Holders, Waiters: st.Waiters, Fair: st.Fair, Fence: st.Fence, LostReason: st.LostReason,
+		Leases: toHeldLeaseResponses(st.Leases), LeasesTruncated: st.LeasesTruncated}
 	if withToken {
 		resp.Owned = &st.Owned
 	}

@@ -84,7 +84,11 @@ func TestDashboard(t *testing.T) {
 	e.acquire(t, "orders-42", `{"ttl":"2m","owner":"worker-7"}`, a...)
 	wantStatus(t, e.do(t, "POST", "/v1/rwlocks/catalog", `{"mode":"write","ttl":"90s","owner":"catalog-sync"}`, a...), http.StatusCreated)
 	wantStatus(t, e.do(t, "POST", "/v1/semaphores/gpu-pool", `{"permits":4,"count":2,"ttl":"3m","owner":"trainer-2"}`, a...), http.StatusCreated)
-	b.waitFor(t, "four leases listed", `document.querySelectorAll("#held-rows tr[data-name]").length === 4`)
+	wantStatus(t, e.do(t, "POST", "/v1/semaphores/gpu-pool", `{"permits":4,"count":1,"ttl":"3m","owner":"trainer-5"}`, a...), http.StatusCreated)
+	b.waitFor(t, "five leases listed, one row per semaphore holder", `document.querySelectorAll("#held-rows tr[data-name]").length === 5`)
+	b.waitFor(t, "each semaphore holder and the writer listed with its owner",
+		`["trainer-2", "trainer-5"].every((o) => [...document.querySelectorAll('tr[data-name="gpu-pool"] .owner')].some((td) => td.textContent === o)) &&
+		document.querySelector('tr[data-name="catalog"] .owner')?.textContent === "catalog-sync"`)
 	b.screenshot(t)
 
 	b.do(t, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))

@@ -36,7 +36,15 @@ type semStateJSON struct {
 	Fence      int64  `json:"fence"`
 	Owned      *bool  `json:"owned"`
 	LostReason string `json:"lost_reason"`
-	Lease      *struct {
+	Leases     []struct {
+		Owner     string `json:"owner"`
+		Count     int64  `json:"count"`
+		TTLMS     int64  `json:"ttl_ms"`
+		GrantedAt string `json:"granted_at"`
+		ExpiresAt string `json:"expires_at"`
+	} `json:"leases"`
+	LeasesTruncated bool `json:"leases_truncated"`
+	Lease           *struct {
 		Count     int64          `json:"count"`
 		Fence     int64          `json:"fence"`
 		TTLMS     int64          `json:"ttl_ms"`

@@ -98,6 +98,21 @@
     };
   }
 
+  // rowsOf is one row per lease of a read/write lock or a semaphore (its
+  // state lists each lease's owner, grant time and time left), and one row
+  // for an exclusive lock.
+  function rowsOf(kind, it, at) {
+    if (!Array.isArray(it.leases) || it.leases.length === 0) return [rowOf(kind, it, at)];
+    const more = it.leases_truncated ? ', more not listed' : '';
+    return it.leases.map((l, i) => Object.assign(rowOf(kind, it, at), {
+      id: kind + '/' + it.name + '/' + it.fence + '/' + i + '/' + l.granted_at,
+      detail: (kind === 'rwlock' ? l.mode : plural(l.count, 'permit') + ' of ' + it.permits) + more,
+      owner: l.owner || '',
+      granted: Date.parse(l.granted_at),
+      expires: at + l.ttl_ms,
+    }));
+  }
+
   async function loadLeases() {
     const at = Date.now();
     const lists = await Promise.all(KINDS.map(listKind));
@@ -105,7 +120,7 @@
     let complete = true;
     lists.forEach((l, i) => {
       complete = complete && l.complete;
-      for (const it of l.items) next.push(rowOf(KINDS[i].kind, it, at));
+      for (const it of l.items) next.push(...rowsOf(KINDS[i].kind, it, at));
     });
     return { rows: next, complete, at };
   }

@@ -10,10 +10,12 @@
 -- KEYS[7]  keep-alive registry (zset)
 -- ARGV[1]  token to look up, or "" for none
 -- ARGV[2]  the token's keep-alive registry member, or ""
+-- ARGV[3]  the most leases to describe in leases (0 for none)
 --
 -- Reply: {write_held, readers, fence, now_ms, waiting_readers,
 --         waiting_writers, fair, mode, hold_count, ttl_ms, ka_until_ms,
---         ka_heartbeat_ms, ka_heartbeat_at_ms, lost_reason, owner}
+--         ka_heartbeat_ms, ka_heartbeat_at_ms, lost_reason, owner, leases,
+--         leases_truncated}
 --   fence is the writer's fence when write-held, else the last fence issued
 --   (0 when none is known). mode is what the token holds: 0 nothing, 1 the
 --   read lease, 2 the write lease, 3 both; hold_count, ttl_ms, the ka_*
@@ -21,6 +23,11 @@
 --   of its read lease. lost_reason is why the token lost its lease ("" when
 --   it holds one or nothing is known); a keep-alive lease that is gone
 --   while its registry entry stays ran out before a renewal reached it.
+--   leases are the leases that have not expired, the writer's first, then
+--   the readers' soonest to expire first, at most ARGV[3] of them, each
+--   {owner, fence, ttl_ms, mode} with mode 1 read, 2 write: a lease's fence
+--   is the Redis TIME of its grant in µs (see rw_acquire.lua), never its
+--   token. leases_truncated is 1 when more leases are held than listed.
 --#include lib/rw.lua
 local S, H, F, W, Q, L, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok = ARGV[1]
@@ -58,4 +65,20 @@ if tok ~= '' then
     end
   end
 end
-return {write_held and 1 or 0, readers, fence, now_ms, wr, ww, fair, mode, n, ttl, ku, kh, kb, lost, owner}
+local leases, most = {}, tonumber(ARGV[3]) or 0
+if write_held and most > 0 then
+  leases[1] = {v[10] or '', tonumber(v[3]) or 0, wx - now_ms, 2}
+end
+if most > #leases then
+  local rs = redis.call('ZRANGEBYSCORE', H, '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, most - #leases)
+  for i = 1, #rs, 2 do
+    local rv = redis.call('HGET', S, rs[i])
+    if rv then
+      local r = rw_reader(rv)
+      leases[#leases + 1] = {r.o, tonumber(r.f), tonumber(rs[i + 1]) - now_ms, 1}
+    end
+  end
+end
+local truncated = most > 0 and (write_held and 1 or 0) + readers > most and 1 or 0
+return {write_held and 1 or 0, readers, fence, now_ms, wr, ww, fair, mode, n, ttl, ku, kh, kb, lost, owner,
+  leases, truncated}

@@ -9,10 +9,11 @@
 -- KEYS[6]  keep-alive registry (zset: member -> next renewal due, ms)
 -- ARGV[1]  token to report on, or "" for none
 -- ARGV[2]  the token's keep-alive registry member, or ""
+-- ARGV[3]  the most leases to describe in leases (0 for none)
 --
 -- Reply: {permits, in_use, holders, waiters, fair, fence, now_ms, owned,
 --         count, lease_fence, ttl_ms, ka_until_ms, ka_heartbeat_ms,
---         ka_heartbeat_at_ms, lost_reason, owner}
+--         ka_heartbeat_at_ms, lost_reason, owner, leases, leases_truncated}
 --   permits is the stored capacity (0 when no record is kept); fence the
 --   last fence issued (0 when none is known); fair is 1 when the semaphore
 --   is fair and held or waited for. owned is 1 when the token holds a
@@ -21,20 +22,31 @@
 --   nothing is known); a keep-alive lease gone with no reason recorded
 --   while still in the registry ran out before a renewal reached it:
 --   "expired".
+--   leases are the leases that have not expired, soonest to expire first,
+--   at most ARGV[3] of them, each {owner, fence, ttl_ms, count}: a lease's
+--   fence is the Redis TIME of its grant in µs (see sem_acquire.lua), never
+--   its token. leases_truncated is 1 when more leases are held than listed.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
 local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now_ms, '+inf')
 local in_use = 0
+local leases, most = {}, tonumber(ARGV[3]) or 0
 if #live > 0 then
-  for _, v in ipairs(redis.call('HMGET', KEYS[3], unpack(live))) do
+  for i, v in ipairs(redis.call('HMGET', KEYS[3], unpack(live))) do
     in_use = in_use + (tonumber(v and string.match(v, '^%d+')) or 0)
+    if v and #leases < most then
+      local count, fence, owner = string.match(v, '^(%d+):(%d+):%d+:%d+:%d+:%d+:(.*)$')
+      local expiry = tonumber(redis.call('ZSCORE', KEYS[2], live[i]))
+      leases[#leases + 1] = {owner, tonumber(fence), expiry - now_ms, tonumber(count)}
+    end
   end
 end
+local truncated = most > 0 and #live > most and 1 or 0
 local waiters = redis.call('ZCOUNT', KEYS[4], '(' .. now_ms, '+inf')
 local fair = (cap[3] == '1' and (#live > 0 or waiters > 0)) and 1 or 0
 local out = {tonumber(cap[1]) or 0, in_use, #live, waiters, fair, tonumber(cap[2]) or 0, now_ms,
-  0, 0, 0, 0, 0, 0, 0, '', ''}
+  0, 0, 0, 0, 0, 0, 0, '', '', leases, truncated}
 if ARGV[1] == '' then
   return out
 end

@@ -40,6 +40,11 @@ type RWState struct {
 	Keepalive  *Keepalive
 	Owner      string
 	LostReason string // why the token lost its lease, when it holds none and that is known
+
+	// Leases are the leases held, the writer's first, at most
+	// MaxListedLeases of them; LeasesTruncated says more are held.
+	Leases          []HeldLease
+	LeasesTruncated bool
 }
 
 // rwlock is the read/write lock as a primitive (see primitive.go).
@@ -140,13 +145,16 @@ func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState,
 	s := l.s
 	res, err := s.st.Run(ctx, rwScripts.inspect,
 		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
-		inspectArgs(kindRW, k.regName(), token)...)
-	arr, v, err := inspectReply("rw_inspect", 15, 13, res, err)
+		heldInspectArgs(kindRW, k.regName(), token)...)
+	arr, v, err := inspectReply("rw_inspect", 17, 13, res, err)
 	if err != nil {
 		return RWState{}, err
 	}
 	st := RWState{Name: k.name, WriteHeld: truth(v[0]), Readers: v[1], Fence: v[2],
 		WaitingReaders: v[4], WaitingWriters: v[5], Fair: truth(v[6])}
+	if st.Leases, st.LeasesTruncated, err = heldLeases(kindRW, arr[15], arr[16], v[3]); err != nil {
+		return RWState{}, err
+	}
 	st.LostReason, _ = arr[13].(string)
 	if v[7] != 0 {
 		st.Owned = true

@@ -72,6 +72,11 @@ type SemaphoreState struct {
 	// LostReason says why the token given lost its lease (one of the Lost*
 	// constants), when it holds none and that is known.
 	LostReason string
+
+	// Leases are the leases held, soonest to expire first, at most
+	// MaxListedLeases of them; LeasesTruncated says more are held.
+	Leases          []HeldLease
+	LeasesTruncated bool
 }
 
 // Available is the number of permits free: Permits less InUse, never
@@ -418,13 +423,16 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 	k := s.semKeys(ctx, name)
 	res, err := s.st.Run(ctx, semScripts.inspect,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
-		inspectArgs(kindSem, k.regName(), token)...)
-	arr, v, err := inspectReply("sem_inspect", 16, 14, res, err)
+		heldInspectArgs(kindSem, k.regName(), token)...)
+	arr, v, err := inspectReply("sem_inspect", 18, 14, res, err)
 	if err != nil {
 		return SemaphoreState{}, err
 	}
 	st := SemaphoreState{Name: name, Permits: v[0], InUse: v[1], Holders: v[2], Waiters: v[3],
 		Fair: truth(v[4]), Fence: v[5], Owned: truth(v[7])}
+	if st.Leases, st.LeasesTruncated, err = heldLeases(kindSem, arr[16], arr[17], v[6]); err != nil {
+		return SemaphoreState{}, err
+	}
 	st.LostReason, _ = arr[14].(string)
 	if st.Owned {
 		st.Owner, _ = arr[15].(string)

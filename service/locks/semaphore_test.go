@@ -54,6 +54,10 @@ func TestSemaphoreGrantsUpToItsPermits(t *testing.T) {
 		t.Fatalf("a ninth permit: %v, want a PermitsUnavailableError with 0 free, retry after 10s", err)
 	}
 	got := mustSemState(t, svc, "pool", "")
+	if n := len(got.Leases); n != 2 || got.Leases[0].Count+got.Leases[1].Count != 8 || got.LeasesTruncated {
+		t.Errorf("leases = %+v (truncated %v), want the two leases of 5 and 3 permits", got.Leases, got.LeasesTruncated)
+	}
+	got.Leases = nil
 	want := locks.SemaphoreState{Name: "pool", Permits: 8, InUse: 8, Holders: 2, Fence: b.Fence}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("state mismatch (-want +got):\n%s", diff)
