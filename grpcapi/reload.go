@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -58,21 +59,8 @@ func (r *Reloader) Reload() error {
 	return nil
 }
 
-// Run reloads on every trigger and every interval (0: none) until ctx ends.
+// Run reloads on every trigger and every interval (0: none) until ctx ends,
+// in the loop every reloaded file shares (store.RunReloads).
 func (r *Reloader) Run(ctx context.Context, interval time.Duration, trigger <-chan os.Signal) {
-	var tick <-chan time.Time
-	if interval > 0 {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-trigger:
-		case <-tick:
-		}
-		_ = r.Reload()
-	}
+	store.RunReloads(ctx, interval, trigger, func(bool) { _ = r.Reload() })
 }
