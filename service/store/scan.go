@@ -96,6 +96,11 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (ScanPage, error) {
 		if err != nil {
 			return ScanPage{}, s.Err(ctx, "scan", err)
 		}
+		// One SCAN step covers the same keys when asked again, but in an
+		// order that changes while Redis rehashes its table (keys move between
+		// its two tables): sorted, the keys a page already returned are the
+		// first Skip of them.
+		slices.Sort(keys)
 		keys = keys[min(pos.Skip, len(keys)):]
 		if room := req.Want - len(page.Keys); len(keys) > room {
 			page.Keys = append(page.Keys, keys[:room]...)
