@@ -30,7 +30,7 @@ import (
 const (
 	DefaultListLimit = 100  // items of a page when the request names no limit
 	MaxListLimit     = 1000 // the most items a page may ask for
-	maxCursorLen     = 256  // the longest cursor text taken
+	maxCursorLen     = 512  // the longest cursor text taken
 	listInspects     = 32   // inspect calls of one page in flight at once
 )
 
@@ -91,11 +91,11 @@ func listHeld[T any](ctx context.Context, s *Service, k kind, req ListRequest,
 	}
 	tenant := store.TenantOf(ctx)
 	c := cursorScope{tenant: tenant, kind: k, prefix: req.Prefix}
-	from, err := s.openCursor(ctx, c, req.Cursor)
+	head := stateKeyHead(s.prefix, tenant, k)
+	from, err := s.openCursor(ctx, c, head, req.Cursor)
 	if err != nil {
 		return Page[T]{}, err
 	}
-	head := stateKeyHead(s.prefix, tenant, k)
 	page, err := s.st.Scan(ctx, store.ScanRequest{Match: store.GlobEscape(head+req.Prefix) + "*}", From: from, Want: limit})
 	if err != nil {
 		return Page[T]{}, err
@@ -120,7 +120,7 @@ func listHeld[T any](ctx context.Context, s *Service, k kind, req ListRequest,
 		}
 	}
 	if !page.Done {
-		out.NextCursor, err = s.sealCursor(ctx, c, page.Next)
+		out.NextCursor, err = s.sealCursor(ctx, c, head, page.Next)
 	}
 	return out, err
 }
@@ -187,13 +187,15 @@ type cursorScope struct {
 }
 
 // A cursor is base64url of the walk's position (a version byte, then the
-// slot, SCAN cursor and skip as uvarints, then the node ID) followed by the
-// first 16 bytes of an HMAC-SHA256, keyed with the listing secret, over the
-// cursor's scope and the position. The secret is created once in Redis
+// slot and SCAN cursor as uvarints, the length and text of the last key the
+// page returned from its last SCAN step, less the state-key head every key
+// of the listing starts with, then the node ID) followed by the first 16
+// bytes of an HMAC-SHA256, keyed with the listing secret, over the cursor's
+// scope and the position. The secret is created once in Redis
 // (list_secret.lua) and shared by every instance; a cursor from another
 // tenant, primitive or prefix, or altered in any byte, does not verify.
 const (
-	cursorVersion = 1
+	cursorVersion = 2
 	cursorMACLen  = 16
 )
 
@@ -241,27 +243,30 @@ func (s *Service) secret(ctx context.Context, fresh, create bool) ([]byte, error
 	return ls.key, nil
 }
 
-// sealCursor returns the cursor text of pos in scope c.
-func (s *Service) sealCursor(ctx context.Context, c cursorScope, pos store.ScanPosition) (string, error) {
+// sealCursor returns the cursor text of pos in scope c, whose keys start
+// with head.
+func (s *Service) sealCursor(ctx context.Context, c cursorScope, head string, pos store.ScanPosition) (string, error) {
 	key, err := s.secret(ctx, false, true)
 	if err != nil {
 		return "", err
 	}
+	after, _ := strings.CutPrefix(pos.After, head) // every key of the walk starts with head
 	b := []byte{cursorVersion}
 	b = binary.AppendUvarint(b, uint64(pos.Slot))
 	b = binary.AppendUvarint(b, pos.Cursor)
-	b = binary.AppendUvarint(b, uint64(pos.Skip))
+	b = binary.AppendUvarint(b, uint64(len(after)))
+	b = append(b, after...)
 	b = append(b, pos.Node...)
 	return base64.RawURLEncoding.EncodeToString(append(b, cursorMAC(key, c, b)...)), nil
 }
 
-// openCursor returns the position a cursor text of scope c stands for, the
-// beginning for "". A cursor that does not verify with the secret this
+// openCursor returns the position a cursor text of scope c, whose keys
+// start with head, stands for, the beginning for "". A cursor that does not verify with the secret this
 // instance holds is checked once more against the secret in Redis (it may
 // have been made anew); opening never creates a secret, so a refused
 // cursor changes nothing in Redis. Returns errBadCursor for a cursor that
 // is not one this service sealed for c.
-func (s *Service) openCursor(ctx context.Context, c cursorScope, text string) (store.ScanPosition, error) {
+func (s *Service) openCursor(ctx context.Context, c cursorScope, head, text string) (store.ScanPosition, error) {
 	if text == "" {
 		return store.ScanPosition{}, nil
 	}
@@ -294,10 +299,14 @@ func (s *Service) openCursor(ctx context.Context, c cursorScope, text string) (s
 		}
 		rest = rest[n:]
 	}
-	if v[0] >= store.ClusterSlots || v[2] > MaxListLimit {
+	if v[0] >= store.ClusterSlots || v[2] > uint64(len(rest)) {
 		return store.ScanPosition{}, errBadCursor
 	}
-	return store.ScanPosition{Slot: int(v[0]), Cursor: v[1], Skip: int(v[2]), Node: string(rest)}, nil
+	pos := store.ScanPosition{Slot: int(v[0]), Cursor: v[1], Node: string(rest[v[2]:])}
+	if v[2] > 0 {
+		pos.After = head + string(rest[:v[2]])
+	}
+	return pos, nil
 }
 
 // cursorMAC is the MAC of a cursor's body in scope c.

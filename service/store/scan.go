@@ -19,8 +19,8 @@ const (
 )
 
 // ScanPosition is where a walk of the keyspace stands: the primary being
-// scanned, the SCAN cursor on it, and how many keys of the SCAN call at
-// that cursor were already returned. On a single node Slot and Node are
+// scanned, the SCAN cursor on it, and the last key of the SCAN call at that
+// cursor already returned, when a page ended inside that call. On a single node Slot and Node are
 // zero. On a Redis Cluster the primaries are walked in the order of the
 // lowest hash slot each serves, so a reordering of the node list changes
 // nothing; a primary is known by that slot and its node ID, and a cursor
@@ -31,7 +31,10 @@ type ScanPosition struct {
 	Slot   int    // the lowest hash slot the primary serves (cluster only)
 	Node   string // the primary's node ID (cluster only)
 	Cursor uint64 // the SCAN cursor on that primary
-	Skip   int    // keys of the SCAN call at Cursor already returned
+	// After is the greatest key of the SCAN call at Cursor already
+	// returned: the call is asked again and only its keys sorting after
+	// After are returned. "" when none of its keys was returned yet.
+	After string
 }
 
 // ScanRequest asks Scan for the next keys matching a pattern.
@@ -96,19 +99,23 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (ScanPage, error) {
 		if err != nil {
 			return ScanPage{}, s.Err(ctx, "scan", err)
 		}
-		// One SCAN step covers the same keys when asked again, but in an
-		// order that changes while Redis rehashes its table (keys move between
-		// its two tables): sorted, the keys a page already returned are the
-		// first Skip of them.
+		// A page that ends inside a SCAN step asks the step again, and goes
+		// on after the last key it returned, in sorted order: the step may
+		// answer in another order (keys move between Redis's two tables while
+		// it rehashes) and, after the table grew, cover more buckets of the
+		// same keys; a key that sorts after the last one returned was not
+		// returned from this step, whatever the order or the count.
 		slices.Sort(keys)
-		keys = keys[min(pos.Skip, len(keys)):]
+		if pos.After != "" {
+			keys = keys[sortedAfter(keys, pos.After):]
+		}
 		if room := req.Want - len(page.Keys); len(keys) > room {
 			page.Keys = append(page.Keys, keys[:room]...)
-			pos.Skip += room
+			pos.After = keys[room-1]
 			break
 		}
 		page.Keys = append(page.Keys, keys...)
-		pos.Cursor, pos.Skip = next, 0
+		pos.Cursor, pos.After = next, ""
 		if next != 0 {
 			continue
 		}
@@ -119,6 +126,16 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (ScanPage, error) {
 		*pos = ScanPosition{Slot: nodes.list[i].slot, Node: nodes.list[i].id}
 	}
 	return page, nil
+}
+
+// sortedAfter is the index of the first of the sorted keys that sorts
+// after key.
+func sortedAfter(keys []string, key string) int {
+	i, found := slices.BinarySearch(keys, key)
+	if found {
+		i++
+	}
+	return i
 }
 
 // scanNode is one primary of a walk.
