@@ -45,6 +45,45 @@ func (a *api) handleListSemaphores(w http.ResponseWriter, r *http.Request) error
 	})
 }
 
+// lostKinds are the listings of lost leases: /v1/lost/<path> lists the
+// primitive the lock service calls label.
+var lostKinds = []struct{ path, label string }{{"locks", "lock"}, {"rwlocks", "rwlock"}, {"semaphores", "semaphore"}}
+
+// lostStateResponse is one name of a listing of lost leases: the leases it
+// lost that are still remembered, newest first, never a token.
+type lostStateResponse struct {
+	Name            string              `json:"name"`
+	Leases          []lostLeaseResponse `json:"leases"`
+	LeasesTruncated bool                `json:"leases_truncated"`
+}
+
+// lostLeaseResponse is one lost lease.
+type lostLeaseResponse struct {
+	Reason string    `json:"reason"`
+	LostAt time.Time `json:"lost_at"`
+	Fence  int64     `json:"fence,omitempty"`
+	Owner  string    `json:"owner,omitempty"`
+}
+
+// handleListLost implements operationIds listLostLocks, listLostRWLocks and
+// listLostSemaphores: the names of the primitive label that lost a lease
+// recently. Returns the errors of reading the query and of
+// locks.Service.ListLost.
+func (a *api) handleListLost(label string) func(http.ResponseWriter, *http.Request) error {
+	page := func(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LostState], error) {
+		return a.svc.ListLost(ctx, label, req)
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return list(w, r, page, func(st locks.LostState) (string, lostStateResponse) {
+			resp := lostStateResponse{Name: st.Name, Leases: make([]lostLeaseResponse, 0, len(st.Leases)), LeasesTruncated: st.Truncated}
+			for _, l := range st.Leases {
+				resp.Leases = append(resp.Leases, lostLeaseResponse{Reason: l.Reason, LostAt: l.LostAt, Fence: l.Fence, Owner: l.Owner})
+			}
+			return st.Name, resp
+		})
+	}
+}
+
 // list answers a page of one primitive's listing: the service's page, each
 // item as item makes it, less the names the request's API key may not use
 // (a key limited to some names sees only those; its page may then hold

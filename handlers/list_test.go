@@ -18,6 +18,14 @@ type fakeListings struct {
 	ListLocksFn      func(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LockState], error)
 	ListRWLocksFn    func(ctx context.Context, req locks.ListRequest) (locks.Page[locks.RWState], error)
 	ListSemaphoresFn func(ctx context.Context, req locks.ListRequest) (locks.Page[locks.SemaphoreState], error)
+	ListLostFn       func(ctx context.Context, kind string, req locks.ListRequest) (locks.Page[locks.LostState], error)
+}
+
+func (f *fakeListings) ListLost(ctx context.Context, kind string, req locks.ListRequest) (locks.Page[locks.LostState], error) {
+	if f.ListLostFn == nil {
+		return locks.Page[locks.LostState]{}, errUnexpectedCall
+	}
+	return f.ListLostFn(ctx, kind, req)
 }
 
 func (f *fakeListings) ListLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LockState], error) {
@@ -126,6 +134,48 @@ func TestListAnswersItemsAsGetDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("GET %s (-want +got):\n%s", tt.path, diff)
+		}
+	}
+}
+
+// TestListLostAsksForEachKind: /v1/lost/locks, /v1/lost/rwlocks and
+// /v1/lost/semaphores ask the lock service for the losses of their
+// primitive, with the query as a listing's, and answer each name's lost
+// leases with reason, time, fence and owner (absent when not known).
+func TestListLostAsksForEachKind(t *testing.T) {
+	lostAt := time.Date(2026, 11, 23, 5, 0, 30, 0, time.UTC)
+	for _, tt := range []struct{ path, kind string }{
+		{"/v1/lost/locks", "lock"}, {"/v1/lost/rwlocks", "rwlock"}, {"/v1/lost/semaphores", "semaphore"},
+	} {
+		fake := &fakeService{}
+		var asked string
+		var req locks.ListRequest
+		fake.ListLostFn = func(_ context.Context, kind string, r locks.ListRequest) (locks.Page[locks.LostState], error) {
+			asked, req = kind, r
+			return locks.Page[locks.LostState]{Items: []locks.LostState{{Name: "orders", Leases: []locks.LostLease{
+				{Reason: "force_released", LostAt: lostAt, Fence: 7, Owner: "worker-1"},
+				{Reason: "expired", LostAt: lostAt},
+			}}}, NextCursor: "next"}, nil
+		}
+		rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest("GET", tt.path+"?prefix=ord&limit=5", ""))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET %s: status %d (body %s)", tt.path, rec.Code, rec.Body)
+		}
+		if asked != tt.kind || req != (locks.ListRequest{Prefix: "ord", Limit: 5}) {
+			t.Errorf("GET %s asked for %q %+v, want %q with prefix ord and limit 5", tt.path, asked, req, tt.kind)
+		}
+		want := `{"items":[{"name":"orders","leases":[` +
+			`{"reason":"force_released","lost_at":"2026-11-23T05:00:30Z","fence":7,"owner":"worker-1"},` +
+			`{"reason":"expired","lost_at":"2026-11-23T05:00:30Z"}],"leases_truncated":false}],"next_cursor":"next"}`
+		var got, wantJSON any
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(want), &wantJSON); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantJSON, got); diff != "" {
 			t.Errorf("GET %s (-want +got):\n%s", tt.path, diff)
 		}
 	}

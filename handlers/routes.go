@@ -130,6 +130,9 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Get("/v1/locks", a.handleParams(a.handleListLocks, listParams...))
 	r.Get("/v1/rwlocks", a.handleParams(a.handleListRWLocks, listParams...))
 	r.Get("/v1/semaphores", a.handleParams(a.handleListSemaphores, listParams...))
+	for _, kind := range lostKinds {
+		r.Get("/v1/lost/"+kind.path, a.handleParams(a.handleListLost(kind.label), listParams...))
+	}
 
 	r.Post("/v1/ratelimit/check", a.handleParams(a.handleCheckRateLimit))
 	r.Get("/v1/ratelimit/policies", a.handleParams(a.handleListPolicies))

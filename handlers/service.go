@@ -32,6 +32,7 @@ type Listings interface {
 	ListLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LockState], error)
 	ListRWLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.RWState], error)
 	ListSemaphores(ctx context.Context, req locks.ListRequest) (locks.Page[locks.SemaphoreState], error)
+	ListLost(ctx context.Context, kind string, req locks.ListRequest) (locks.Page[locks.LostState], error)
 }
 
 // RWLocks is what the HTTP layer needs of read/write locks. Locks embeds it.

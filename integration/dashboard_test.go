@@ -70,6 +70,17 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("invoices-7 after the page's force release: %v, want free", s)
 	}
 	b.waitFor(t, "invoices-7 listed as force-released", `document.querySelector('#lost li[data-name="invoices-7"] .reason')?.textContent === "force-released from this page"`)
+	if n := b.eval(t, `String(document.querySelectorAll('#lost li[data-name="invoices-7"]').length)`); n != "1" {
+		t.Errorf("invoices-7 listed %s times among the lost, want once (the page's and the API's record are one)", n)
+	}
+
+	// A loss the page never saw held: recorded by the scripts, listed
+	// by the API, shown with its reason and owner.
+	ledger := e.acquire(t, "ledger-3", `{"ttl":"5m","owner":"reconciler-1"}`, a...)
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/ledger-3?force=true", "", bearer(secretAdminA)...), http.StatusNoContent)
+	b.waitFor(t, "ledger-3 listed as force-released by reconciler-1",
+		`document.querySelector('#lost li[data-name="ledger-3"] .reason')?.textContent === "force-released" &&
+		document.querySelector('#lost li[data-name="ledger-3"]').textContent.includes("held by reconciler-1 (fence `+strconv.FormatInt(ledger.Fence, 10)+`)")`)
 
 	for i, want := range []int{200, 200, 429, 429} {
 		r := e.do(t, "POST", "/v1/ratelimit/check", `{"policy":"per-client","key":"203.0.113.7"}`, a...)

@@ -312,6 +312,9 @@ func TestListTenantsAndCursors(t *testing.T) {
 		{"prefix with a glob", "/v1/locks?prefix=a*", "prefix", a},
 		{"prefix starting with a dash", "/v1/semaphores?prefix=-a", "prefix", a},
 		{"prefix too long", "/v1/rwlocks?prefix=" + strings.Repeat("p", 129), "prefix", a},
+		{"a held listing's cursor for the lost", "/v1/lost/locks?cursor=" + cursor, "cursor", a},
+		{"lost limit 0", "/v1/lost/semaphores?limit=0", "limit", a},
+		{"lost prefix with a glob", "/v1/lost/rwlocks?prefix=a*", "prefix", a},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			p := wantProblem(t, e.do(t, "GET", tt.path, "", tt.hdr...), http.StatusBadRequest, "invalid-request")

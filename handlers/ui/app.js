@@ -12,10 +12,17 @@
   const TOP_KEYS = 5;
   const NAME_RULE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
   const KINDS = [
-    { kind: 'lock', path: 'v1/locks' },
-    { kind: 'rwlock', path: 'v1/rwlocks' },
-    { kind: 'semaphore', path: 'v1/semaphores' },
+    { kind: 'lock', path: 'v1/locks', lost: 'v1/lost/locks' },
+    { kind: 'rwlock', path: 'v1/rwlocks', lost: 'v1/lost/rwlocks' },
+    { kind: 'semaphore', path: 'v1/semaphores', lost: 'v1/lost/semaphores' },
   ];
+  // What the API's lost reasons mean, in words.
+  const REASONS = {
+    force_released: 'force-released',
+    expired: 'expired: not renewed in time',
+    max_hold: 'reached its max_hold',
+    heartbeat_missed: 'its holder missed a heartbeat',
+  };
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -35,7 +42,8 @@
   let rows = [];
   let seen = new Map(); // lease id -> the row last seen, for what ended
   const forced = new Set(); // lease ids force-released from this page
-  let lost = [];
+  let lost = []; // the ends this page saw itself: {row, reason, at}
+  let recorded = []; // the losses the API recorded: {kind, name, owner, fence, reason, at}
   let rates = new Map(); // policy -> {last: {t, allowed, denied}, points: [{allowed, denied}]}
   let timer = 0;
   let generation = 0;
@@ -66,11 +74,13 @@
     return body;
   }
 
-  async function listKind(k) {
+  // listAll pages through the listing at path: what is held of a kind
+  // (k.path) or what it lost (k.lost).
+  async function listAll(path) {
     const items = [];
     let cursor = '';
     for (let page = 0; page < MAX_PAGES; page++) {
-      const body = await api('GET', k.path, { prefix, limit: PAGE_LIMIT, cursor }, apiKey);
+      const body = await api('GET', path, { prefix, limit: PAGE_LIMIT, cursor }, apiKey);
       items.push(...body.items);
       cursor = body.next_cursor || '';
       if (!cursor) return { items, complete: true };
@@ -115,7 +125,7 @@
 
   async function loadLeases() {
     const at = Date.now();
-    const lists = await Promise.all(KINDS.map(listKind));
+    const lists = await Promise.all(KINDS.map((k) => listAll(k.path)));
     const next = [];
     let complete = true;
     lists.forEach((l, i) => {
@@ -125,9 +135,25 @@
     return { rows: next, complete, at };
   }
 
+  // loadLost reads the leases every instance saw lost (force-released, or
+  // a keep-alive lease that ran out), from the API's lost-lease listings.
+  async function loadLost() {
+    const lists = await Promise.all(KINDS.map((k) => listAll(k.lost)));
+    const out = [];
+    lists.forEach((l, i) => {
+      for (const it of l.items) {
+        for (const x of it.leases) {
+          out.push({ kind: KINDS[i].kind, name: it.name, owner: x.owner || '', fence: x.fence,
+            reason: x.reason, at: Date.parse(x.lost_at) });
+        }
+      }
+    });
+    return out;
+  }
+
   // noteEnded records the leases seen before and gone now, with the
-  // reason the page knows: the API tells why a lease was lost only to the
-  // holder's token, which the page never has.
+  // reason the page can tell; a loss the API recorded says more, and is
+  // shown instead (see renderLost).
   function noteEnded(next, at) {
     const now = new Map(next.map((r) => [r.id, r]));
     for (const [id, r] of seen) {
@@ -135,8 +161,8 @@
       let reason = 'released, or lost before its time ran out';
       if (forced.has(id)) reason = 'force-released from this page';
       else if (!(r.expires > at)) reason = 'expired: its time ran out';
+      lost.unshift({ row: r, reason, at, forced: forced.has(id) });
       forced.delete(id);
-      lost.unshift({ row: r, reason, at });
     }
     lost = lost.slice(0, LOST_KEPT);
     seen = now;
@@ -160,9 +186,10 @@
     const gen = ++generation;
     clearTimeout(timer);
     try {
-      const [leases, pols] = await Promise.all([loadLeases(), loadPolicies()]);
+      const [leases, pols, losses] = await Promise.all([loadLeases(), loadPolicies(), loadLost()]);
       if (gen !== generation) return;
       if (leases.complete) noteEnded(leases.rows, leases.at);
+      recorded = losses;
       rows = leases.rows;
       el.heldNote.textContent = leases.complete ? '' :
         'More is held than this page lists: type a name prefix to narrow it.';
@@ -189,6 +216,7 @@
     rows = [];
     seen = new Map();
     lost = [];
+    recorded = [];
     rates = new Map();
     el.heldRows.replaceChildren();
     el.lost.replaceChildren();
@@ -262,15 +290,35 @@
     }
   }
 
+  // renderLost lists the losses the API recorded and the ends this page
+  // saw that the API has no record of (a release, a plain lease's time
+  // running out), newest first.
   function renderLost() {
-    if (lost.length === 0) {
-      el.lost.replaceChildren(node('li', { class: 'note', text: 'Nothing has ended since this page opened.' }));
+    // A lock's loss is its lease's by the fence; a read/write lock's or a
+    // semaphore's rows carry the name's fence, so their leases go by owner.
+    const idOf = (kind, name, fence, owner) => kind + '/' + name + '/' + (kind === 'lock' ? fence : owner);
+    const known = new Set(recorded.map((r) => idOf(r.kind, r.name, r.fence, r.owner)));
+    const pageForced = new Set(lost.filter((l) => l.forced).map((l) => idOf(l.row.kind, l.row.name, l.row.fence, l.row.owner)));
+    const all = recorded.map((r) => {
+      const id = idOf(r.kind, r.name, r.fence, r.owner);
+      let reason = REASONS[r.reason] || r.reason;
+      if (r.reason === 'force_released' && pageForced.has(id)) reason += ' from this page';
+      return { kind: r.kind, name: r.name, owner: r.owner, fence: r.fence, reason, at: r.at };
+    });
+    for (const l of lost) {
+      if (!known.has(idOf(l.row.kind, l.row.name, l.row.fence, l.row.owner))) {
+        all.push({ kind: l.row.kind, name: l.row.name, owner: l.row.owner, fence: l.row.fence, reason: l.reason, at: l.at });
+      }
+    }
+    all.sort((x, y) => y.at - x.at);
+    if (all.length === 0) {
+      el.lost.replaceChildren(node('li', { class: 'note', text: 'Nothing has been lost lately.' }));
       return;
     }
-    el.lost.replaceChildren(...lost.map((l) => node('li', { 'data-name': l.row.name },
-      node('span', { text: new Date(l.at).toLocaleTimeString() + ' ' + l.row.kind + ' ' }),
-      node('strong', { text: l.row.name }),
-      node('span', { text: (l.row.owner ? ' held by ' + l.row.owner : '') + ' (fence ' + l.row.fence + '): ' }),
+    el.lost.replaceChildren(...all.slice(0, LOST_KEPT).map((l) => node('li', { 'data-name': l.name },
+      node('span', { text: new Date(l.at).toLocaleTimeString() + ' ' + l.kind + ' ' }),
+      node('strong', { text: l.name }),
+      node('span', { text: (l.owner ? ' held by ' + l.owner : '') + (l.fence ? ' (fence ' + l.fence + ')' : '') + ': ' }),
       node('span', { class: 'reason', text: l.reason }))));
   }
 

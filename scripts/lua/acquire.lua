@@ -60,6 +60,7 @@
 -- by Redis's own clock, so fences only fall back after it if that clock
 -- steps back by more than the retention (or than the time since that
 -- lease's grant, whichever is longer).
+--#include lib/lost.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -128,15 +129,15 @@ local function keepalive(fresh)
     redis.call('HSET', KEYS[1], 'ku', untl, 'kh', hb)
     if reasons and not fresh then
       -- a new grant has already forgotten the token's loss reason
-      redis.call('HDEL', KEYS[6], ARGV[1])
+      lost_forget(KEYS[6], ARGV[1])
     end
   end
   redis.call('HSET', KEYS[1], 'kb', now_ms)
   local pttl = math.max(math.min(ttl, untl - now_ms), 1)
   if pttl < ttl then
     -- the max-hold deadline ends this lease; say so if it is not renewed by hand
-    redis.call('HSET', KEYS[6], ARGV[1], 'max_hold')
-    redis.call('PEXPIRE', KEYS[6], ARGV[10])
+    local fo = redis.call('HMGET', KEYS[1], 'f', 'o')
+    lost_record(KEYS[6], ARGV[1], 'max_hold', untl, fo[1], fo[2], ARGV[10])
   end
   redis.call('ZADD', KEYS[5], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
   return pttl, untl, hb
@@ -201,7 +202,7 @@ if reasons then
   -- a loss reason belongs to an earlier lease of this token, and so does a
   -- registry entry no renewer has visited yet (inspect would take it for a
   -- keep-alive lease that ran out unseen)
-  redis.call('HDEL', KEYS[6], ARGV[1])
+  lost_forget(KEYS[6], ARGV[1])
   if ARGV[6] ~= '1' then
     redis.call('ZREM', KEYS[5], ARGV[9])
   end

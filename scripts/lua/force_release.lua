@@ -14,7 +14,8 @@
 --          registry members are "<token>:<name>[@<tenant>]")
 --
 -- Reply: 1 when a lease was removed, 0 when the lock was free.
-local v = redis.call('HMGET', KEYS[1], 't', 'f')
+--#include lib/lost.lua
+local v = redis.call('HMGET', KEYS[1], 't', 'f', 'o')
 local tok = v[1]
 local removed = redis.call('DEL', KEYS[1])
 if removed == 1 then
@@ -33,8 +34,8 @@ if removed == 1 then
   if tok then
     -- keep-alive: no renewal may follow, and the owner can learn why it lost the lease
     redis.call('ZREM', KEYS[4], tok .. ':' .. ARGV[3])
-    redis.call('HSET', KEYS[5], tok, 'force_released')
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    lost_record(KEYS[5], tok, 'force_released', now_ms, v[2], v[3], ARGV[2])
   end
   redis.call('PUBLISH', KEYS[3], 'forced')
 end

@@ -27,7 +27,7 @@ var scripts = map[string]string{
 	"sem_acquire.lua": lua.Source("sem_acquire"), "sem_release.lua": lua.Source("sem_release"), "sem_renew.lua": lua.Source("sem_renew"),
 	"sem_inspect.lua": lua.Source("sem_inspect"), "sem_force_release.lua": lua.Source("sem_force_release"),
 	"sem_set_permits.lua": lua.Source("sem_set_permits"), "sem_leave.lua": lua.Source("sem_leave"), "sem_renew_batch.lua": lua.Source("sem_renew_batch"),
-	"list_secret.lua": lua.Source("list_secret"),
+	"list_secret.lua": lua.Source("list_secret"), "lost_list.lua": lua.Source("lost_list"),
 }
 
 // TestEveryScriptIsListed: the tests here see every script file.

@@ -15,6 +15,7 @@
 --   status 1 = released (hold_count is what remains; 0 means the lock is free)
 --   status -1 = no such lease (expired or released)
 --   status -2 = held by another token
+--#include lib/lost.lua
 local v = redis.call('HMGET', KEYS[1], 't', 'ku')
 local tok = v[1]
 if not tok then
@@ -35,6 +36,6 @@ if v[2] then
   redis.call('ZREM', KEYS[3], ARGV[2])
 end
 -- a released lease is not lost
-redis.call('HDEL', KEYS[4], ARGV[1])
+lost_forget(KEYS[4], ARGV[1])
 redis.call('PUBLISH', KEYS[2], 'released')
 return {1, 0}

@@ -24,10 +24,11 @@
 -- "shortened" on the channel: a waiter's re-check and a hold stream's
 -- renewals were timed for the old TTL. A new TTL also reschedules the
 -- service's renewals of a keep-alive lease (every ttl/3, as acquire.lua).
+--#include lib/lost.lua
 --#include lib/heartbeat.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'l', 'ku', 'kh')
+local v = redis.call('HMGET', KEYS[1], 't', 'n', 'f', 'l', 'ku', 'kh', 'o')
 if not v[1] then
   return {-1, 0, 0, 0, now_ms, 0, 0}
 end
@@ -46,7 +47,7 @@ local pttl = ttl
 local untl = tonumber(v[5])
 if untl then
   redis.call('HSET', KEYS[1], 'kb', now_ms)
-  pttl = heartbeat(KEYS[2], ARGV[1], ARGV[3], untl, ttl, now_ms)
+  pttl = heartbeat(KEYS[2], ARGV[1], ARGV[3], untl, ttl, now_ms, v[3], v[7])
   if changed then
     -- the next renewal was due on the old TTL's schedule
     redis.call('ZADD', KEYS[3], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])

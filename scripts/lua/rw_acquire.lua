@@ -50,6 +50,7 @@
 -- as acquire.lua's; an expired lease (by its expiry, the Redis clock) is
 -- removed before anything is decided, so it never blocks anyone.
 --#include lib/rw.lua
+--#include lib/lost.lua
 local S, F, W, Q, R, L, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, mode, fair = ARGV[1], ARGV[13], ARGV[4] == '1'
 local ttl = tonumber(ARGV[2])
@@ -79,11 +80,10 @@ local function settle() rw_settle(S, H, W) end
 
 -- keepalive: the lease's TTL capped at its max-hold deadline, its registry
 -- entry due at the earlier of its next renewal and the token's other lease's
-local function keepalive(untl, lttl)
+local function keepalive(untl, lttl, fence, owner)
   local pttl = math.max(math.min(lttl, untl - now_ms), 1)
   if pttl < lttl then
-    redis.call('HSET', L, tok, 'max_hold')
-    redis.call('PEXPIRE', L, ARGV[10])
+    lost_record(L, tok, 'max_hold', untl, fence, owner, ARGV[10])
   end
   local due = math.min(now_ms + math.max(math.floor(lttl / 3), 1), untl)
   local cur = tonumber(redis.call('ZSCORE', R, ARGV[9]))
@@ -105,7 +105,7 @@ if mode == 'w' and writer == tok then
   local pttl = lttl
   if untl then
     redis.call('HSET', S, 'wkb', now_ms)
-    pttl = keepalive(untl, lttl)
+    pttl = keepalive(untl, lttl, v[3], redis.call('HGET', S, 'wo'))
   end
   redis.call('HSET', S, 'wl', lttl, 'wx', now_ms + pttl)
   rw_keep(F, math.max(pttl, (untl or 0) - now_ms) + tonumber(ARGV[3]))
@@ -121,7 +121,7 @@ if mode == 'r' and rv then
   local pttl = lttl
   if r.ku > 0 then
     r.kb = now_ms
-    pttl = keepalive(r.ku, lttl)
+    pttl = keepalive(r.ku, lttl, r.f, r.o)
   end
   redis.call('HSET', S, tok, rw_packed(r))
   redis.call('ZADD', H, now_ms + pttl, tok)
@@ -193,7 +193,7 @@ end
 if not (writer or readers > 0 or #queue > 0) then
   if fair then redis.call('HSET', S, 'm', '1') else redis.call('HDEL', S, 'm') end
 end
-redis.call('HDEL', L, tok)
+lost_forget(L, tok)
 local ka = ARGV[6] == '1'
 local untl, hb = 0, 0
 if ka then
@@ -203,7 +203,7 @@ elseif not rv and writer ~= tok then
   redis.call('ZREM', R, ARGV[9])
 end
 local pttl = ttl
-if ka then pttl = keepalive(untl, ttl) end
+if ka then pttl = keepalive(untl, ttl, fence, ARGV[12]) end
 if mode == 'w' then
   local fields = {'w', tok, 'wn', 1, 'wf', fence, 'wl', ARGV[2], 'wx', now_ms + pttl}
   if ARGV[12] ~= '' then

@@ -16,6 +16,7 @@
 --
 -- Reply: the number of holders (tokens) evicted, 0 when the lock was free.
 --#include lib/rw.lua
+--#include lib/lost.lua
 local S, H, F, C, R, L, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local writer, readers = rw_prune(S, H)
 local holders = redis.call('ZRANGE', H, 0, -1)
@@ -31,12 +32,18 @@ if last >= tonumber(bump) then
   bump = string.format('%d', last + 1)
 end
 redis.call('SET', F, bump, 'PX', ARGV[1]) -- no lease is left: kept for the retention
+local wv = redis.call('HMGET', S, 'wf', 'wo')
 for _, tok in ipairs(holders) do
   redis.call('ZREM', R, 'rw/' .. tok .. ':' .. ARGV[3])
-  redis.call('HSET', L, tok, 'force_released')
+  local rv = redis.call('HGET', S, tok)
+  local fence, owner = wv[1], wv[2] -- the writer's, unless tok reads
+  if rv then
+    local r = rw_reader(rv)
+    fence, owner = r.f, r.o
+  end
+  lost_record(L, tok, 'force_released', now_ms, fence, owner, ARGV[2])
   redis.call('HDEL', S, tok)
 end
-redis.call('PEXPIRE', L, ARGV[2])
 redis.call('HDEL', S, unpack(rw_writer_fields))
 redis.call('DEL', H)
 rw_settle(S, H, W)

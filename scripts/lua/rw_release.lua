@@ -22,6 +22,7 @@
 --   -2 = no such lease, and another token holds the lock;
 --   mode 1 = the read lease, 2 = the write lease.
 --#include lib/rw.lua
+--#include lib/lost.lua
 local S, H, W, C, R, L, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, mode = ARGV[1], ARGV[2]
 local writer, readers = rw_prune(S, H)
@@ -63,7 +64,7 @@ if count <= 0 then
     -- no renewal may follow: the token keeps no other kept-alive lease here
     redis.call('ZREM', R, ARGV[3])
   end
-  redis.call('HDEL', L, tok) -- a released lease is not lost
+  lost_forget(L, tok) -- a released lease is not lost
 end
 rw_settle(S, H, W)
 if freed then

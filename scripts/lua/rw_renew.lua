@@ -25,6 +25,7 @@
 --   mode 1 = read, 2 = write. A new TTL that ends a lease sooner publishes
 --   "shortened" on the channel.
 --#include lib/rw.lua
+--#include lib/lost.lua
 --#include lib/heartbeat.lua
 local S, H, L, R, C, F, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, mode = ARGV[1], ARGV[6]
@@ -41,10 +42,10 @@ local ask = tonumber(ARGV[2])
 local shortened, due = false, nil
 local span = 0 -- the longest the renewed leases may last without another renewal
 -- renew gives one lease its new expiry; returns its TTL (ms)
-local function renew(lttl, untl, old_exp)
+local function renew(lttl, untl, old_exp, fence, owner)
   local pttl = lttl
   if untl and untl > 0 then
-    pttl = heartbeat(L, tok, ARGV[3], untl, lttl, now_ms)
+    pttl = heartbeat(L, tok, ARGV[3], untl, lttl, now_ms, fence, owner)
     local d = math.min(now_ms + math.max(math.floor(lttl / 3), 1), untl)
     if not due or d < due then due = d end
   end
@@ -58,17 +59,17 @@ if rv then
   local lttl = ask > 0 and ask or r.l
   r.l = lttl
   if r.ku > 0 then r.kb = now_ms end
-  local pttl = renew(lttl, r.ku, tonumber(redis.call('ZSCORE', H, tok)))
+  local pttl = renew(lttl, r.ku, tonumber(redis.call('ZSCORE', H, tok)), r.f, r.o)
   redis.call('HSET', S, tok, rw_packed(r))
   redis.call('ZADD', H, now_ms + pttl, tok)
   out = {1, r.n, tonumber(r.f), pttl, now_ms, r.ku, r.kh, 1}
 end
 if want_w then
-  local v = redis.call('HMGET', S, 'wn', 'wf', 'wl', 'wx', 'wku', 'wkh')
+  local v = redis.call('HMGET', S, 'wn', 'wf', 'wl', 'wx', 'wku', 'wkh', 'wo')
   local lttl = ask > 0 and ask or tonumber(v[3])
   local untl = tonumber(v[5])
   if untl then redis.call('HSET', S, 'wkb', now_ms) end
-  local pttl = renew(lttl, untl, tonumber(v[4]))
+  local pttl = renew(lttl, untl, tonumber(v[4]), v[2], v[7])
   redis.call('HSET', S, 'wl', lttl, 'wx', now_ms + pttl)
   out = {1, tonumber(v[1]), tonumber(v[2]), pttl, now_ms, untl or 0, tonumber(v[6]) or 0, 2}
 end

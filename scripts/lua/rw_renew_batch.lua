@@ -18,6 +18,7 @@
 -- On Redis Cluster the registry is the shard of one hash slot, and a batch
 -- names its entries only, whose locks share that slot.
 --#include lib/rw.lua
+--#include lib/lost.lua
 --#include lib/keepalive.lua
 return renew_entries(function(i, m)
     local S, H, L = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
@@ -27,12 +28,12 @@ return renew_entries(function(i, m)
       -- the token's kept-alive leases: {ttl, until, hb, hb_at, set(expiry)}
       local leases = {}
       local any = false
-      local v = redis.call('HMGET', S, 'w', 'wx', 'wl', 'wku', 'wkh', 'wkb')
+      local v = redis.call('HMGET', S, 'w', 'wx', 'wl', 'wku', 'wkh', 'wkb', 'wf', 'wo')
       if v[1] == tok and (tonumber(v[2]) or 0) > now_ms then
         any = true
         if v[4] then
           leases[#leases + 1] = {ttl = tonumber(v[3]), untl = tonumber(v[4]), hb = tonumber(v[5]) or 0,
-            hb_at = tonumber(v[6]) or 0, w = true}
+            hb_at = tonumber(v[6]) or 0, w = true, f = v[7], o = v[8], exp = tonumber(v[2])}
         end
       end
       local exp = tonumber(redis.call('ZSCORE', H, tok))
@@ -40,12 +41,12 @@ return renew_entries(function(i, m)
         any = true
         local r = rw_reader(redis.call('HGET', S, tok))
         if r.ku > 0 then
-          leases[#leases + 1] = {ttl = r.l, untl = r.ku, hb = r.kh, hb_at = r.kb, w = false}
+          leases[#leases + 1] = {ttl = r.l, untl = r.ku, hb = r.kh, hb_at = r.kb, w = false, f = r.f, o = r.o, exp = exp}
         end
       end
       if not any then
         code, reason = 3, redis.call('HGET', L, tok) or 'expired'
-        lose(L, tok, reason)
+        lose(L, tok, reason, now_ms)
         redis.call('ZREM', KEYS[1], m)
         return
       end
@@ -58,7 +59,7 @@ return renew_entries(function(i, m)
       for _, l in ipairs(leases) do
         if now_ms >= l.untl then
           reason = 'max_hold'
-          lose(L, tok, reason)
+          lose(L, tok, reason, l.untl, l.f, l.o)
           if l.w then
             redis.call('HDEL', S, unpack(rw_writer_fields))
           else
@@ -68,12 +69,12 @@ return renew_entries(function(i, m)
         elseif l.hb > 0 and now_ms - l.hb_at > l.hb then
           missed = true
           reason = 'heartbeat_missed'
-          lose(L, tok, reason)
+          lose(L, tok, reason, l.exp, l.f, l.o)
           local e = l.w and tonumber(v[2]) or exp
           if not nxt or e < nxt then nxt = e end
         else
           renewed = true
-          local pttl, d, why = next_renewal(L, tok, l.ttl, l.untl)
+          local pttl, d, why = next_renewal(L, tok, l.ttl, l.untl, l.f, l.o)
           if why ~= '' then reason = why end
           if l.w then
             redis.call('HSET', S, 'wx', now_ms + pttl)

@@ -55,6 +55,7 @@
 --   When not granted, recheck_ms is the latest time to try again without a
 --   wake-up: until the first lease expires, or the queue head's deadline.
 -- A grant's fence is max(last fence + 1, Redis TIME in µs), as acquire.lua's.
+--#include lib/lost.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- keep_for keeps key K for at least ms more; it never shortens K's TTL, which
@@ -153,11 +154,10 @@ if ARGV[6] == '1' then
   pttl = math.max(math.min(ttl, untl - now_ms), 1)
   redis.call('ZADD', KEYS[6], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
 end
-redis.call('HDEL', KEYS[7], tok)
+lost_forget(KEYS[7], tok)
 if pttl < ttl then
   -- the max-hold deadline ends this lease; say so if it is not renewed by hand
-  redis.call('HSET', KEYS[7], tok, 'max_hold')
-  redis.call('PEXPIRE', KEYS[7], ARGV[10])
+  lost_record(KEYS[7], tok, 'max_hold', untl, fence, ARGV[11], ARGV[10])
 end
 redis.call('HSET', KEYS[3], tok, table.concat({count, fence, ARGV[2], untl, hb, untl > 0 and now_ms or 0, ARGV[11]}, ':'))
 redis.call('ZADD', KEYS[2], now_ms + pttl, tok)

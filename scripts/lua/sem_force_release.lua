@@ -14,19 +14,25 @@
 -- ARGV[4]  what follows the token in it
 --
 -- Reply: the number of leases removed (0 when none was held).
+--#include lib/lost.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 local live = redis.call('ZRANGE', KEYS[2], 0, -1)
-redis.call('DEL', KEYS[2], KEYS[3])
 if #live == 0 then
+  redis.call('DEL', KEYS[2], KEYS[3])
   return 0
 end
-for _, tok in ipairs(live) do
+local packed = redis.call('HMGET', KEYS[3], unpack(live))
+redis.call('DEL', KEYS[2], KEYS[3])
+for i, tok in ipairs(live) do
   redis.call('ZREM', KEYS[4], ARGV[3] .. tok .. ARGV[4])
-  redis.call('HSET', KEYS[5], tok, 'force_released')
+  local fence, owner
+  if packed[i] then
+    fence, owner = string.match(packed[i], '^%d+:(%d+):%d+:%d+:%d+:%d+:(.*)$')
+  end
+  lost_record(KEYS[5], tok, 'force_released', now_ms, fence, owner, ARGV[2])
 end
-redis.call('PEXPIRE', KEYS[5], ARGV[2])
 -- The bump follows sem_acquire's rule, max(last + 1, TIME in µs): every
 -- later grant's fence is above every evicted one's.
 local last = tonumber(redis.call('HGET', KEYS[1], 'f')) or 0

@@ -16,6 +16,7 @@
 -- Reply: {status, count}
 --   status 1 = released (count is the permits given back),
 --          -1 = no such lease (expired, released or force-released)
+--#include lib/lost.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
@@ -33,7 +34,7 @@ if #gone > 0 then
 end
 redis.call('ZREM', KEYS[4], ARGV[2])
 -- a released lease is not lost
-redis.call('HDEL', KEYS[5], ARGV[1])
+lost_forget(KEYS[5], ARGV[1])
 local available = tonumber(redis.call('HGET', KEYS[1], 'p')) or 0
 for _, w in ipairs(redis.call('HVALS', KEYS[3])) do
   available = available - tonumber(string.match(w, '^%d+'))

@@ -21,6 +21,7 @@
 --   force-released). ka_until_ms is 0 when the lease is not kept alive.
 -- A new TTL that ends the lease sooner publishes "shortened", and a new TTL
 -- reschedules the service's renewals of a keep-alive lease (see renew.lua).
+--#include lib/lost.lua
 --#include lib/heartbeat.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,7 +44,7 @@ end
 local pttl = ttl
 if untl > 0 then
   kb = now_ms
-  pttl = heartbeat(KEYS[5], tok, ARGV[3], untl, ttl, now_ms)
+  pttl = heartbeat(KEYS[5], tok, ARGV[3], untl, ttl, now_ms, fence, owner)
   if changed then
     -- the next renewal was due on the old TTL's schedule
     redis.call('ZADD', KEYS[4], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[4])

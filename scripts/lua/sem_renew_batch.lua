@@ -21,6 +21,7 @@
 -- names its entries only, whose semaphores share that slot.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include lib/lost.lua
 --#include lib/keepalive.lua
 
 return renew_entries(function(i, m)
@@ -40,18 +41,20 @@ return renew_entries(function(i, m)
     -- the lease is over: its permits are free
     redis.call('ZREM', holders, tok)
     redis.call('HDEL', leases, tok)
-    lose(lost, tok, reason)
+    local at = now_ms
+    if reason == 'max_hold' then at = tonumber(untl) elseif expiry and expiry <= now_ms then at = expiry end
+    lose(lost, tok, reason, at, fence, owner)
     redis.call('ZREM', KEYS[1], m)
     return 3, reason
   elseif tonumber(untl) == 0 then
     redis.call('ZREM', KEYS[1], m)
     return 4, ''
   elseif tonumber(hb) > 0 and now_ms - tonumber(kb) > tonumber(hb) then
-    lose(lost, tok, 'heartbeat_missed')
+    lose(lost, tok, 'heartbeat_missed', expiry, fence, owner)
     redis.call('ZADD', KEYS[1], expiry, m)
     return 2, 'heartbeat_missed'
   end
-  local pttl, nxt, reason = next_renewal(lost, tok, tonumber(own), tonumber(untl))
+  local pttl, nxt, reason = next_renewal(lost, tok, tonumber(own), tonumber(untl), fence, owner)
   redis.call('ZADD', holders, now_ms + pttl, tok)
   redis.call('ZADD', KEYS[1], nxt, m)
   return 1, reason

@@ -9,8 +9,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
@@ -81,17 +83,36 @@ func (s *Service) ListSemaphores(ctx context.Context, req ListRequest) (Page[Sem
 	})
 }
 
-// listHeld is the listing every primitive shares: inspect reads one name's
-// state and says whether it is held.
+// listHeld is the listing of what is held every primitive shares: inspect
+// reads one name's state and says whether it is held.
 func listHeld[T any](ctx context.Context, s *Service, k kind, req ListRequest,
+	inspect func(context.Context, string) (T, bool, error)) (Page[T], error) {
+	return listNames(ctx, s, listing{kind: k, what: "held", key: func(lk lockKeys) string { return lk.lock }}, req, inspect)
+}
+
+// listing is what a listing walks: the keys of one role (key picks it from
+// a name's keys) of one primitive. what names it in its cursors, so a
+// cursor of one listing is refused by another.
+type listing struct {
+	kind kind
+	what string
+	key  func(lockKeys) string
+}
+
+// listNames is the walk every listing shares: a bounded SCAN of the keys
+// of l under the tenant's prefix whose name starts with req.Prefix, then
+// inspect of each name found, in name order; inspect says whether the
+// name is an item of the page.
+func listNames[T any](ctx context.Context, s *Service, l listing, req ListRequest,
 	inspect func(context.Context, string) (T, bool, error)) (Page[T], error) {
 	limit, err := checkList(req)
 	if err != nil {
 		return Page[T]{}, err
 	}
 	tenant := store.TenantOf(ctx)
-	c := cursorScope{tenant: tenant, kind: k, prefix: req.Prefix}
-	head := stateKeyHead(s.prefix, tenant, k)
+	c := cursorScope{tenant: tenant, kind: l.kind, what: l.what, prefix: req.Prefix}
+	// every key of the walk starts with head
+	head := keyHead(l.key(tenantKeys(s.prefix, tenant, l.kind, "")))
 	from, err := s.openCursor(ctx, c, head, req.Cursor)
 	if err != nil {
 		return Page[T]{}, err
@@ -123,6 +144,84 @@ func listHeld[T any](ctx context.Context, s *Service, k kind, req ListRequest,
 		out.NextCursor, err = s.sealCursor(ctx, c, head, page.Next)
 	}
 	return out, err
+}
+
+// MaxLostPerName is the most lost leases a name's item of a lost-lease
+// listing carries, the newest; Truncated says there were more.
+const MaxLostPerName = 100
+
+// LostLease is a lease a name lost, as the scripts recorded it when it
+// ended: never its token.
+type LostLease struct {
+	Reason string    // one of the Lost* reasons
+	LostAt time.Time // when the lease ended (Redis clock); for expired, when that was seen
+	Fence  int64     // the lease's fence, 0 when the record does not know it
+	Owner  string    // the lease's owner text, "" when none or not known
+}
+
+// LostState is a name and the leases it lost that are still remembered
+// (for the lost-reason retention), newest first.
+type LostState struct {
+	Name      string
+	Leases    []LostLease
+	Truncated bool // more leases were lost than MaxLostPerName
+}
+
+var lostListScript = store.NewScript("lost_list", lua.Source("lost_list"))
+
+// ListLost returns a page of the names of primitive kind ("lock", "rwlock"
+// or "semaphore") that lost a lease recently: a keep-alive lease that ran
+// out (expired, max_hold, heartbeat_missed) or a force-release, within the
+// lost-reason retention (Config.LostTTL). A plain lease that reached its
+// TTL leaves no record. Walked as ListLocks walks held names, over the
+// names' lost-lease hashes. Returns the errors of ListLocks, and a
+// *ValidationError naming kind for another kind.
+func (s *Service) ListLost(ctx context.Context, kind string, req ListRequest) (Page[LostState], error) {
+	k, ok := kindOfLabel(kind)
+	if !ok {
+		return Page[LostState]{}, invalid("kind", "oneof", "kind must be lock, rwlock or semaphore")
+	}
+	l := listing{kind: k, what: "lost", key: func(lk lockKeys) string { return lk.lost }}
+	return listNames(ctx, s, l, req, func(ctx context.Context, name string) (LostState, bool, error) {
+		st, err := s.lost(ctx, k, name)
+		return st, len(st.Leases) > 0, err
+	})
+}
+
+// lost reads the lost leases of name of kind k.
+func (s *Service) lost(ctx context.Context, k kind, name string) (LostState, error) {
+	res, err := s.st.Run(ctx, lostListScript, []string{s.keysIn(ctx, k, name).lost},
+		MaxLostPerName, // ARGV[1] the most records to answer
+	)
+	if err != nil {
+		return LostState{}, err
+	}
+	arr, _ := res.([]any)
+	st := LostState{Name: name}
+	if len(arr) == 0 {
+		return st, nil
+	}
+	st.Truncated = arr[0] == int64(1)
+	for i := 1; i+3 < len(arr); i += 4 {
+		reason, _ := arr[i].(string)
+		atText, _ := arr[i+1].(string)
+		fenceText, _ := arr[i+2].(string)
+		owner, _ := arr[i+3].(string)
+		at, _ := strconv.ParseInt(atText, 10, 64)
+		fence, _ := strconv.ParseInt(fenceText, 10, 64)
+		st.Leases = append(st.Leases, LostLease{Reason: reason, LostAt: time.UnixMilli(at).UTC(), Fence: fence, Owner: owner})
+	}
+	return st, nil
+}
+
+// kindOfLabel is the primitive a label names.
+func kindOfLabel(label string) (kind, bool) {
+	for _, k := range []kind{kindMutex, kindRW, kindSem} {
+		if k.label() == label {
+			return k, true
+		}
+	}
+	return kindMutex, false
 }
 
 // inspectAll reads the state of every name with inspect, listInspects at a time (the
@@ -161,10 +260,15 @@ func checkList(req ListRequest) (int, error) {
 }
 
 // stateKeyHead is what the state key of every name of kind k of tenant
-// starts with: the key of the name "" without its closing brace, such as
-// "latchkey:t:acme:rw:lock:{".
+// starts with, such as "latchkey:t:acme:rw:lock:{" (see keyHead).
 func stateKeyHead(prefix, tenant string, k kind) string {
-	return strings.TrimSuffix(tenantKeys(prefix, tenant, k, "").lock, "}")
+	return keyHead(tenantKeys(prefix, tenant, k, "").lock)
+}
+
+// keyHead is what a key of one role of every name starts with: the key of
+// that role of the name "", without its closing brace.
+func keyHead(keyOfNoName string) string {
+	return strings.TrimSuffix(keyOfNoName, "}")
 }
 
 // label is a primitive's name in cursors and metric labels.
@@ -178,11 +282,12 @@ func (k kind) label() string {
 	return "lock"
 }
 
-// cursorScope is what a cursor is valid for: one tenant's listing of one
-// primitive with one prefix.
+// cursorScope is what a cursor is valid for: one tenant's listing (what:
+// held or lost) of one primitive with one prefix.
 type cursorScope struct {
 	tenant string
 	kind   kind
+	what   string
 	prefix string
 }
 
@@ -312,7 +417,7 @@ func (s *Service) openCursor(ctx context.Context, c cursorScope, head, text stri
 // cursorMAC is the MAC of a cursor's body in scope c.
 func cursorMAC(key []byte, c cursorScope, body []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	for _, part := range []string{"latchkey list cursor", c.tenant, c.kind.label(), c.prefix} {
+	for _, part := range []string{"latchkey list cursor", c.tenant, c.kind.label(), c.what, c.prefix} {
 		m.Write([]byte(part))
 		m.Write([]byte{0}) // no part holds a NUL: each is told from the next
 	}

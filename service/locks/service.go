@@ -103,7 +103,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
 	st.Register(lockScripts()...)
-	st.Register(listSecretScript)
+	st.Register(listSecretScript, lostListScript)
 	s.sampled = newSampleMetrics(cfg.Registerer)
 	return s, nil
 }

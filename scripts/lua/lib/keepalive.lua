@@ -4,19 +4,21 @@
 -- entry i's registry member as ARGV[1+i], and define now_ms (whole ms of
 -- the Redis clock) before including this fragment.
 --
--- lose records why tok lost its lease in the lost hash, for ARGV[1] ms.
-local function lose(lost, tok, reason)
-  redis.call('HSET', lost, tok, reason)
-  redis.call('PEXPIRE', lost, ARGV[1])
+-- lose records why tok lost its lease in the lost hash, for ARGV[1] ms:
+-- the lease ended or ends at at_ms, with its fence and owner when known
+-- (see lib/lost.lua, which a script includes before this fragment).
+local function lose(lost, tok, reason, at_ms, fence, owner)
+  lost_record(lost, tok, reason, at_ms, fence, owner, ARGV[1])
 end
 
 -- next_renewal is how a renewal of a lease of ttl ms that must end by untl
 -- (ms) goes: the TTL to set, when the next renewal is due (a third of the
--- TTL on, at least 1 ms), and the reason "max_hold" (recorded as lost)
--- when this renewal runs to the deadline, "" otherwise.
-local function next_renewal(lost, tok, ttl, untl)
+-- TTL on, at least 1 ms), and the reason "max_hold" (recorded as lost,
+-- with the lease's fence and owner) when this renewal runs to the
+-- deadline, "" otherwise.
+local function next_renewal(lost, tok, ttl, untl, fence, owner)
   if untl - now_ms <= ttl then
-    lose(lost, tok, 'max_hold')
+    lose(lost, tok, 'max_hold', untl, fence, owner)
     return untl - now_ms, untl, 'max_hold'
   end
   return ttl, now_ms + math.max(math.floor(ttl / 3), 1), ''
