@@ -305,13 +305,14 @@ func hostPort(t *testing.T, raw string) string {
 }
 
 // TestNginxKeepsUpstreamConnections runs deploy/nginx/nginx.conf in a real
-// nginx and counts the TCP connections Latchkey accepts while 8 clients send
-// 400 requests through it: 200 allowed ones (half of them from clients that
-// send Accept: application/json, as API clients do) and 200 to /api/, most
-// of them denied. nginx reuses an upstream connection only after reading
-// the whole answer, and it never reads an auth subrequest's body; with the
-// shipped template (HEAD to a keep-alive upstream) it opens at most one
-// connection per concurrent request, not one per request.
+// nginx and counts the TCP connections Latchkey and the app accept while 8
+// clients send 400 requests through it: 200 allowed ones (half of them from
+// clients that send Accept: application/json, as API clients do) and 200 to
+// /api/, most of them denied. nginx reuses an upstream connection only after
+// reading the whole answer, and it never reads an auth subrequest's body;
+// with the shipped template (HEAD to a keep-alive upstream, and the app's
+// upstream kept alive as nginx recommends) it opens at most one connection
+// per concurrent request to each, not one per request.
 func TestNginxKeepsUpstreamConnections(t *testing.T) {
 	nginx := lookNginx(t)
 	pol, err := loadPolicies(filepath.Join("..", "deploy", "nginx", "policies.yaml"))
@@ -335,11 +336,17 @@ func TestNginxKeepsUpstreamConnections(t *testing.T) {
 	counted.Start()
 	t.Cleanup(counted.Close)
 
-	var upstreamHits atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var upstreamHits, appAccepted atomic.Int64
+	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		upstreamHits.Add(1)
 		_, _ = io.WriteString(w, "hello from the app\n")
 	}))
+	app.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			appAccepted.Add(1)
+		}
+	}
+	app.Start()
 	t.Cleanup(app.Close)
 	front := startNginx(t, nginx, hostPort(t, counted.URL), hostPort(t, app.URL))
 
@@ -399,6 +406,10 @@ func TestNginxKeepsUpstreamConnections(t *testing.T) {
 	if conns < 1 || conns > clients {
 		t.Errorf("Latchkey accepted %d connections from nginx for %d requests from %d concurrent clients, want 1..%d: "+
 			"nginx does not keep its connections to the gate", conns, n, clients, clients)
+	}
+	if conns := appAccepted.Load(); conns < 1 || conns > clients {
+		t.Errorf("the app accepted %d connections from nginx for %d requests from %d concurrent clients, want 1..%d: "+
+			"nginx does not keep its connections to the app", conns, upstreamHits.Load(), clients, clients)
 	}
 }
 

@@ -77,7 +77,9 @@ func cpuPerDecision(results []Result) {
 // runNginx starts nginx on loopback ports with the shipped configuration
 // in front of the server (deploy/nginx/nginx.conf, its addresses
 // replaced), an app inside the same nginx ("return 200") and the same
-// location without auth_request ("alone"), then runs paired rounds: nginx
+// location without auth_request ("alone", keeping its connections to the
+// app as the shipped upstream does: nginx as its documentation recommends
+// it, the baseline a user would compare with), then runs paired rounds: nginx
 // alone (the ceiling of this scenario), then nginx with the gate. The
 // ratio is the median of gated / alone over the rounds.
 func (b *bench) runNginx(ctx context.Context) (Result, error) {
@@ -147,7 +149,7 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
     uwsgi_temp_path %[1]s/uwsgi;
     scgi_temp_path %[1]s/scgi;
     server { listen 127.0.0.1:%[2]d; location / { return 200 "hello from the app\n"; } }
-    server { listen 127.0.0.1:%[3]d; location / { proxy_pass http://app; } }`, tmp, ports[0], ports[2])
+    server { listen 127.0.0.1:%[3]d; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }`, tmp, ports[0], ports[2])
 	c := strings.NewReplacer("server 127.0.0.1:8080;", "server "+lk+";",
 		"server 127.0.0.1:3000;", fmt.Sprintf("server 127.0.0.1:%d;", ports[0]),
 		"listen 127.0.0.1:8000;", fmt.Sprintf("listen 127.0.0.1:%d;", ports[1]),
