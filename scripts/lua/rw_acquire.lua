@@ -57,13 +57,19 @@ local ttl = tonumber(ARGV[2])
 local writer, readers = rw_prune(S, H)
 local v = redis.call('HMGET', S, 'w', 'wn', 'wf', 'wl', 'wx', 'm')
 
--- waiters past their deadline go, and so do their queue entries
-local queue = {}
+-- waiters past their deadline go, and so do their queue entries; the
+-- deadlines of the others are read once (one ZRANGE, not a ZSCORE per
+-- queued waiter on every attempt)
+local queue, deadline = {}, {}
 if redis.call('EXISTS', W) == 1 then
   redis.call('ZREMRANGEBYSCORE', W, '-inf', now_ms)
+  local ws = redis.call('ZRANGE', W, 0, -1, 'WITHSCORES')
+  for i = 1, #ws, 2 do
+    deadline[ws[i]] = tonumber(ws[i + 1])
+  end
   local q = redis.call('LRANGE', Q, 0, -1)
   for _, e in ipairs(q) do
-    if redis.call('ZSCORE', W, string.sub(e, 2)) then
+    if deadline[string.sub(e, 2)] then
       queue[#queue + 1] = e
     end
   end
@@ -157,7 +163,7 @@ if not (mode == 'r' and writer == tok) then -- a downgrade is never queued
   for _, e in ipairs(queue) do
     if e == own then break end
     if string.sub(e, 1, 1) == 'w' or (mode == 'w' and fair) then
-      block(tonumber(redis.call('ZSCORE', W, string.sub(e, 2))))
+      block(deadline[string.sub(e, 2)])
     end
   end
 end
