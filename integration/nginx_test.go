@@ -40,38 +40,14 @@ func TestNginxGateway(t *testing.T) {
 	checkNginxFailModes(t, pol)
 	latchkey := newTestEnv(t, withPolicies(pol...), withTrustedProxies("127.0.0.1/32"))
 
-	var upstreamHits atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		upstreamHits.Add(1)
-		_, _ = io.WriteString(w, "hello from the app\n")
-	}))
-	t.Cleanup(app.Close)
-
+	app, upstreamHits := gatewayApp(t)
 	front := startNginx(t, nginx, hostPort(t, latchkey.URL), hostPort(t, app.URL))
 	clientA := clientFrom(t, "127.0.0.2")
 	clientB := clientFrom(t, "127.0.0.3")
 
-	for i := 1; i <= 3; i++ {
-		r := get(t, clientA, front, "X-Forwarded-For", "")
-		if r.Status != http.StatusOK || string(r.Body) != "hello from the app\n" {
-			t.Fatalf("A request %d: %d %q, want 200 from the app", i, r.Status, r.Body)
-		}
-		if got, want := r.Header.Get("RateLimit"), fmt.Sprintf(`"per-ip";r=%d;t=`, 3-i); !strings.HasPrefix(got, want) {
-			t.Errorf("A request %d: RateLimit = %q, want prefix %q", i, got, want)
-		}
-	}
-	r := get(t, clientA, front, "X-Forwarded-For", "")
-	if r.Status != http.StatusTooManyRequests {
-		t.Fatalf("A request 4: status = %d, want 429; body %s", r.Status, r.Body)
-	}
-	if ra := retryAfter(t, r); ra < 1 || ra > 10 {
-		t.Errorf("A request 4: Retry-After = %d, want 1..10", ra)
-	}
+	r := wantPassedThenDenied(t, clientA, front, 3, 10)
 	if got, want := r.Header.Get("RateLimit-Policy"), `"per-ip";q=3;w=10`; got != want {
 		t.Errorf("A request 4: RateLimit-Policy = %q, want %q", got, want)
-	}
-	if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, `"per-ip";r=0;t=`) {
-		t.Errorf("A request 4: RateLimit = %q, want r=0", got)
 	}
 
 	// B is unaffected, even when it claims to be A.
@@ -127,6 +103,47 @@ func TestNginxGateway(t *testing.T) {
 	if got := upstreamHits.Load(); got != 7 {
 		t.Errorf("the app served %d requests, want 7 (the fail-open one passed, the fail-closed one did not)", got)
 	}
+}
+
+// gatewayApp is the app behind a gateway under test: it answers "hello
+// from the app" and counts the requests it serves.
+func gatewayApp(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var hits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = io.WriteString(w, "hello from the app\n")
+	}))
+	t.Cleanup(app.Close)
+	return app, &hits
+}
+
+// wantPassedThenDenied sends limit+1 requests to / through a gateway at
+// front from c: the first limit reach the app with the RateLimit header
+// counting down, the next is the per-ip policy's 429 with Retry-After
+// (1..window seconds) and RateLimit r=0. Returns the 429.
+func wantPassedThenDenied(t *testing.T, c *http.Client, front string, limit, window int) response {
+	t.Helper()
+	for i := 1; i <= limit; i++ {
+		r := get(t, c, front, "X-Forwarded-For", "")
+		if r.Status != http.StatusOK || string(r.Body) != "hello from the app\n" {
+			t.Fatalf("request %d: %d %q, want 200 from the app", i, r.Status, r.Body)
+		}
+		if got, want := r.Header.Get("RateLimit"), fmt.Sprintf(`"per-ip";r=%d;t=`, limit-i); !strings.HasPrefix(got, want) {
+			t.Errorf("request %d: RateLimit = %q, want prefix %q", i, got, want)
+		}
+	}
+	r := get(t, c, front, "X-Forwarded-For", "")
+	if r.Status != http.StatusTooManyRequests {
+		t.Fatalf("request %d: status = %d, want 429; body %s", limit+1, r.Status, r.Body)
+	}
+	if ra := retryAfter(t, r); ra < 1 || ra > window {
+		t.Errorf("request %d: Retry-After = %d, want 1..%d", limit+1, ra, window)
+	}
+	if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, `"per-ip";r=0;t=`) {
+		t.Errorf("request %d: RateLimit = %q, want r=0", limit+1, got)
+	}
+	return r
 }
 
 // checkNginxFailModes checks that each auth location of deploy/nginx/nginx.conf
