@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/latchkey/latchkey/service/store"
 )
@@ -88,6 +89,14 @@ func rateLimitKey(prefix string, p Policy, key string) string {
 		name += ":" + strconv.FormatInt(p.Window.Milliseconds(), 10)
 	}
 	return prefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
+}
+
+// periodKey is the Redis key of a calendar window's counter for the period
+// starting at start: the limit's key and the period's start in Unix
+// seconds, so each period counts afresh and a key never outlives its
+// period.
+func periodKey(rkey string, start time.Time) string {
+	return rkey + ":" + strconv.FormatInt(start.Unix(), 10)
 }
 
 // keyCode names each algorithm in its keys. Short codes keep a typical key
