@@ -66,7 +66,7 @@ func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
 	out := ratelimit.Request{Policy: req.Policy, Key: req.Key, Peek: req.Peek}
 	if req.Cost != nil {
 		if *req.Cost == 0 {
-			return out, badRequest("cost", "nonzero", "cost must be at least 1, or negative to give units back, got 0")
+			return out, badRequest("cost", "min", "cost must be at least 1, or negative to give units back, got 0")
 		}
 		out.Cost = *req.Cost
 	}

@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -91,10 +90,10 @@ func monthly(limit int64) ratelimit.Policy {
 		Calendar: &ratelimit.Calendar{Period: "month", Timezone: "Europe/Berlin"}}}
 }
 
-// periodKeyOf is the Redis key of the monthly policy's counter of key for
-// the period starting at start.
-func periodKeyOf(svc *ratelimit.Service, pol ratelimit.Policy, key string, start time.Time) string {
-	return svc.Keys(pol, []string{key})[0] + ":" + strconv.FormatInt(start.Unix(), 10)
+// periodKeyOf is the Redis key of a single-limit calendar policy's counter
+// of key for the period holding at.
+func periodKeyOf(svc *ratelimit.Service, pol ratelimit.Policy, key string, at time.Time) string {
+	return svc.KeysAt(pol, []string{key}, at)[0]
 }
 
 // TestCalendarMonthStartsAfreshOnTheFirst: on the Redis clock (miniredis's,

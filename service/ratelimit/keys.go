@@ -140,6 +140,19 @@ func (s *Service) Keys(pol Policy, keys []string) []string {
 	return s.MultiKeys(pol, keys)
 }
 
+// KeysAt returns Keys, with each calendar window's key that of its period
+// holding at.
+func (s *Service) KeysAt(pol Policy, keys []string, at time.Time) []string {
+	out := s.Keys(pol, keys)
+	for i, l := range newLimitSpec(pol).limits {
+		if l.Calendar != nil {
+			start, _ := l.Calendar.Bounds(at)
+			out[i] = periodKey(out[i], start)
+		}
+	}
+	return out
+}
+
 // MultiKeys returns the Redis keys of a decision under a multi-limit
 // policy for the given limit keys, in the policy's order, in the shared
 // namespace.
