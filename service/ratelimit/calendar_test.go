@@ -361,3 +361,24 @@ policies:
 		t.Errorf("timezone without calendar: %v", err)
 	}
 }
+
+// TestCalendarFailsOpenWithItsPeriod: with Redis out of reach, a
+// fail-open calendar policy allows, degraded, and answers the period of
+// this instance's clock: its length and the time to its end.
+func TestCalendarFailsOpenWithItsPeriod(t *testing.T) {
+	cfg := rlConfig(0, monthly(5))
+	cfg.RateLimit.Timeout = 100 * time.Millisecond
+	m, rdb := newTestRedis(t)
+	svc := mustNew(t, rdb, cfg)
+	m.Close()
+	before := time.Now()
+	d, err := svc.Check(t.Context(), ratelimit.Request{Policy: "monthly", Key: "k"})
+	after := time.Now()
+	if err != nil || !d.Allowed || !d.Degraded || d.Remaining != 4 {
+		t.Fatalf("fail-open: %+v, %v; want allowed, degraded, remaining 4", d, err)
+	}
+	start, end := monthly(5).Calendar.Bounds(before)
+	if d.Window != end.Sub(start) || d.ResetAfter > end.Sub(before) || d.ResetAfter < end.Sub(after) {
+		t.Errorf("window %s, reset after %s; want this month's %s and the time to its end", d.Window, d.ResetAfter, end.Sub(start))
+	}
+}

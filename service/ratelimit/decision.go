@@ -211,9 +211,14 @@ func (s *Service) failOpenDecision(ctx context.Context, ctr *decisionCounters, p
 	}
 	ctr.failOpen.Inc()
 	s.logFailOpen(ctx, pol.Name, err)
+	now := time.Now()
 	for i, l := range sp.limits {
 		ld := &lds[i]
 		ld.Allowed, ld.Remaining, ld.ResetAfter = true, l.capacity()-cost, l.Window
+		if l.Calendar != nil { // by this instance's clock: Redis's is out of reach
+			start, end := l.Calendar.Bounds(now)
+			ld.Window, ld.ResetAfter = end.Sub(start), end.Sub(now)
+		}
 	}
 	d.Allowed, d.Degraded = true, true
 	return bind(d, lds), nil
