@@ -332,30 +332,17 @@ policies:
 	  "llm": {"limits": [
 	    {"name": "weekly", "key": "header:X-Account", "limit": 50000, "calendar": "week", "timezone": "America/New_York", "week_start": "sunday"},
 	    {"name": "yearly", "key": "header:X-Account", "limit": 2000000, "window": "8760h"}]}}}`
-	for _, tt := range []struct {
-		name   string
-		src    string
-		isJSON bool
-	}{{"yaml", yaml, false}, {"json", json, true}} {
-		t.Run(tt.name, func(t *testing.T) {
-			ps, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
-				t.Fatalf("Validate: %v", err)
-			}
-			if got, want := ps[1].Calendar, (&ratelimit.Calendar{Period: "month", Timezone: "Europe/Berlin"}); !cmp.Equal(got, want) {
-				t.Errorf("monthly's calendar = %+v, want %+v", got, want)
-			}
-			if got, want := ps[0].Limits[0].Calendar, (&ratelimit.Calendar{Period: "week", Timezone: "America/New_York", WeekStart: "sunday"}); !cmp.Equal(got, want) {
-				t.Errorf("weekly's calendar = %+v, want %+v", got, want)
-			}
-			if got := ps[0].Limits[1].Window; got != 8760*time.Hour {
-				t.Errorf("yearly's window = %s, want 8760h", got)
-			}
-		})
-	}
+	forEachPolicyFile(t, yaml, json, func(t *testing.T, ps []ratelimit.Policy) {
+		if got, want := ps[1].Calendar, (&ratelimit.Calendar{Period: "month", Timezone: "Europe/Berlin"}); !cmp.Equal(got, want) {
+			t.Errorf("monthly's calendar = %+v, want %+v", got, want)
+		}
+		if got, want := ps[0].Limits[0].Calendar, (&ratelimit.Calendar{Period: "week", Timezone: "America/New_York", WeekStart: "sunday"}); !cmp.Equal(got, want) {
+			t.Errorf("weekly's calendar = %+v, want %+v", got, want)
+		}
+		if got := ps[0].Limits[1].Window; got != 8760*time.Hour {
+			t.Errorf("yearly's window = %s, want 8760h", got)
+		}
+	})
 	_, err := ratelimit.ParsePolicies([]byte("policies:\n  p: {limit: 3, window: 1h, timezone: UTC}\n"), false)
 	if err == nil || err.Error() != `policy "p": timezone and week_start apply to calendar windows only: give calendar (day, week, month or year)` {
 		t.Errorf("timezone without calendar: %v", err)

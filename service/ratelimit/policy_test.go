@@ -33,24 +33,11 @@ policies:
 		{Name: "per-ip", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: 10 * time.Second},
 			Key: "ip", DenyStatus: 429, Fail: ratelimit.FailOpen},
 	}
-	for _, tt := range []struct {
-		name   string
-		src    string
-		isJSON bool
-	}{{"yaml", yaml, false}, {"json", json, true}} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("policies (-want +got):\n%s", diff)
-			}
-			if err := (ratelimit.Config{Policies: got}).Validate(); err != nil {
-				t.Errorf("Validate: %v", err)
-			}
-		})
-	}
+	forEachPolicyFile(t, yaml, json, func(t *testing.T, got []ratelimit.Policy) {
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("policies (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestParsePoliciesErrors(t *testing.T) {
