@@ -1,12 +1,13 @@
 package ratelimit_test
 
 import (
+	"cmp"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 )
@@ -184,7 +185,7 @@ func TestPeekChangesNothing(t *testing.T) {
 			if d := mustCheck(t, svc, peek); d.Allowed {
 				t.Errorf("peek of 3 with 2 left: allowed, want denied")
 			}
-			if diff := cmp.Diff(before, snapshot(m)); diff != "" {
+			if diff := gocmp.Diff(before, snapshot(m)); diff != "" {
 				t.Errorf("a peek changed Redis (-before +after):\n%s", diff)
 			}
 		})
@@ -259,7 +260,7 @@ func TestRefundAndPeekRefusals(t *testing.T) {
 			t.Errorf("Check(%+v) = %v, want a validation error of %s", tt.req, err, tt.field)
 		}
 	}
-	if diff := cmp.Diff(before, snapshot(m)); diff != "" {
+	if diff := gocmp.Diff(before, snapshot(m)); diff != "" {
 		t.Errorf("a refused request changed Redis (-before +after):\n%s", diff)
 	}
 }
@@ -333,10 +334,10 @@ policies:
 	    {"name": "weekly", "key": "header:X-Account", "limit": 50000, "calendar": "week", "timezone": "America/New_York", "week_start": "sunday"},
 	    {"name": "yearly", "key": "header:X-Account", "limit": 2000000, "window": "8760h"}]}}}`
 	forEachPolicyFile(t, yaml, json, func(t *testing.T, ps []ratelimit.Policy) {
-		if got, want := ps[1].Calendar, (&ratelimit.Calendar{Period: "month", Timezone: "Europe/Berlin"}); !cmp.Equal(got, want) {
+		if got, want := ps[1].Calendar, (&ratelimit.Calendar{Period: "month", Timezone: "Europe/Berlin"}); !gocmp.Equal(got, want) {
 			t.Errorf("monthly's calendar = %+v, want %+v", got, want)
 		}
-		if got, want := ps[0].Limits[0].Calendar, (&ratelimit.Calendar{Period: "week", Timezone: "America/New_York", WeekStart: "sunday"}); !cmp.Equal(got, want) {
+		if got, want := ps[0].Limits[0].Calendar, (&ratelimit.Calendar{Period: "week", Timezone: "America/New_York", WeekStart: "sunday"}); !gocmp.Equal(got, want) {
 			t.Errorf("weekly's calendar = %+v, want %+v", got, want)
 		}
 		if got := ps[0].Limits[1].Window; got != 8760*time.Hour {
@@ -367,5 +368,54 @@ func TestCalendarFailsOpenWithItsPeriod(t *testing.T) {
 	start, end := monthly(5).Calendar.Bounds(before)
 	if d.Window != end.Sub(start) || d.ResetAfter > end.Sub(before) || d.ResetAfter < end.Sub(after) {
 		t.Errorf("window %s, reset after %s; want this month's %s and the time to its end", d.Window, d.ResetAfter, end.Sub(start))
+	}
+}
+
+// TestCalendarPeriodsOnTheRedisClock: by the Redis clock (miniredis's), a
+// calendar window's last second still counts in its period, whose counter
+// expires exactly at its end, and the next period's first second starts
+// afresh: months of 29, 30 and 31 days, the days of DST changes in Berlin
+// and New York, and a year's end.
+func TestCalendarPeriodsOnTheRedisClock(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		cal      ratelimit.Calendar
+		last     string // the period's last second, wall clock in its zone
+		wantLeft time.Duration
+	}{
+		{"February of a leap year", ratelimit.Calendar{Period: "month", Timezone: "UTC"}, "2028-02-29 23:59:59", time.Second},
+		{"April", ratelimit.Calendar{Period: "month", Timezone: "Europe/Berlin"}, "2026-04-30 23:59:59", time.Second},
+		{"January", ratelimit.Calendar{Period: "month", Timezone: "America/New_York"}, "2026-01-31 23:59:59", time.Second},
+		{"Berlin's spring-forward day, before its change", ratelimit.Calendar{Period: "day", Timezone: "Europe/Berlin"}, "2026-03-29 01:59:59", 21*time.Hour + time.Second},
+		{"New York's fall-back day", ratelimit.Calendar{Period: "day", Timezone: "America/New_York"}, "2026-11-01 00:00:00", 25 * time.Hour},
+		{"a year's end", ratelimit.Calendar{Period: "year", Timezone: "America/New_York"}, "2026-12-31 23:59:59", time.Second},
+		{"a week's end", ratelimit.Calendar{Period: "week", Timezone: "Europe/Berlin", WeekStart: "sunday"}, "2026-12-05 23:59:59", time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pol := ratelimit.Policy{Name: "q", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 2, Calendar: &tt.cal}}
+			svc, m := newTestService(t, rlConfig(0, pol))
+			req := ratelimit.Request{Policy: "q", Key: "k", Cost: 2}
+			tz := cmp.Or(tt.cal.Timezone, "UTC")
+			at := in(t, tz, tt.last)
+			m.SetTime(at)
+			if d := mustCheck(t, svc, req); !d.Allowed || d.ResetAfter != tt.wantLeft {
+				t.Fatalf("at %s: %+v, want allowed with %s to the period's end", tt.last, d, tt.wantLeft)
+			}
+			if d := mustCheck(t, svc, req); d.Allowed {
+				t.Fatalf("at %s again: allowed, want the period spent", tt.last)
+			}
+			key := periodKeyOf(svc, pol, "k", at)
+			if got := m.TTL(key); got != tt.wantLeft {
+				t.Errorf("the period's counter expires in %s, want %s", got, tt.wantLeft)
+			}
+			_, end := tt.cal.Bounds(at)
+			m.SetTime(end)
+			if d := mustCheck(t, svc, req); !d.Allowed || d.Remaining != 0 {
+				t.Errorf("at the next period's start (%s): %+v, want its whole limit", end, d)
+			}
+			if next := periodKeyOf(svc, pol, "k", end); next == key {
+				t.Errorf("the next period counts on the same key %s", key)
+			}
+		})
 	}
 }
