@@ -29,7 +29,7 @@ func (s *Service) refund(ctx context.Context, pol Policy, sp limitSpec, keys key
 	if most := pol.maxCost(); units > most {
 		return Decision{}, invalid("cost", "min", "cost must be at least -%d (give back at most what the smallest limit holds), got %d", most, req.Cost)
 	}
-	rkeys := redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys).all()
+	rkeys := s.redisKeysOf(ctx, pol, keys).all()
 	argv := make([]any, 1+2*len(rkeys))
 	argv[0] = units // ARGV[1] units to give back
 	for i := range rkeys {
@@ -89,7 +89,7 @@ func (s *Service) ResetKey(ctx context.Context, policy, key string) (int64, erro
 		return 0, err
 	}
 	sp := s.set.Load().spec(pol)
-	all := redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys).all()
+	all := s.redisKeysOf(ctx, pol, keys).all()
 	var limits []NamedLimit
 	var rkeys []string
 	for i, l := range sp.limits {
@@ -124,4 +124,10 @@ func (s *Service) ResetKey(ctx context.Context, policy, key string) (int64, erro
 		return 0, fmt.Errorf("%s: reply[0] is %T, want int64", rateLimitResetScript.Name(), arr[0])
 	}
 	return n, nil
+}
+
+// redisKeysOf is the Redis keys of a decision under pol on keys, in the
+// namespace of the tenant ctx acts for, as decide names them.
+func (s *Service) redisKeysOf(ctx context.Context, pol Policy, keys keyList) keyList {
+	return redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys)
 }
