@@ -157,7 +157,7 @@ func (a *api) handleResetRateLimitKey(w http.ResponseWriter, r *http.Request) er
 	if err := a.checkAdminTo(r, "resetting a rate-limit key"); err != nil {
 		return err
 	}
-	policy, key := chi.URLParam(r, "policy"), chi.URLParam(r, "key")
+	policy, key := chi.URLParam(r, "policy"), pathParam(r, "key")
 	n, err := a.svc.ResetKey(r.Context(), policy, key)
 	if err != nil {
 		return err

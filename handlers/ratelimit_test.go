@@ -367,4 +367,11 @@ func TestResetRateLimitKey(t *testing.T) {
 	if !cmp.Equal(got, []string{"api", "user:42"}) {
 		t.Errorf("service asked %v, want api user:42", got)
 	}
+	got = nil
+	req = newRequest("DELETE", "/v1/ratelimit/policies/api/keys/path%2Fa%25b", "")
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	serve(t, h, req)
+	if !cmp.Equal(got, []string{"api", "path/a%b"}) {
+		t.Errorf("an encoded key reached the service as %v, want api path/a%%b", got)
+	}
 }
