@@ -23,7 +23,8 @@ import (
 
 // TestEnvoyGRPCExactAcrossInstances: 3 server processes on one Redis, 32
 // gRPC clients each, ShouldRateLimit on one domain rule (an epoch-aligned
-// fixed window) and on one rule naming a policy of the policies file: each
+// fixed window), on a calendar month in Berlin (by Redis TIME) and on one
+// rule naming a policy of the policies file: each
 // limit allows exactly its count in all, and the policy's counter is the
 // one POST /v1/ratelimit/check decides on, over HTTP.
 func TestEnvoyGRPCExactAcrossInstances(t *testing.T) {
@@ -41,6 +42,7 @@ func TestEnvoyGRPCExactAcrossInstances(t *testing.T) {
 descriptors:
   - {key: tenant, rate_limit: {unit: year, requests_per_unit: 100}}
   - {key: user, rate_limit: {policy: shared}}
+  - {key: account, rate_limit: {unit: month, calendar: month, timezone: Europe/Berlin, requests_per_unit: 100}}
 `)
 	prefix := uniquePrefix()
 	bin := buildServer(t)
@@ -87,6 +89,9 @@ descriptors:
 	}
 	if got := run("user", "alice", 2); got != 100 {
 		t.Errorf("policy rule: %d allowed over 192 calls, want exactly 100", got)
+	}
+	if got := run("account", "acme", 2); got != 100 {
+		t.Errorf("calendar month: %d allowed over 192 calls, want exactly 100", got)
 	}
 	e := remoteEnv(t, servers[1].URL)
 	r := e.do(t, "POST", "/v1/ratelimit/check", `{"policy":"shared","key":"alice"}`)
