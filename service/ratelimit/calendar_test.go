@@ -419,3 +419,34 @@ func TestCalendarPeriodsOnTheRedisClock(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowsLongerThanADay: a policy's window may be a year (8760h) for
+// every algorithm, counted as a shorter one is, its key kept for as long as
+// its state matters: a fixed window's for the window, a sliding window's
+// for two, a token bucket's until it is full again.
+func TestWindowsLongerThanADay(t *testing.T) {
+	year := 8760 * time.Hour
+	for _, tt := range []struct {
+		alg     ratelimit.Algorithm
+		wantTTL time.Duration
+	}{
+		{ratelimit.FixedWindow, year},
+		{ratelimit.SlidingWindow, 2 * year},
+		{ratelimit.TokenBucket, year}, // empty: three tokens of a third of a year each
+	} {
+		t.Run(string(tt.alg), func(t *testing.T) {
+			pol := ratelimit.Policy{Name: "yearly", Limit: ratelimit.Limit{Algorithm: tt.alg, Limit: 3, Window: year}}
+			svc, m := newTestService(t, rlConfig(0, pol))
+			req := ratelimit.Request{Policy: "yearly", Key: "k"}
+			for i, want := range []bool{true, true, true, false} {
+				if d := mustCheck(t, svc, req); d.Allowed != want {
+					t.Fatalf("request %d: allowed = %v, want %v", i+1, d.Allowed, want)
+				}
+			}
+			key := svc.Keys(pol, []string{"k"})[0]
+			if got := m.TTL(key); got > tt.wantTTL || got < tt.wantTTL-time.Second {
+				t.Errorf("key kept %s, want %s", got, tt.wantTTL)
+			}
+		})
+	}
+}
