@@ -25,6 +25,14 @@ func TestConfigRefusals(t *testing.T) {
 		{"replaces itself", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}}\n"}, "replaces should not contain name of same descriptor"},
 		{"unknown field", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, limit: 3}\n"}, "a.yaml: "},
 		{"share_threshold without wildcard", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 1}}\n"}, "share_threshold can only be used with wildcard values (ending with '*'), but found key 'k_v'"},
+		{"calendar beside another unit", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: day, calendar: month, requests_per_unit: 1}}\n"},
+			"descriptor 'd.k': calendar month is the rule's window: give no window, and no unit but month"},
+		{"calendar of a token bucket", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {calendar: month, algorithm: token_bucket, requests_per_unit: 1}}\n"},
+			"calendar applies to the fixed_window algorithm only"},
+		{"unknown time zone", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {calendar: month, timezone: Moon/Base, requests_per_unit: 1}}\n"},
+			"timezone must be an IANA time zone name"},
+		{"time zone without calendar", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: month, timezone: UTC, requests_per_unit: 1}}\n"},
+			"descriptor 'd.k': timezone and week_start apply to calendar windows only"},
 		{"window beyond a year", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {window: 9000h, requests_per_unit: 1}}\n"}, "window must be at most"},
 	}
 	for _, tc := range cases {

@@ -84,7 +84,14 @@ func (s *Server) decide(ctx context.Context, cfg *EnvoyConfig, req *pb.RateLimit
 			continue
 		}
 		it.m, it.key = m, counterKey(m.values)
-		if r := m.rule; r.Policy == "" && r.Limit.Algorithm == ratelimit.FixedWindow {
+		switch r := m.rule; {
+		case r.Limit.Calendar != nil:
+			// The period's counter is named and checked against the Redis
+			// clock by the decision; left is this instance's estimate, for
+			// a status without one.
+			_, end := r.Limit.Calendar.Bounds(now)
+			it.left = end.Sub(now)
+		case r.Policy == "" && r.Limit.Algorithm == ratelimit.FixedWindow:
 			start, left := epochWindow(now, r.Limit.Window)
 			it.key, it.left = counterKey(append(m.values, strconv.FormatInt(start, 10))), left
 		}
@@ -245,7 +252,7 @@ func (s *Server) decideGroup(ctx context.Context, domain string, g group) (bool,
 				return false, nil
 			}
 			l := r.Limit
-			if it.left > 0 {
+			if it.left > 0 && l.Calendar == nil {
 				l.Window = it.left
 			}
 			// Every limit takes its key from the same source, so each key's
@@ -300,12 +307,15 @@ func overStatus(it *item) *pb.RateLimitResponse_DescriptorStatus {
 		CurrentLimit: currentLimit(r, r.Limit.Limit, r.Limit.Window), DurationUntilReset: resetIn(left)}
 }
 
-// currentLimit is the status's current_limit: the rule's envoy unit, or the
-// unit whose length the window is (UNKNOWN for another window).
+// currentLimit is the status's current_limit: the rule's envoy unit (a
+// calendar window's period), or the unit whose length the window is
+// (UNKNOWN for another window).
 func currentLimit(r *Rule, limit int64, window time.Duration) *pb.RateLimitResponse_RateLimit {
 	cl := &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: uint32(min(limit, 1<<32-1))}
 	if r.Unit != "" {
 		window = unitWindows[r.Unit]
+	} else if c := r.Limit.Calendar; c != nil {
+		window = unitWindows[c.Period] // a calendar period is the unit of its name
 	}
 	for name, w := range unitWindows {
 		if w == window {

@@ -321,3 +321,39 @@ func TestSharedCounterWithHTTPPolicy(t *testing.T) {
 		t.Fatalf("gRPC after the HTTP check: %v, want OVER_LIMIT", r.OverallCode)
 	}
 }
+
+// TestCalendarMonthOverGRPC: calendar: month under rate_limit makes the
+// unit a month of the calendar in timezone, where envoyproxy/ratelimit's
+// month is 30 days on the epoch: the count starts afresh at 00:00 on the
+// 1st in that zone, by the Redis clock, and the status's unit is MONTH
+// with the time to the month's end.
+func TestCalendarMonthOverGRPC(t *testing.T) {
+	e := newEnv(t, map[string]string{"q.yaml": `
+domain: quota
+descriptors:
+  - key: account
+    rate_limit: {unit: month, calendar: month, timezone: America/New_York, requests_per_unit: 2}
+`}, options{})
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.m.SetTime(time.Date(2026, 10, 31, 23, 59, 58, 0, ny))
+	req := &pb.RateLimitRequest{Domain: "quota", Descriptors: []*rlv3.RateLimitDescriptor{desc("account", "a1")}}
+	var got []pb.RateLimitResponse_Code
+	for range 3 {
+		got = append(got, e.must(t, req).OverallCode)
+	}
+	if want := []pb.RateLimitResponse_Code{ok, ok, over}; !equalCodes(got, want) {
+		t.Fatalf("on October 31st: %v, want %v", got, want)
+	}
+	resp := e.must(t, req)
+	st := resp.Statuses[0]
+	if st.CurrentLimit.Unit != pb.RateLimitResponse_RateLimit_MONTH || st.DurationUntilReset.AsDuration() != 2*time.Second {
+		t.Errorf("status %v, want unit MONTH and 2s to the month's end", st)
+	}
+	e.m.SetTime(time.Date(2026, 11, 1, 0, 0, 0, 0, ny))
+	if resp := e.must(t, req); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 1 {
+		t.Errorf("on November 1st: %v, want a fresh month with 1 left", resp)
+	}
+}

@@ -46,7 +46,8 @@ type fileDescriptor struct {
 }
 
 // fileRateLimit is envoyproxy/ratelimit's YamlRateLimit plus Latchkey's
-// extensions: algorithm, window, burst and policy.
+// extensions: algorithm, window, burst, policy, and calendar with timezone
+// and week_start.
 type fileRateLimit struct {
 	RequestsPerUnit uint32         `yaml:"requests_per_unit"`
 	Unit            string         `yaml:"unit" expect:"second, minute, hour, day, week, month or year"`
@@ -57,6 +58,9 @@ type fileRateLimit struct {
 	Window          string         `yaml:"window" expect:"a duration such as 90s or 720h"`
 	Burst           int64          `yaml:"burst"`
 	Policy          string         `yaml:"policy" expect:"the name of a policy of the policies file"`
+	Calendar        string         `yaml:"calendar" expect:"day, week, month or year"`
+	Timezone        string         `yaml:"timezone" expect:"an IANA time zone name such as Europe/Berlin"`
+	WeekStart       string         `yaml:"week_start" expect:"a weekday such as monday"`
 }
 
 type fileReplaces struct {
@@ -221,7 +225,7 @@ func newRule(path string, d fileDescriptor, validate func(ratelimit.Limit) error
 	switch {
 	case rl.Unlimited && validUnit:
 		return nil, fmt.Errorf("should not specify rate limit unit when unlimited")
-	case !rl.Unlimited && !validUnit && rl.Window == "" && rl.Policy == "":
+	case !rl.Unlimited && !validUnit && rl.Window == "" && rl.Policy == "" && rl.Calendar == "":
 		return nil, fmt.Errorf("invalid rate limit unit '%s'", rl.Unit)
 	}
 	for _, rp := range rl.Replaces {
@@ -234,10 +238,24 @@ func newRule(path string, d fileDescriptor, validate func(ratelimit.Limit) error
 		r.Replaces = append(r.Replaces, rp.Name)
 	}
 	if rl.Unlimited || rl.Policy != "" {
-		if rl.Policy != "" && (rl.Unlimited || rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.Window != "" || rl.Algorithm != "" || rl.Burst != 0) {
-			return nil, fmt.Errorf("policy takes its limit from the policies file: give no unit, requests_per_unit, window, algorithm, burst or unlimited beside it")
+		if rl.Policy != "" && (rl.Unlimited || rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.Window != "" || rl.Algorithm != "" || rl.Burst != 0 ||
+			rl.Calendar != "" || rl.Timezone != "" || rl.WeekStart != "") {
+			return nil, fmt.Errorf("policy takes its limit from the policies file: give no unit, requests_per_unit, window, algorithm, burst, calendar or unlimited beside it")
 		}
 		return r, nil
+	}
+	// calendar: the unit's period on the calendar of timezone, not
+	// envoyproxy/ratelimit's fixed length on the epoch; a unit beside it
+	// must name the same period.
+	cal, err := ratelimit.ParseCalendar(rl.Calendar, rl.Timezone, rl.WeekStart)
+	if err != nil {
+		return nil, err
+	}
+	if cal != nil {
+		if r.Unit != "" && r.Unit != cal.Period || rl.Window != "" {
+			return nil, fmt.Errorf("calendar %s is the rule's window: give no window, and no unit but %s", cal.Period, cal.Period)
+		}
+		window = 0
 	}
 	if rl.Window != "" {
 		w, err := time.ParseDuration(rl.Window)
@@ -258,7 +276,7 @@ func newRule(path string, d fileDescriptor, validate func(ratelimit.Limit) error
 		// limits are at least 1.
 		return nil, fmt.Errorf("requests_per_unit must be at least 1 (or unlimited: true)")
 	}
-	r.Limit = ratelimit.Limit{Algorithm: alg, Limit: int64(rl.RequestsPerUnit), Window: window, Burst: rl.Burst}
+	r.Limit = ratelimit.Limit{Algorithm: alg, Limit: int64(rl.RequestsPerUnit), Window: window, Burst: rl.Burst, Calendar: cal}
 	if validate != nil {
 		if err := validate(r.Limit); err != nil {
 			return nil, err

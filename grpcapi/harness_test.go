@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -23,10 +24,11 @@ import (
 
 // env is a gRPC server on miniredis and a client of it.
 type env struct {
-	m      *miniredis.Miniredis
-	svc    *ratelimit.Service
-	client pb.RateLimitServiceClient
-	conn   *grpc.ClientConn
+	reloader *grpcapi.Reloader // with options.reload
+	m        *miniredis.Miniredis
+	svc      *ratelimit.Service
+	client   pb.RateLimitServiceClient
+	conn     *grpc.ClientConn
 }
 
 // options of newEnv.
@@ -35,6 +37,9 @@ type options struct {
 	headers  bool
 	policies []ratelimit.Policy
 	now      func() time.Time // the server's clock; default time.Now
+	// reload, when set, is the configuration file the server reloads
+	// (env.reloader), instead of files.
+	reload string
 }
 
 // newEnv serves the envoy configuration files on a fresh miniredis.
@@ -67,11 +72,19 @@ func newEnv(t *testing.T, files map[string]string, o options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	current := func() *grpcapi.EnvoyConfig { return conf }
+	var reloader *grpcapi.Reloader
+	if o.reload != "" {
+		if reloader, err = grpcapi.NewReloader(o.reload, svc.ValidateLimit, nil, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+		current = reloader.Current
+	}
 	cfg := grpcapi.Config{ResponseHeaders: o.headers, Now: o.now}
 	if o.keys != nil {
 		cfg.Keys = func() *auth.KeySet { return o.keys }
 	}
-	s := grpcapi.New(svc, func() *grpcapi.EnvoyConfig { return conf }, cfg)
+	s := grpcapi.New(svc, current, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +96,7 @@ func newEnv(t *testing.T, files map[string]string, o options) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &env{m: m, svc: svc, client: pb.NewRateLimitServiceClient(conn), conn: conn}
+	return &env{reloader: reloader, m: m, svc: svc, client: pb.NewRateLimitServiceClient(conn), conn: conn}
 }
 
 // desc builds a descriptor from key, value pairs.

@@ -44,33 +44,34 @@ const bearerChallenge = `Bearer realm="latchkey"`
 // routeScopes is the scope each /v1 route needs, by method and route
 // pattern. A /v1 route missing here needs admin (and a test fails).
 var routeScopes = map[string]auth.Scope{
-	"POST /v1/locks/{name}":                   auth.ScopeLocksWrite,
-	"GET /v1/locks/{name}":                    auth.ScopeLocksRead,
-	"DELETE /v1/locks/{name}":                 auth.ScopeLocksWrite, // admin with ?force=true
-	"POST /v1/locks/{name}/renew":             auth.ScopeLocksWrite,
-	"POST /v1/locks/{name}/hold":              auth.ScopeLocksWrite,
-	"POST /v1/rwlocks/{name}":                 auth.ScopeLocksWrite,
-	"GET /v1/rwlocks/{name}":                  auth.ScopeLocksRead,
-	"DELETE /v1/rwlocks/{name}":               auth.ScopeLocksWrite, // admin with ?force=true
-	"POST /v1/rwlocks/{name}/renew":           auth.ScopeLocksWrite,
-	"POST /v1/rwlocks/{name}/hold":            auth.ScopeLocksWrite,
-	"POST /v1/semaphores/{name}":              auth.ScopeLocksWrite,
-	"GET /v1/semaphores/{name}":               auth.ScopeLocksRead,
-	"PUT /v1/semaphores/{name}":               auth.ScopeAdmin,      // the capacity is the admin's
-	"DELETE /v1/semaphores/{name}":            auth.ScopeLocksWrite, // admin with ?force=true
-	"POST /v1/semaphores/{name}/renew":        auth.ScopeLocksWrite,
-	"POST /v1/semaphores/{name}/hold":         auth.ScopeLocksWrite,
-	"GET /v1/locks":                           auth.ScopeLocksRead,
-	"GET /v1/rwlocks":                         auth.ScopeLocksRead,
-	"GET /v1/semaphores":                      auth.ScopeLocksRead,
-	"GET /v1/lost/locks":                      auth.ScopeLocksRead,
-	"GET /v1/lost/rwlocks":                    auth.ScopeLocksRead,
-	"GET /v1/lost/semaphores":                 auth.ScopeLocksRead,
-	"POST /v1/ratelimit/check":                auth.ScopeRateLimitCheck,
-	"GET /v1/ratelimit/policies":              auth.ScopeRateLimitCheck,
-	"GET /v1/ratelimit/policies/{policy}/top": auth.ScopeRateLimitCheck,
-	"* /v1/ratelimit/gate/{policy}":           auth.ScopeRateLimitGate,
-	"* /v1/ratelimit/gate/{policy}/*":         auth.ScopeRateLimitGate,
+	"POST /v1/locks/{name}":                             auth.ScopeLocksWrite,
+	"GET /v1/locks/{name}":                              auth.ScopeLocksRead,
+	"DELETE /v1/locks/{name}":                           auth.ScopeLocksWrite, // admin with ?force=true
+	"POST /v1/locks/{name}/renew":                       auth.ScopeLocksWrite,
+	"POST /v1/locks/{name}/hold":                        auth.ScopeLocksWrite,
+	"POST /v1/rwlocks/{name}":                           auth.ScopeLocksWrite,
+	"GET /v1/rwlocks/{name}":                            auth.ScopeLocksRead,
+	"DELETE /v1/rwlocks/{name}":                         auth.ScopeLocksWrite, // admin with ?force=true
+	"POST /v1/rwlocks/{name}/renew":                     auth.ScopeLocksWrite,
+	"POST /v1/rwlocks/{name}/hold":                      auth.ScopeLocksWrite,
+	"POST /v1/semaphores/{name}":                        auth.ScopeLocksWrite,
+	"GET /v1/semaphores/{name}":                         auth.ScopeLocksRead,
+	"PUT /v1/semaphores/{name}":                         auth.ScopeAdmin,      // the capacity is the admin's
+	"DELETE /v1/semaphores/{name}":                      auth.ScopeLocksWrite, // admin with ?force=true
+	"POST /v1/semaphores/{name}/renew":                  auth.ScopeLocksWrite,
+	"POST /v1/semaphores/{name}/hold":                   auth.ScopeLocksWrite,
+	"GET /v1/locks":                                     auth.ScopeLocksRead,
+	"GET /v1/rwlocks":                                   auth.ScopeLocksRead,
+	"GET /v1/semaphores":                                auth.ScopeLocksRead,
+	"GET /v1/lost/locks":                                auth.ScopeLocksRead,
+	"GET /v1/lost/rwlocks":                              auth.ScopeLocksRead,
+	"GET /v1/lost/semaphores":                           auth.ScopeLocksRead,
+	"POST /v1/ratelimit/check":                          auth.ScopeRateLimitCheck,
+	"GET /v1/ratelimit/policies":                        auth.ScopeRateLimitCheck,
+	"GET /v1/ratelimit/policies/{policy}/top":           auth.ScopeRateLimitCheck,
+	"DELETE /v1/ratelimit/policies/{policy}/keys/{key}": auth.ScopeAdmin,
+	"* /v1/ratelimit/gate/{policy}":                     auth.ScopeRateLimitGate,
+	"* /v1/ratelimit/gate/{policy}/*":                   auth.ScopeRateLimitGate,
 }
 
 // authKey is the context key of the API key a request was made with.

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -49,4 +50,15 @@ func (a *api) checkAdmin(r *http.Request) error {
 			detail: "force-release needs the admin credential: Authorization: Bearer <admin key>"}
 	}
 	return nil
+}
+
+// checkAdminTo is checkAdmin for an admin action other than force-release:
+// when an admin key is configured, its forbidden error says what needs the
+// admin credential.
+func (a *api) checkAdminTo(r *http.Request, what string) error {
+	err := a.checkAdmin(r)
+	if he := (*httpError)(nil); err != nil && a.cfg.AdminKey != "" && errors.As(err, &he) && he.typ == forbidden {
+		err = &httpError{typ: forbidden, detail: what + " needs the admin credential: Authorization: Bearer <admin key>"}
+	}
+	return err
 }

@@ -312,15 +312,19 @@ func toKeepaliveResponse(ka *locks.Keepalive) *keepaliveResponse {
 // path when the request has one, so the parameter is decoded then, once:
 // job%3A42 is job:42, while a%2Fb and %7B reach the service as a/b and {
 // (and are refused there), and job%253A42 as job%3A42.
-func lockName(r *http.Request) string {
-	name := chi.URLParam(r, "name")
+func lockName(r *http.Request) string { return pathParam(r, "name") }
+
+// pathParam is the route parameter param of r, percent-decoded when the
+// path was sent encoded. A malformed escape stays as it is: no lock name
+// has a '%', and a rate-limit key's '%' is sent as %25.
+func pathParam(r *http.Request, param string) string {
+	v := chi.URLParam(r, param)
 	if r.URL.RawPath != "" {
-		// A malformed escape stays as it is: no name has a '%'.
-		if decoded, err := url.PathUnescape(name); err == nil {
-			name = decoded
+		if decoded, err := url.PathUnescape(v); err == nil {
+			v = decoded
 		}
 	}
-	return name
+	return v
 }
 
 // errTokenRequired refuses a renew or release without its Lock-Token.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -30,7 +31,8 @@ const degradedHeader = "Latchkey-RateLimit-Degraded"
 
 // checkRequest is the body of POST /v1/ratelimit/check: a policy name, or an
 // inline limit (limit, window, algorithm, burst). A window or algorithm
-// that is absent or null is not given; "" is a 400.
+// that is absent or null is not given; "" is a 400. peek asks for the
+// decision without counting; a negative cost gives units back.
 type checkRequest struct {
 	Policy    string  `json:"policy"`
 	Key       string  `json:"key"`
@@ -39,6 +41,7 @@ type checkRequest struct {
 	Algorithm *string `json:"algorithm" validate:"omitempty,oneof=fixed_window sliding_window token_bucket"`
 	Burst     *int64  `json:"burst"`
 	Cost      *int64  `json:"cost"`
+	Peek      bool    `json:"peek"`
 }
 
 // decisionResponse is a rate-limit decision, allowed or denied.
@@ -60,10 +63,10 @@ type decisionResponse struct {
 // limit is any of limit, window, algorithm or burst; limit and window are
 // then required.
 func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
-	out := ratelimit.Request{Policy: req.Policy, Key: req.Key}
+	out := ratelimit.Request{Policy: req.Policy, Key: req.Key, Peek: req.Peek}
 	if req.Cost != nil {
-		if *req.Cost < 1 {
-			return out, badRequest("cost", "min", "cost must be at least 1, got "+strconv.FormatInt(*req.Cost, 10))
+		if *req.Cost == 0 {
+			return out, badRequest("cost", "min", "cost must be at least 1, or negative to give units back, got 0")
 		}
 		out.Cost = *req.Cost
 	}
@@ -134,4 +137,31 @@ func toDecisionResponse(d ratelimit.Decision) decisionResponse {
 		ResetMS: ceilMillis(d.ResetAfter), RetryAfterMS: ceilMillis(d.RetryAfter),
 		Policy: d.Policy, Key: d.Key, Binding: d.Binding, Degraded: d.Degraded,
 	}
+}
+
+// resetKeyResponse is the body of DELETE
+// /v1/ratelimit/policies/{policy}/keys/{key}.
+type resetKeyResponse struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	// Counters is how many of the key's counters there were.
+	Counters int64 `json:"counters"`
+}
+
+// handleResetRateLimitKey implements operationId resetRateLimitKey: an
+// admin gives one key of a policy its full limits again. Returns a
+// forbidden error without the admin credential, and the errors of
+// ratelimit.Service.ResetKey (policy-not-found, invalid-request for a
+// malformed key).
+func (a *api) handleResetRateLimitKey(w http.ResponseWriter, r *http.Request) error {
+	if err := a.checkAdminTo(r, "resetting a rate-limit key"); err != nil {
+		return err
+	}
+	policy, key := chi.URLParam(r, "policy"), pathParam(r, "key")
+	n, err := a.svc.ResetKey(r.Context(), policy, key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resetKeyResponse{Policy: policy, Key: key, Counters: n})
+	return nil
 }

@@ -43,3 +43,11 @@ func (f *fakeService) TopDenied(ctx context.Context, policy string, n int) (rate
 	}
 	return f.TopDeniedFn(ctx, policy, n)
 }
+
+func (f *fakeService) ResetKey(ctx context.Context, policy, key string) (int64, error) {
+	f.record("ResetKey")
+	if f.ResetKeyFn == nil {
+		return 0, errUnexpectedCall
+	}
+	return f.ResetKeyFn(ctx, policy, key)
+}

@@ -169,9 +169,10 @@ type policiesResponse struct {
 
 // policyResponse is one policy as the policy file spells it.
 type policyResponse struct {
-	Name       string        `json:"name"`
-	Limit      int64         `json:"limit,omitempty"`
-	Window     string        `json:"window,omitempty"`
+	Name   string `json:"name"`
+	Limit  int64  `json:"limit,omitempty"`
+	Window string `json:"window,omitempty"`
+	calendarResponse
 	Algorithm  string        `json:"algorithm,omitempty"`
 	Burst      int64         `json:"burst,omitempty"`
 	Lease      int64         `json:"lease,omitempty"`
@@ -190,14 +191,31 @@ type policyResponse struct {
 
 // limitResponse is one limit of a multi-limit policy.
 type limitResponse struct {
-	Name      string `json:"name"`
-	Key       string `json:"key"`
-	Limit     int64  `json:"limit"`
-	Window    string `json:"window"`
+	Name   string `json:"name"`
+	Key    string `json:"key"`
+	Limit  int64  `json:"limit"`
+	Window string `json:"window,omitempty"`
+	calendarResponse
 	Algorithm string `json:"algorithm"`
 	Burst     int64  `json:"burst,omitempty"`
 	Lease     int64  `json:"lease,omitempty"`
 	Shadow    bool   `json:"shadow,omitempty"`
+}
+
+// calendarResponse is a calendar window's fields, absent for another.
+type calendarResponse struct {
+	Calendar  string `json:"calendar,omitempty"`
+	Timezone  string `json:"timezone,omitempty"`
+	WeekStart string `json:"week_start,omitempty"`
+}
+
+// toCalendarResponse is l's window as a policy file spells it: a duration,
+// or a calendar period.
+func toCalendarResponse(l ratelimit.Limit) (string, calendarResponse) {
+	if l.Calendar == nil {
+		return l.Window.String(), calendarResponse{}
+	}
+	return "", calendarResponse{Calendar: l.Calendar.Period, Timezone: l.Calendar.Timezone, WeekStart: l.Calendar.WeekStart}
 }
 
 type costResponse struct {
@@ -219,13 +237,15 @@ func (a *api) handleListPolicies(w http.ResponseWriter, r *http.Request) error {
 			Stats: newPolicyStatsResponse(stats[p.Name])}
 		if p.Multi() {
 			for _, l := range p.Limits {
-				out.Policies[i].Limits = append(out.Policies[i].Limits, limitResponse{Name: l.Name, Key: l.Key,
-					Limit: l.Limit.Limit, Window: l.Window.String(), Algorithm: string(l.Algorithm), Burst: l.Burst,
-					Lease: l.Lease, Shadow: l.Shadow})
+				lr := limitResponse{Name: l.Name, Key: l.Key, Limit: l.Limit.Limit, Algorithm: string(l.Algorithm), Burst: l.Burst,
+					Lease: l.Lease, Shadow: l.Shadow}
+				lr.Window, lr.calendarResponse = toCalendarResponse(l.Limit)
+				out.Policies[i].Limits = append(out.Policies[i].Limits, lr)
 			}
 		} else {
 			pr := &out.Policies[i]
-			pr.Limit, pr.Window, pr.Algorithm, pr.Burst, pr.Key = p.Limit.Limit, p.Window.String(), string(p.Algorithm), p.Burst, p.Key
+			pr.Limit, pr.Algorithm, pr.Burst, pr.Key = p.Limit.Limit, string(p.Algorithm), p.Burst, p.Key
+			pr.Window, pr.calendarResponse = toCalendarResponse(p.Limit)
 			pr.Lease = p.Lease
 		}
 		if p.Cost.Header != "" {

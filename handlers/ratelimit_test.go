@@ -306,3 +306,72 @@ func TestAnonymousSelfProtection(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckQuotaRequests: peek and a negative cost reach the service as
+// they are; a cost of 0 is a 400 naming cost that asks nothing of it.
+func TestCheckQuotaRequests(t *testing.T) {
+	for _, tt := range []struct {
+		name, body string
+		want       ratelimit.Request
+	}{
+		{"peek", `{"policy":"per-ip","key":"k","peek":true}`, ratelimit.Request{Policy: "per-ip", Key: "k", Peek: true}},
+		{"refund", `{"policy":"per-ip","key":"k","cost":-2}`, ratelimit.Request{Policy: "per-ip", Key: "k", Cost: -2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got ratelimit.Request
+			fake := decisionFake(perIP(429), ratelimit.Decision{Allowed: true, Policy: "per-ip", Limit: 3})
+			check := fake.CheckFn
+			fake.CheckFn = func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+				got = req
+				return check(ctx, req)
+			}
+			rec := serve(t, newTestRouter(t, fake, handlers.Config{}), newRequest("POST", "/v1/ratelimit/check", tt.body))
+			if rec.Code != 200 {
+				t.Fatalf("status = %d, want 200; body %s", rec.Code, rec.Body)
+			}
+			got.Using = ratelimit.Policy{}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("request (-want +got):\n%s", diff)
+			}
+		})
+	}
+	fake := decisionFake(perIP(429), ratelimit.Decision{})
+	req := newRequest("POST", "/v1/ratelimit/check", `{"policy":"per-ip","key":"k","cost":0}`)
+	rec := serve(t, newTestRouter(t, fake, handlers.Config{}), req)
+	wantProblem(t, rec, req, 400, "invalid-request")
+	if !strings.Contains(rec.Body.String(), `"field":"cost"`) {
+		t.Errorf("body %s does not name cost", rec.Body)
+	}
+}
+
+// TestResetRateLimitKey: the reset of a key needs the admin credential,
+// checked before the service is asked, and answers the counters deleted.
+func TestResetRateLimitKey(t *testing.T) {
+	var got []string
+	fake := &fakeService{ResetKeyFn: func(_ context.Context, policy, key string) (int64, error) {
+		got = append(got, policy, key)
+		return 2, nil
+	}}
+	h := newTestRouter(t, fake, handlers.Config{AdminKey: adminKey})
+	req := newRequest("DELETE", "/v1/ratelimit/policies/api/keys/user:42", "")
+	wantProblem(t, serve(t, h, req), req, 403, "forbidden")
+	if got != nil {
+		t.Fatalf("the service was asked %v without the admin credential", got)
+	}
+	req = newRequest("DELETE", "/v1/ratelimit/policies/api/keys/user:42", "")
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	rec := serve(t, h, req)
+	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"policy":"api","key":"user:42","counters":2}` {
+		t.Fatalf("status %d, body %s", rec.Code, rec.Body)
+	}
+	if !cmp.Equal(got, []string{"api", "user:42"}) {
+		t.Errorf("service asked %v, want api user:42", got)
+	}
+	got = nil
+	req = newRequest("DELETE", "/v1/ratelimit/policies/api/keys/path%2Fa%25b", "")
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	serve(t, h, req)
+	if !cmp.Equal(got, []string{"api", "path/a%b"}) {
+		t.Errorf("an encoded key reached the service as %v, want api path/a%%b", got)
+	}
+}

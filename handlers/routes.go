@@ -137,6 +137,7 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	r.Post("/v1/ratelimit/check", a.handleParams(a.handleCheckRateLimit))
 	r.Get("/v1/ratelimit/policies", a.handleParams(a.handleListPolicies))
 	r.Get("/v1/ratelimit/policies/{policy}/top", a.handleParams(a.handleListTopDeniedKeys, "limit"))
+	r.Delete("/v1/ratelimit/policies/{policy}/keys/{key}", a.handleParams(a.handleResetRateLimitKey))
 	// The gate takes any query: a gateway forwards its client's.
 	for _, m := range gateMethods {
 		r.Method(m, "/v1/ratelimit/gate/{policy}", gate)

@@ -158,11 +158,7 @@ func answerSemaphoreLease(w http.ResponseWriter, l locks.SemaphoreLease, granted
 // (checked first, as for a force-release), and the errors of decoding the
 // request and of locks.Service.SetSemaphorePermits.
 func (a *api) handleSetSemaphorePermits(w http.ResponseWriter, r *http.Request) error {
-	if err := a.checkAdmin(r); err != nil {
-		if he := (*httpError)(nil); a.cfg.AdminKey != "" && errors.As(err, &he) && he.typ == forbidden {
-			err = &httpError{typ: forbidden,
-				detail: "changing a semaphore's permits needs the admin credential: Authorization: Bearer <admin key>"}
-		}
+	if err := a.checkAdminTo(r, "changing a semaphore's permits"); err != nil {
 		return err
 	}
 	var body semaphorePermitsRequest

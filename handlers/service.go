@@ -59,6 +59,8 @@ type RateLimits interface {
 	// TopDenied returns the keys of a policy denied most on this instance
 	// for the tenant ctx acts for.
 	TopDenied(ctx context.Context, policy string, n int) (ratelimit.TopKeys, error)
+	// ResetKey deletes the counters of one key under a policy (admin).
+	ResetKey(ctx context.Context, policy, key string) (int64, error)
 }
 
 // services are the domains the handlers call.

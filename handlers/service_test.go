@@ -40,6 +40,8 @@ type fakeService struct {
 	CheckFn  func(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
 	// TopDeniedFn answers GET /v1/ratelimit/policies/{policy}/top.
 	TopDeniedFn func(ctx context.Context, policy string, n int) (ratelimit.TopKeys, error)
+	// ResetKeyFn answers DELETE /v1/ratelimit/policies/{policy}/keys/{key}.
+	ResetKeyFn func(ctx context.Context, policy, key string) (int64, error)
 
 	fakeSemaphores
 	fakeListings // the listings (list_test.go)

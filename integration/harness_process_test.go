@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"net/http"
 	"os"
@@ -63,8 +65,9 @@ func environWithout(prefixes ...string) []string {
 // serverProcess is cmd/server running as a process of its own, started as
 // the README starts it.
 type serverProcess struct {
-	URL string // http://127.0.0.1:port
+	URL string // http://127.0.0.1:port (https:// with startTLSServerProcess)
 
+	client        *http.Client // asks /healthz; nil: http.DefaultClient
 	bin, dir, log string
 	env           []string
 	cmd           *exec.Cmd
@@ -77,14 +80,36 @@ type serverProcess struct {
 // start. It is stopped when t ends.
 func startServerProcess(t testing.TB, bin, dir, port string, env ...string) *serverProcess {
 	t.Helper()
-	p := &serverProcess{
+	return newServerProcess(t, bin, dir, port, env).launch(t)
+}
+
+// newServerProcess is the process startServerProcess starts, not started.
+func newServerProcess(t testing.TB, bin, dir, port string, env []string) *serverProcess {
+	return &serverProcess{
 		URL: "http://127.0.0.1:" + port,
 		bin: bin, dir: dir, log: filepath.Join(t.TempDir(), "server.log"),
 		env: append(environWithout("LATCHKEY_"), append([]string{"LATCHKEY_ADDR=127.0.0.1:" + port}, env...)...),
 	}
+}
+
+// launch starts p, to be stopped when t ends.
+func (p *serverProcess) launch(t testing.TB) *serverProcess {
+	t.Helper()
 	p.start(t)
 	t.Cleanup(func() { p.stop(t) })
 	return p
+}
+
+// startTLSServerProcess is startServerProcess for a server that serves
+// HTTPS (env sets LATCHKEY_TLS_CERT and LATCHKEY_TLS_KEY) with a
+// certificate roots signed: its URL is https://, and /healthz is asked over
+// TLS.
+func startTLSServerProcess(t testing.TB, bin, dir, port string, roots *x509.CertPool, env ...string) *serverProcess {
+	t.Helper()
+	p := newServerProcess(t, bin, dir, port, env)
+	p.URL = "https://127.0.0.1:" + port
+	p.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	return p.launch(t)
 }
 
 // start starts the process and waits until it answers /healthz.
@@ -103,8 +128,12 @@ func (p *serverProcess) start(t testing.TB) {
 	p.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(p.cmd, p.exited)
 	deadline := time.Now().Add(time.Minute)
+	client := p.client
+	if client == nil {
+		client = http.DefaultClient
+	}
 	for {
-		resp, err := http.Get(p.URL + "/healthz")
+		resp, err := client.Get(p.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

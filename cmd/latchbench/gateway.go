@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -49,7 +50,8 @@ func (b *bench) gatewayScenarios() []scenario {
 }
 
 // cpuPerDecision notes each multi-limit scenario's server CPU per request,
-// and the three-limit decision's against the one-limit ones'.
+// the three-limit decision's against the one-limit ones', gRPC's three
+// descriptors' against one's, and one descriptor's against the HTTP gate's.
 func cpuPerDecision(results []Result) {
 	per := map[string]float64{}
 	for _, r := range results {
@@ -59,15 +61,13 @@ func cpuPerDecision(results []Result) {
 	}
 	for i, r := range results {
 		us, ok := per[r.Scenario]
-		if !ok || (r.Scenario != "multi" && r.Scenario != "multi1" && r.Scenario != "gate" && r.Scenario != "leased") {
+		if !ok || !slices.Contains([]string{"multi", "multi1", "gate", "leased", "grpc1", "grpc3"}, r.Scenario) {
 			continue
 		}
 		note := fmt.Sprintf("server CPU per decision %.1f µs", us)
-		if r.Scenario == "multi" {
-			for _, one := range []string{"multi1", "gate"} {
-				if base, ok := per[one]; ok {
-					note += fmt.Sprintf("; %.2f× %s's", us/base, one)
-				}
+		for _, one := range map[string][]string{"multi": {"multi1", "gate"}, "grpc3": {"grpc1"}, "grpc1": {"gate"}}[r.Scenario] {
+			if base, ok := per[one]; ok {
+				note += fmt.Sprintf("; %.2f× %s's", us/base, one)
 			}
 		}
 		results[i].Notes = append(results[i].Notes, note)

@@ -55,6 +55,12 @@ func (w *worker) do(req *http.Request, keepBody bool) (int, http.Header, []byte)
 	return resp.StatusCode, resp.Header, body
 }
 
+// record records one call that is not an HTTP request (a gRPC one),
+// started at start, with the HTTP status it counts as (0: it failed).
+func (w *worker) record(start time.Time, status int) {
+	w.samples = append(w.samples, sample{latency: time.Since(start), status: status})
+}
+
 // runLoad runs op on conns workers for d and returns every sample and the
 // time until the last iteration ended. Each worker has its own transport so
 // it keeps exactly one connection.

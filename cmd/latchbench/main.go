@@ -7,6 +7,7 @@
 //	go run ./cmd/latchbench -start                # starts redis-server and Latchkey itself
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
 //	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -scenarios gate,multi1,multi,leased,nginx
+//	go run ./cmd/latchbench -start -scenarios gate,grpc1,grpc3   # Envoy's ShouldRateLimit beside the HTTP gate
 //	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
 //
 // Every scenario's notes say what each Redis node did per request: CPU,
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
 	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
+	fs.StringVar(&o.b.grpcAddr, "grpc-addr", "", "the server's gRPC port (its -grpc-addr, host:port on loopback) for grpc1 and grpc3 (set by -start)")
+	fs.IntVar(&o.b.grpcConns, "grpc-conns", 4, "HTTP/2 connections the gRPC scenarios share their -c clients' unary calls over (1-64)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
 	fs.StringVar(&o.cluster, "redis-cluster", "", "seed URL of a Redis Cluster on loopback (redis://h1:p1?addr=h2:p2&addr=h3:p3): -start runs Latchkey on it instead of a redis-server of its own; Redis commands and CPU are reported per primary")
 	if err := fs.Parse(args); err != nil {
@@ -105,6 +108,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.b.leaseSlots < 0 || o.b.leaseSlots > store.ClusterSlots {
 		return fmt.Errorf("-lease-slots %d: want 0-%d", o.b.leaseSlots, store.ClusterSlots)
 	}
+	if o.b.grpcConns < 1 || o.b.grpcConns > 64 {
+		return fmt.Errorf("-grpc-conns %d: want 1-64", o.b.grpcConns)
+	}
 	if o.start == (o.url != "") {
 		return errors.New("give exactly one of -url and -start")
 	}
@@ -117,7 +123,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		defer st.stop()
-		o.url, o.redisURL = st.url, st.redisURL
+		o.url, o.redisURL, o.b.grpcAddr = st.url, st.redisURL, st.grpcAddr
 	}
 	if err := checkLoopback(o.url); err != nil {
 		return err

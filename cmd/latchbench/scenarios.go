@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/latchkey/latchkey/service/store"
 )
 
@@ -39,6 +40,10 @@ type bench struct {
 	waiterNames int           // locks they wait on
 	nginxBin    string        // nginx for the nginx scenario
 	nginx       *options      // the run's options, for the nginx scenario's rounds; nil: no nginx
+	grpcAddr    string        // the server's gRPC port for grpc1 and grpc3; "": none
+	grpcConns   int           // HTTP/2 connections the gRPC scenarios share out their calls over
+	// grpc are the clients of those connections while a gRPC scenario runs.
+	grpc []pb.RateLimitServiceClient
 }
 
 func newRequest(ctx context.Context, method, url, body string) *http.Request {
@@ -127,7 +132,7 @@ func (b *bench) scenarios() []scenario {
 			run:         b.runWaiters,
 		},
 		semaphoreScenario(b),
-	}, b.gatewayScenarios()...)
+	}, append(b.gatewayScenarios(), b.grpcScenarios()...)...)
 }
 
 // gate asks the gate policy about the next of many client IPs.

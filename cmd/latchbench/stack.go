@@ -19,6 +19,7 @@ import (
 // a cluster, started for one run.
 type stack struct {
 	url      string
+	grpcAddr string // the server's gRPC port, serving benchEnvoyConfig
 	redisURL string // the single node's URL; empty on a cluster
 	stop     func()
 }
@@ -34,7 +35,8 @@ func freePort() (int, error) {
 }
 
 // startStack starts redis-server (no persistence) and Latchkey on free
-// loopback ports, configured with the policies the scenarios use. Given a
+// loopback ports, configured with the policies and the envoy configuration
+// (on its gRPC port) the scenarios use. Given a
 // Redis Cluster's seed URL it starts no redis-server and points Latchkey at
 // the cluster instead.
 func startStack(ctx context.Context, serverBin, redisBin, clusterURL string) (*stack, error) {
@@ -83,7 +85,17 @@ func startStack(ctx context.Context, serverBin, redisBin, clusterURL string) (*s
 	if err := os.WriteFile(policies, []byte(benchPolicies), 0o644); err != nil {
 		return fail(err)
 	}
+	envoy := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(envoy, []byte(benchEnvoyConfig), 0o644); err != nil {
+		return fail(err)
+	}
+	grpcPort, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	env := append(append(os.Environ(), redisEnv...), stackEnv(policies, port)...)
+	env = append(env, "LATCHKEY_ENVOY_CONFIG="+envoy, "LATCHKEY_GRPC_ADDR="+grpcAddr)
 	srv := exec.Command(serverBin)
 	srv.Env = env
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
@@ -111,7 +123,7 @@ func startStack(ctx context.Context, serverBin, redisBin, clusterURL string) (*s
 		tail, _ := os.ReadFile(logFile.Name())
 		return fail(fmt.Errorf("%w; server log:\n%s", err, lastLines(string(tail), 20)))
 	}
-	return &stack{url: url, redisURL: redisURL, stop: stop}, nil
+	return &stack{url: url, grpcAddr: grpcAddr, redisURL: redisURL, stop: stop}, nil
 }
 
 // benchPolicies holds high-limit policies, so the scenarios measure the

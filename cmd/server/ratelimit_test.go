@@ -146,6 +146,18 @@ func TestLoadPoliciesExampleFile(t *testing.T) {
 	}
 }
 
+// TestLoadQuotaExampleFile: the README's quota session's policies load,
+// their calendar months in Berlin.
+func TestLoadQuotaExampleFile(t *testing.T) {
+	ps := readPolicyFile(t, filepath.Join("..", "..", "deploy", "quota.example.yaml"))
+	if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
+		t.Fatalf("deploy/quota.example.yaml: %v", err)
+	}
+	if len(ps) != 2 || ps[1].Calendar == nil || ps[1].Calendar.Period != "month" || ps[1].Calendar.Timezone != "Europe/Berlin" {
+		t.Errorf("deploy/quota.example.yaml holds %+v, want llm and tokens, a month in Berlin", ps)
+	}
+}
+
 // readPolicyFile reads and parses a policy file as -ratelimit-policies does.
 func readPolicyFile(t *testing.T, path string) []ratelimit.Policy {
 	t.Helper()

@@ -397,9 +397,15 @@
     return svg;
   }
 
+  // per is a limit's window: a duration, or a calendar period in its zone.
+  function per(l) {
+    if (!l.calendar) return l.window;
+    return l.calendar + ' (' + (l.timezone || 'UTC') + (l.week_start ? ', from ' + l.week_start : '') + ')';
+  }
+
   function describe(p) {
-    if (p.limits) return p.limits.map((l) => l.name + ': ' + l.limit + ' per ' + l.window).join('; ') + (p.shadow ? ' (shadow)' : '');
-    return p.limit + ' per ' + p.window + ', ' + String(p.algorithm).replace('_', ' ') + ', by ' + p.key + (p.shadow ? ' (shadow)' : '');
+    if (p.limits) return p.limits.map((l) => l.name + ': ' + l.limit + ' per ' + per(l)).join('; ') + (p.shadow ? ' (shadow)' : '');
+    return p.limit + ' per ' + per(p) + ', ' + String(p.algorithm).replace('_', ' ') + ', by ' + p.key + (p.shadow ? ' (shadow)' : '');
   }
 
   function keepalive(k) {

@@ -20,12 +20,18 @@
 -- ARGV[1]       cost of the request, 1 <= cost <= every limit's capacity
 -- ARGV[1+i]     have_i: units of limit i held from a lease, 0 <= have_i;
 --               0 for a limit without a lease
--- ARGV[n+5i-3]  algorithm of limit i: fw, sw or tb
+-- ARGV[n+5i-3]  algorithm of limit i: fw, sw, tb, or cw (a fixed window
+--               that is a calendar period, see lib/period.lua)
 -- ARGV[n+5i-2]  limit i's limit (as each single script takes it)
--- ARGV[n+5i-1]  limit i's window in milliseconds
+-- ARGV[n+5i-1]  limit i's window in milliseconds; cw: the end of its
+--               period in Unix milliseconds, when its counter expires
 -- ARGV[n+5i]    tb: limit i's burst; fw: its lease, the units to grant at
---               once (0: no lease); sw: ignored
+--               once (0: no lease); sw: ignored; cw: the start of its
+--               period in Unix milliseconds
 -- ARGV[n+5i+1]  1 = limit i is in shadow mode, 0 = it is enforced
+-- ARGV[6n+2]    optional: 1 = peek: decide, write nothing; an allowed
+--               limit answers status 1 with remaining and reset_ms as they
+--               are now, granted 0
 --
 -- Reply: five entries per limit, in order: status, remaining, reset_ms,
 -- retry_after_ms, granted
@@ -44,7 +50,8 @@
 --   granted         the units counted by this limit: need, or up to its
 --                   lease (1); 0 otherwise
 -- A key that cannot be used (it holds another type) fails the whole call
--- before anything is written.
+-- before anything is written. When the period of a cw limit does not hold
+-- the Redis clock's now, the reply is {-2, now_ms} and nothing is written.
 
 --#include lib/clock.lua
 --#include lib/check.lua
@@ -52,9 +59,17 @@
 --#include lib/sliding_window.lua
 --#include lib/muldiv.lua
 --#include lib/token_bucket.lua
+--#include lib/period.lua
 
 local n = #KEYS
 local cost = tonumber(ARGV[1])
+local peek = ARGV[6 * n + 2] == '1'
+for i = 1, n do
+  local a = n + 5 * i
+  if ARGV[a - 3] == 'cw' and not in_period(ARGV[a], ARGV[a - 1]) then
+    return period_miss()
+  end
+end
 local checks = {}
 local all = true
 for i = 1, n do
@@ -66,6 +81,9 @@ for i = 1, n do
     r = {2, -1, -1, 0, function() return -1, -1, 0 end}
   elseif alg == 'fw' then
     r = {fixed_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], need, tonumber(ARGV[a]))}
+  elseif alg == 'cw' then
+    local left = string.format('%d', tonumber(ARGV[a - 1]) - math.floor(now_ms))
+    r = {fixed_window(KEYS[i], ARGV[a - 2], left, need, nil, ARGV[a - 1])}
   elseif alg == 'sw' then
     r = {sliding_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[1])}
   else
@@ -86,7 +104,13 @@ local out = {}
 for i = 1, n do
   local r = checks[i]
   local o = 5 * i
-  if all and r[1] ~= 3 then
+  if all and r[1] ~= 3 and peek then
+    out[o - 4] = 1
+    out[o - 3] = r[2]
+    out[o - 2] = r[3]
+    out[o - 1] = 0
+    out[o] = 0
+  elseif all and r[1] ~= 3 then
     local remaining, reset, granted = r[5]()
     out[o - 4] = 1
     out[o - 3] = remaining

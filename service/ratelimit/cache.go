@@ -94,3 +94,14 @@ func (c *denyCache) len() int {
 	defer c.mu.Unlock()
 	return len(c.m)
 }
+
+// forget drops the cached denial of key, if any: its counter changed
+// (a refund, a reset), so Redis decides the next request.
+func (c *denyCache) forget(key denyKey) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}

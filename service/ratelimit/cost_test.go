@@ -25,28 +25,15 @@ func TestParsePoliciesCost(t *testing.T) {
 `
 	json := `{"policies":{"tokens":{"limit":1000,"window":"1m","cost":{"header":"X-Tokens","max":500,"default":2}},
   "bytes":{"limit":100,"window":"1m","cost":"header:X-Bytes","shadow":true}}}`
-	for _, tt := range []struct {
-		name   string
-		src    string
-		isJSON bool
-	}{{"yaml", yaml, false}, {"json", json, true}} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := (ratelimit.Config{Policies: got}).Validate(); err != nil {
-				t.Fatal(err)
-			}
-			want := []ratelimit.CostSource{{Header: "X-Bytes", Max: 100, Default: 1}, {Header: "X-Tokens", Max: 500, Default: 2}}
-			if diff := cmp.Diff(want, []ratelimit.CostSource{got[0].Cost, got[1].Cost}); diff != "" {
-				t.Errorf("costs (-want +got):\n%s", diff)
-			}
-			if !got[0].Shadow || got[1].Shadow {
-				t.Errorf("shadow = %v, %v, want true, false", got[0].Shadow, got[1].Shadow)
-			}
-		})
-	}
+	forEachPolicyFile(t, yaml, json, func(t *testing.T, got []ratelimit.Policy) {
+		want := []ratelimit.CostSource{{Header: "X-Bytes", Max: 100, Default: 1}, {Header: "X-Tokens", Max: 500, Default: 2}}
+		if diff := cmp.Diff(want, []ratelimit.CostSource{got[0].Cost, got[1].Cost}); diff != "" {
+			t.Errorf("costs (-want +got):\n%s", diff)
+		}
+		if !got[0].Shadow || got[1].Shadow {
+			t.Errorf("shadow = %v, %v, want true, false", got[0].Shadow, got[1].Shadow)
+		}
+	})
 }
 
 func TestPolicyCostErrors(t *testing.T) {

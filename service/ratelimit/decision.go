@@ -9,7 +9,9 @@ import (
 )
 
 // Request asks for one rate-limit decision: either a named Policy
-// or an Inline limit, for Key, costing Cost units (default 1).
+// or an Inline limit, for Key, costing Cost units (default 1). A negative
+// Cost gives -Cost units back to the fixed-window limits that counted
+// them (see Service.Check).
 type Request struct {
 	Policy string
 	Inline *Limit
@@ -25,6 +27,9 @@ type Request struct {
 	// the policy's order; when nil, every limit takes Key, but a "const"
 	// limit, whose key is ConstKey. Single-limit policies use Key only.
 	Keys []string
+	// Peek asks for the decision without counting anything: an allowed
+	// answer leaves every limit as it was (Remaining is what is left now).
+	Peek bool
 }
 
 // Decision is the answer to a Request. A denial is a Decision with
@@ -114,11 +119,14 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 	if pol.Multi() {
 		what = "the policy's smallest limit"
 	}
+	sp := set.spec(pol)
+	if req.Cost < 0 {
+		return s.refund(ctx, pol, sp, keys, req)
+	}
 	cost, err := checkCost(req.Cost, pol.maxCost(), what)
 	if err != nil {
 		return Decision{}, err
 	}
-	sp := set.spec(pol)
 	ctr := s.countersFor(set, pol)
 	// A single-limit decision's answer per limit and reply stay on the
 	// stack: only a multi-limit policy's answer carries its Limits.
@@ -134,7 +142,7 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 		lds[i] = LimitDecision{Name: l.Name, Key: keys.at(i), Limit: l.Limit.Limit, Window: l.Window}
 	}
 	d := Decision{Policy: pol.Name, Limits: multi}
-	takes, cached, err := s.run(ctx, ctr, sp, redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys), cost, v)
+	takes, at, cached, err := s.run(ctx, ctr, sp, redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys), cost, v, req.Peek)
 	if err != nil {
 		return s.failOpenDecision(ctx, ctr, pol, sp, d, lds, cost, err)
 	}
@@ -155,10 +163,27 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 		if takes != nil && takes[i].pool != nil && ld.Remaining < 0 { // answered from the lease
 			ld.Remaining, ld.ResetAfter = takes[i].pool.local(time.Now())
 		}
-		ctr.countLimit(i, ld.Name, status)
+		if c := sp.limits[i].Calendar; c != nil {
+			start, end := c.Bounds(at)
+			ld.Window = end.Sub(start)
+		}
+		if !req.Peek {
+			ctr.countLimit(i, ld.Name, status)
+		}
 	}
 	d.Cached = cached && !d.Allowed
+	if req.Peek {
+		return peeked(pol, bind(d, lds)), nil
+	}
 	return count(ctr, pol, bind(d, lds)), nil
+}
+
+// peeked is the answer to a peek: as count's, counting nothing.
+func peeked(pol Policy, d Decision) Decision {
+	if !d.Allowed && pol.Shadow {
+		d.Allowed, d.WouldDeny, d.RetryAfter = true, true, 0
+	}
+	return d
 }
 
 // checkCost checks a request's cost against max, the most a request may
@@ -186,9 +211,14 @@ func (s *Service) failOpenDecision(ctx context.Context, ctr *decisionCounters, p
 	}
 	ctr.failOpen.Inc()
 	s.logFailOpen(ctx, pol.Name, err)
+	now := time.Now()
 	for i, l := range sp.limits {
 		ld := &lds[i]
 		ld.Allowed, ld.Remaining, ld.ResetAfter = true, l.capacity()-cost, l.Window
+		if l.Calendar != nil { // by this instance's clock: Redis's is out of reach
+			start, end := l.Calendar.Bounds(now)
+			ld.Window, ld.ResetAfter = end.Sub(start), end.Sub(now)
+		}
 	}
 	d.Allowed, d.Degraded = true, true
 	return bind(d, lds), nil

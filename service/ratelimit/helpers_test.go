@@ -85,3 +85,26 @@ func wantNoGoType(t *testing.T, err error) {
 		}
 	}
 }
+
+// forEachPolicyFile parses a policy file in its YAML and its JSON form,
+// checks each in full (Config.Validate) and hands the policies to check,
+// in a subtest per form.
+func forEachPolicyFile(t *testing.T, yaml, json string, check func(t *testing.T, ps []ratelimit.Policy)) {
+	t.Helper()
+	for _, tt := range []struct {
+		name   string
+		src    string
+		isJSON bool
+	}{{"yaml", yaml, false}, {"json", json, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			ps, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (ratelimit.Config{Policies: ps}).Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			check(t, ps)
+		})
+	}
+}

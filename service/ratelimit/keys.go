@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/latchkey/latchkey/service/store"
 )
@@ -90,6 +91,14 @@ func rateLimitKey(prefix string, p Policy, key string) string {
 	return prefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
 }
 
+// periodKey is the Redis key of a calendar window's counter for the period
+// starting at start: the limit's key and the period's start in Unix
+// seconds, so each period counts afresh and a key never outlives its
+// period.
+func periodKey(rkey string, start time.Time) string {
+	return rkey + ":" + strconv.FormatInt(start.Unix(), 10)
+}
+
 // keyCode names each algorithm in its keys. Short codes keep a typical key
 // name (prefix, policy, an IPv4 or IPv6 /64 client) in a small allocation:
 // a rate-limit key stays under 100 bytes of Redis memory.
@@ -129,6 +138,19 @@ func (s *Service) Keys(pol Policy, keys []string) []string {
 		return redisKeys(s.prefix, pol, keyList{one: keys[0]}).all()
 	}
 	return s.MultiKeys(pol, keys)
+}
+
+// KeysAt returns Keys, with each calendar window's key that of its period
+// holding at.
+func (s *Service) KeysAt(pol Policy, keys []string, at time.Time) []string {
+	out := s.Keys(pol, keys)
+	for i, l := range newLimitSpec(pol).limits {
+		if l.Calendar != nil {
+			start, _ := l.Calendar.Bounds(at)
+			out[i] = periodKey(out[i], start)
+		}
+	}
+	return out
 }
 
 // MultiKeys returns the Redis keys of a decision under a multi-limit

@@ -55,6 +55,10 @@ type Limit struct {
 	// all instances, at most (instances - 1) × Lease units denied early.
 	// Fixed windows only. Policies from the policy file only.
 	Lease int64 `json:",omitempty"`
+	// Calendar, when set, makes a fixed window the calendar period (day,
+	// week, month, year) in a time zone that holds the Redis clock's now;
+	// Window is then zero. Policies (and envoy rules) only.
+	Calendar *Calendar `json:",omitempty"`
 }
 
 // capacity is the largest cost a single request may have.
@@ -180,6 +184,9 @@ func (c Config) validateLimit(prefix string, l Limit) error {
 	if l.Limit > c.MaxLimit {
 		return invalid(prefix+"limit", "max", "%slimit must be at most %d, got %d", prefix, c.MaxLimit, l.Limit)
 	}
+	if l.Calendar != nil {
+		return l.Calendar.validate(prefix, l)
+	}
 	if l.Window < c.MinWindow {
 		return invalid(prefix+"window", "min", "%swindow must be at least %s, got %s", prefix, c.MinWindow, l.Window)
 	}
@@ -204,12 +211,16 @@ func (c Config) validateLimit(prefix string, l Limit) error {
 	return nil
 }
 
-// validateInline checks an inline limit, beyond validateLimit: a token
+// validateInline checks an inline limit, beyond validateLimit: no
+// calendar (a policy's only, as a lease is), and a token
 // bucket must refill within MaxWindow, as a window must end within it. An
 // inline limit's counter is kept for its window (a sliding window's for
 // two) or its refill time, so no request makes a counter that outlives
 // 2 × MaxWindow, not the 10 years a policy's bucket may take to refill.
 func (c Config) validateInline(l Limit) error {
+	if l.Calendar != nil {
+		return invalid("calendar", "excluded", "calendar is for the policies of the policy file only, not inline limits")
+	}
 	if l.Algorithm != TokenBucket {
 		return nil
 	}
@@ -255,6 +266,9 @@ func validateRefill(prefix string, l Limit, most time.Duration, which string) er
 		prefix, most, which, got)
 }
 
+// validatePolicy checks p, with windows up to the longer of MaxWindow and
+// LongestWindow: a policy's counters are as many as its clients, whereas
+// anyone may make an inline limit's, which MaxWindow bounds alone.
 func (c Config) validatePolicy(p Policy) error {
 	if !store.Matches(p.Name, 1, 64, store.IsAlnum, isPolicyNameByte) {
 		return fmt.Errorf("policy %q: names are 1-64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit", p.Name)
@@ -262,6 +276,7 @@ func (c Config) validatePolicy(p Policy) error {
 	if p.Name == InlinePolicyName {
 		return fmt.Errorf("policy %q: the name is reserved for inline limits", p.Name)
 	}
+	c.MaxWindow = max(c.MaxWindow, LongestWindow)
 	if p.Multi() {
 		if err := c.validateLimits(p); err != nil {
 			return fmt.Errorf("policy %q: %w", p.Name, err)
@@ -351,12 +366,26 @@ type limitFields struct {
 	Burst     int64  `json:"burst" yaml:"burst"`
 	Lease     int64  `json:"lease" yaml:"lease"`
 	Shadow    bool   `json:"shadow" yaml:"shadow"`
+	Calendar  string `json:"calendar" yaml:"calendar" expect:"day, week, month or year"`
+	Timezone  string `json:"timezone" yaml:"timezone" expect:"an IANA time zone name such as Europe/Berlin"`
+	WeekStart string `json:"week_start" yaml:"week_start" expect:"a weekday such as monday"`
 }
 
-// limit returns the Limit the fields give, its window parsed.
+// limit returns the Limit the fields give, its window parsed: a calendar
+// window when calendar is set, which then takes no window.
 func (f limitFields) limit() (Limit, error) {
-	d, err := parseWindow(f.Window)
-	return Limit{Algorithm: Algorithm(f.Algorithm), Limit: f.Limit, Window: d, Burst: f.Burst, Lease: f.Lease}, err
+	l := Limit{Algorithm: Algorithm(f.Algorithm), Limit: f.Limit, Burst: f.Burst, Lease: f.Lease}
+	cal, err := ParseCalendar(f.Calendar, f.Timezone, f.WeekStart)
+	if err != nil {
+		return l, err
+	}
+	if cal != nil && f.Window == "" {
+		l.Calendar = cal
+		return l, nil
+	}
+	l.Calendar = cal
+	l.Window, err = parseWindow(f.Window)
+	return l, err
 }
 
 // ParsePolicies parses named policies from the contents of a YAML or JSON
@@ -475,14 +504,10 @@ func isPolicyNameByte(c byte) bool { return store.IsAlnum(c) || c == '.' || c ==
 // without space, '{' and '}' (which would break Redis Cluster hash tags).
 func isKeyByte(c byte) bool { return '!' <= c && c <= 'z' || c == '|' || c == '~' }
 
-// YearWindow is the longest window of a limit checked by ValidateLimit:
-// envoyproxy/ratelimit's year unit (365 days).
-const YearWindow = 365 * 24 * time.Hour
-
 // ValidateLimit checks l as a policy's limit, with windows up to the
-// longer of MaxWindow and YearWindow. Returns a *ValidationError.
+// longer of MaxWindow and LongestWindow. Returns a *ValidationError.
 func (s *Service) ValidateLimit(l Limit) error {
 	c := s.cfg
-	c.MaxWindow = max(c.MaxWindow, YearWindow)
+	c.MaxWindow = max(c.MaxWindow, LongestWindow)
 	return c.validateLimit("", l)
 }

@@ -33,24 +33,11 @@ policies:
 		{Name: "per-ip", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 3, Window: 10 * time.Second},
 			Key: "ip", DenyStatus: 429, Fail: ratelimit.FailOpen},
 	}
-	for _, tt := range []struct {
-		name   string
-		src    string
-		isJSON bool
-	}{{"yaml", yaml, false}, {"json", json, true}} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ratelimit.ParsePolicies([]byte(tt.src), tt.isJSON)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("policies (-want +got):\n%s", diff)
-			}
-			if err := (ratelimit.Config{Policies: got}).Validate(); err != nil {
-				t.Errorf("Validate: %v", err)
-			}
-		})
-	}
+	forEachPolicyFile(t, yaml, json, func(t *testing.T, got []ratelimit.Policy) {
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("policies (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestParsePoliciesErrors(t *testing.T) {
@@ -62,9 +49,9 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"empty", "", false, "no policies"},
 		{"no map", "policies: {}", false, "no policies"},
 		{"unknown field", "policies:\n  a:\n    limit: 3\n    window: 1s\n    rate: 5", false,
-			`line 5: unknown field "rate" in policies.a: the fields there are key, limit, window, algorithm, burst, lease, shadow, deny_status, fail, cost, limits`},
+			`line 5: unknown field "rate" in policies.a: the fields there are key, limit, window, algorithm, burst, lease, shadow, calendar, timezone, week_start, deny_status, fail, cost, limits`},
 		{"unknown JSON field", "{\"policies\":{\"a\":{\"limit\":3,\n\"window\":\"1s\",\n\"rate\":5}}}", true,
-			`line 3: unknown field "rate" in policies.a: the fields there are key, limit, window, algorithm, burst, lease, shadow, deny_status, fail, cost, limits`},
+			`line 3: unknown field "rate" in policies.a: the fields there are key, limit, window, algorithm, burst, lease, shadow, calendar, timezone, week_start, deny_status, fail, cost, limits`},
 		{"unknown limit field", "policies:\n  a:\n    limits: [{name: x, limit: 3, window: 1s, rate: 1}]", false,
 			`line 3: unknown field "rate" in policies.a.limits[0]: the fields there are name, key, limit, window, algorithm, burst, lease, shadow`},
 		{"unknown JSON limit field", `{"policies":{"a":{"limits":[{"name":"x","limit":3,"window":"1s","rate":1}]}}}`, true,
@@ -127,7 +114,25 @@ func TestRateLimitConfigValidate(t *testing.T) {
 	}{
 		{"limit 0", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Limit.Limit = 0 })}, `policy "p": limit must be at least 1`},
 		{"window too short", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Window = 10 * time.Millisecond })}, `policy "p": window must be at least 1s`},
-		{"window too long", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Window = 25 * time.Hour })}, `policy "p": window must be at most 24h0m0s`},
+		// A policy's window may be as long as a leap year and a day, where an
+		// inline limit's stays within the max window (24h).
+		{"window too long", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Window = 368 * 24 * time.Hour })}, `policy "p": window must be at most 8808h0m0s`},
+		{"calendar of a token bucket", []ratelimit.Policy{with(func(p *ratelimit.Policy) {
+			p.Algorithm, p.Window, p.Calendar = ratelimit.TokenBucket, 0, &ratelimit.Calendar{Period: "month"}
+		})}, `policy "p": calendar applies to the fixed_window algorithm only`},
+		{"calendar and window", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Calendar = &ratelimit.Calendar{Period: "day"} })},
+			`policy "p": window and calendar exclude each other`},
+		{"calendar period", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Window, p.Calendar = 0, &ratelimit.Calendar{Period: "fortnight"} })},
+			`policy "p": calendar must be one of day, week, month, year, got "fortnight"`},
+		{"calendar zone", []ratelimit.Policy{with(func(p *ratelimit.Policy) {
+			p.Window, p.Calendar = 0, &ratelimit.Calendar{Period: "month", Timezone: "Mars/Olympus"}
+		})}, `policy "p": timezone must be an IANA time zone name such as Europe/Berlin, got "Mars/Olympus"`},
+		{"week_start of a month", []ratelimit.Policy{with(func(p *ratelimit.Policy) {
+			p.Window, p.Calendar = 0, &ratelimit.Calendar{Period: "month", WeekStart: "sunday"}
+		})}, `policy "p": week_start applies to calendar: week only`},
+		{"week_start", []ratelimit.Policy{with(func(p *ratelimit.Policy) {
+			p.Window, p.Calendar = 0, &ratelimit.Calendar{Period: "week", WeekStart: "someday"}
+		})}, `policy "p": week_start must be a weekday (monday ... sunday), got "someday"`},
 		{"bad algorithm", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Algorithm = "leaky" })}, `algorithm must be one of`},
 		{"burst on a fixed window", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Burst = 5 })}, `burst applies to the token_bucket algorithm only`},
 		{"bad key", []ratelimit.Policy{with(func(p *ratelimit.Policy) { p.Key = "cookie:sid" })}, `key must be "ip" or "header:NAME"`},

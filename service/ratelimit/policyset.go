@@ -276,6 +276,7 @@ type limitSpec struct {
 	cache     bool
 	leased    bool // a limit has a lease
 	allLeased bool // every limit has one
+	calendar  bool // a limit is a calendar window (see periodCall)
 }
 
 // newLimitSpec builds pol's spec.
@@ -285,12 +286,16 @@ func newLimitSpec(pol Policy) limitSpec {
 		// A shadow policy's one limit is a shadow limit: the same answer.
 		ls = []NamedLimit{{Name: pol.Name, Limit: pol.Limit, Key: pol.Key, Shadow: pol.Shadow}}
 	}
-	sp := limitSpec{limits: ls, cache: !pol.Multi(), allLeased: true}
+	sp := limitSpec{limits: ls, allLeased: true}
 	for _, l := range ls {
 		sp.leased = sp.leased || l.Lease > 0
 		sp.allLeased = sp.allLeased && l.Lease > 0
+		sp.calendar = sp.calendar || l.Calendar != nil
 	}
-	sp.one = len(ls) == 1 && !sp.leased
+	// A calendar window is decided by ratelimit_multi.lua, which checks its
+	// period against the Redis clock.
+	sp.cache = !pol.Multi() && !sp.calendar
+	sp.one = len(ls) == 1 && !sp.leased && !sp.calendar
 	if sp.one {
 		return sp
 	}

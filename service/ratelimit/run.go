@@ -15,21 +15,26 @@ import (
 // status first). One unleased limit is decided by its algorithm's script,
 // through the batcher, and a single-limit policy's denial is cached, so a
 // repeated request is denied without Redis (cached reports such an
-// answer); a leased limit, or several, by the units this instance holds,
-// else by ratelimit_multi.lua. takes are the leased limits' takes, settled
-// and unpinned. Returns the store's error when Redis could not decide.
-func (s *Service) run(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys keyList, cost int64, v []int64) (takes []leaseTake, cached bool, err error) {
-	if sp.one {
+// answer); a leased limit, several, or a calendar window, by the units
+// this instance holds, else by ratelimit_multi.lua. A peek is always
+// decided by ratelimit_multi.lua, which then writes nothing, and takes no
+// lease. takes are the leased limits' takes, settled and unpinned; at is
+// the instant the calendar windows' periods were computed for. Returns the
+// store's error when Redis could not decide.
+func (s *Service) run(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys keyList, cost int64, v []int64, peek bool) (takes []leaseTake, at time.Time, cached bool, err error) {
+	if sp.one && !peek {
 		cached, err = s.runOne(ctx, sp, rkeys.at(0), cost, v)
-		return nil, cached, err
+		return nil, at, cached, err
 	}
-	if takes, ok := s.fromLeases(ctr, sp, rkeys, cost, v); ok {
-		return takes, false, nil
+	if !peek {
+		if takes, ok := s.fromLeases(ctr, sp, rkeys, cost, v); ok {
+			return takes, at, false, nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	takes, err = s.runLimits(ctx, ctr, sp, rkeys.all(), cost, v)
-	return takes, false, err
+	takes, at, err = s.runLimits(ctx, ctr, sp, rkeys.all(), cost, v, peek)
+	return takes, at, false, err
 }
 
 // runOne decides sp's one unleased limit on rkey: from the cache of denied
@@ -101,13 +106,15 @@ func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64)
 // the pools cover every limit it answers without a call. A leased limit
 // that gets no pool (the table is full) is asked of Redis without a lease.
 // The reply goes to out, multiReplyPer entries per limit; takes are the
-// leased limits' takes (zero for the others), already settled and unpinned.
-func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64, out []int64) ([]leaseTake, error) {
+// leased limits' takes (zero for the others), already settled and unpinned;
+// at is the instant the calendar windows' periods were computed for. A
+// peek takes no lease and writes nothing.
+func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys []string, cost int64, out []int64, peek bool) ([]leaseTake, time.Time, error) {
 	n := len(sp.limits)
 	var takes []leaseTake
 	local, unleased := 0, false
 	t0 := time.Now()
-	if sp.leased {
+	if sp.leased && !peek {
 		takes = make([]leaseTake, n)
 		defer unpinTakes(takes)
 		for i, l := range sp.limits {
@@ -123,7 +130,7 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 			if err != nil {
 				p.unpin()
 				undoTakes(takes[:i])
-				return nil, fmt.Errorf("%s: %w", rateLimitMultiScript.Name(), errors.Join(store.ErrUnavailable, err))
+				return nil, time.Time{}, fmt.Errorf("%s: %w", rateLimitMultiScript.Name(), errors.Join(store.ErrUnavailable, err))
 			}
 			takes[i] = t
 			if t.have >= cost {
@@ -137,7 +144,7 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 				avail, wait := p.avail+p.unitsAt(t0), p.dryUntil.Sub(t0).Milliseconds()
 				p.mu.Unlock()
 				out[0], out[1], out[2], out[3] = multiDenied, avail, wait, wait+1
-				return make([]leaseTake, n), nil
+				return make([]leaseTake, n), time.Time{}, nil
 			}
 		}
 		if local == n {
@@ -147,10 +154,17 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 			for i := range n {
 				ctr.lease(i, sp.limits[i].Name, "local")
 			}
-			return takes, nil
+			return takes, time.Time{}, nil
 		}
 	}
-	argv := make([]any, 1+n, 1+n+len(sp.args))
+	args := sp.args
+	if args == nil { // one limit, decided by ratelimit_multi.lua for a peek
+		for _, l := range sp.limits {
+			a := limitArgs(l)
+			args = append(args, a[:]...)
+		}
+	}
+	argv := make([]any, 1+n, 1+n+len(args))
 	argv[0] = cost // ARGV[1] cost
 	for i := range n {
 		argv[1+i] = int64(0) // ARGV[1+i] units held from a lease
@@ -158,7 +172,7 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 			argv[1+i] = takes[i].have
 		}
 	}
-	argv = append(argv, sp.args...)
+	argv = append(argv, args...)
 	if unleased {
 		for i, l := range sp.limits {
 			if l.Lease > 0 && takes[i].pool == nil {
@@ -166,13 +180,24 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 			}
 		}
 	}
-	res, err := s.st.Run(ctx, rateLimitMultiScript, rkeys, argv...)
+	if peek {
+		for i := range n {
+			if sp.limits[i].Calendar == nil && sp.limits[i].Algorithm == FixedWindow {
+				argv[1+n+5*i+leaseArg] = int64(0) // ARGV[n+5i] lease: none, as a peek takes none
+			}
+		}
+		argv = append(argv, peekArg) // ARGV[6n+2] peek
+	}
+	res, at, err := s.periodCall(ctx, rateLimitMultiScript, sp.limits, rkeys, argv, func(argv []any, i int, start, end int64) {
+		argv[1+n+5*i+windowArg] = end  // ARGV[n+5i-1] cw: the period's end
+		argv[1+n+5*i+leaseArg] = start // ARGV[n+5i] cw: the period's start
+	})
 	if err == nil {
 		err = s.multiReply(res, out)
 	}
 	if err != nil {
 		undoTakes(takes)
-		return nil, err
+		return nil, at, err
 	}
 	for i, t := range takes {
 		o := multiReplyPer * i
@@ -191,7 +216,7 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 			t.undo(status == multiDenied || status == multiWouldDeny, remaining, t0.Add(reset))
 		}
 	}
-	return takes, nil
+	return takes, at, nil
 }
 
 // fromLeases answers a decision into out from the units this instance

@@ -10,17 +10,22 @@ import (
 
 // The rate-limit scripts, each named as its file in scripts/lua: one per
 // algorithm, which decides single-limit policies and batches concurrent
-// decisions in one call, and ratelimit_multi.lua, which decides a policy of
-// several limits, or a leased one, in one call.
+// decisions in one call; ratelimit_multi.lua, which decides a policy of
+// several limits, a leased one or a calendar one, and a peek, in one call;
+// ratelimit_refund.lua, which gives units back, and ratelimit_reset.lua,
+// an operator's reset of one key.
 var (
 	rateLimitFixedWindowScript   = store.NewScript("ratelimit_fixed_window", lua.Source("ratelimit_fixed_window"))
 	rateLimitSlidingWindowScript = store.NewScript("ratelimit_sliding_window", lua.Source("ratelimit_sliding_window"))
 	rateLimitTokenBucketScript   = store.NewScript("ratelimit_token_bucket", lua.Source("ratelimit_token_bucket"))
 	rateLimitMultiScript         = store.NewScript("ratelimit_multi", lua.Source("ratelimit_multi"))
+	rateLimitRefundScript        = store.NewScript("ratelimit_refund", lua.Source("ratelimit_refund"))
+	rateLimitResetScript         = store.NewScript("ratelimit_reset", lua.Source("ratelimit_reset"))
 )
 
 // scripts are every script the Service registers with its store.
-var scripts = []*store.Script{rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript, rateLimitMultiScript}
+var scripts = []*store.Script{rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript, rateLimitMultiScript,
+	rateLimitRefundScript, rateLimitResetScript}
 
 // limitScripts are the single-limit scripts by algorithm.
 var limitScripts = map[Algorithm]*store.Script{
@@ -75,8 +80,12 @@ func limitArgs(l NamedLimit) [5]any {
 	if l.Shadow {
 		shadow = 1
 	}
+	alg := keyCode[l.Algorithm]
+	if l.Calendar != nil {
+		alg = "cw" // its period's end and start are set per call (periodCall)
+	}
 	return [5]any{
-		keyCode[l.Algorithm],    // ARGV[n+5i-3] algorithm
+		alg,                     // ARGV[n+5i-3] algorithm
 		l.Limit.Limit,           // ARGV[n+5i-2] limit
 		l.Window.Milliseconds(), // ARGV[n+5i-1] window, ms
 		extra,                   // ARGV[n+5i]   burst (tb) or lease (fw)
@@ -84,8 +93,16 @@ func limitArgs(l NamedLimit) [5]any {
 	}
 }
 
-// leaseArg is the index in a limit's limitArgs of its lease.
-const leaseArg = 3
+// windowArg is the index in a limit's limitArgs of its window (for a
+// calendar window, its period's end), leaseArg that of its lease (for a
+// calendar window, its period's start).
+const (
+	windowArg = 2
+	leaseArg  = 3
+)
+
+// peekArg is ratelimit_multi.lua's ARGV[6n+2]: decide, count nothing.
+const peekArg = "1"
 
 // The first entry of each request's four in a single-limit script's reply.
 const (

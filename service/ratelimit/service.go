@@ -26,6 +26,10 @@ type Service struct {
 	cache   *denyCache
 	views   *views       // what this instance saw of its decisions (stats.go)
 	lastLog atomic.Int64 // unix nanoseconds of the last fail-open warning
+	// redisClockAhead is how far the Redis clock was ahead of this
+	// instance's when a script last said so, in nanoseconds: the calendar
+	// windows' periods are computed from the Redis clock (periodCall).
+	redisClockAhead atomic.Int64
 
 	decisions *prometheus.CounterVec // policy, result: allowed, denied
 	// limitDecisions counts each limit of every policy (a single-limit

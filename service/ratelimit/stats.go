@@ -40,7 +40,9 @@ const NearLimitShare = 5
 // Check decides whether req.Key may spend req.Cost under the named
 // policy or the inline limit, and counts it when allowed; the decision is
 // also counted in this instance's views of the policy (PolicyStats,
-// TopDenied and the near-limit counter).
+// TopDenied and the near-limit counter). With req.Peek it decides and
+// counts nothing; a negative req.Cost gives units back (fixed windows
+// only) and answers what is left. Neither is counted in the views.
 //
 // Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
 // limit, or for inline limits when they are disabled; a *PolicyNotFoundError
@@ -48,7 +50,7 @@ const NearLimitShare = 5
 // inline limits); or the caller's context error.
 func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := s.decide(ctx, req)
-	if err == nil {
+	if err == nil && !req.Peek && req.Cost >= 0 { // a peek or a refund decides nothing
 		s.views.record(ctx, d)
 	}
 	return d, err

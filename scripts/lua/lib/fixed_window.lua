@@ -9,7 +9,19 @@
 -- lease, when given and above the cost, grants a lease: the write counts up
 -- to lease units (at most what the window has left) and returns how many as
 -- a third value; otherwise it counts the cost.
-local function fixed_window(key, limit_arg, window_arg, cost_arg, lease)
+--
+-- expire_at, when given (a calendar window: window_arg is then the time
+-- left in its period), is the window's end in Unix milliseconds: the
+-- counter expires then (PEXPIREAT), exactly as the period ends.
+local function fw_expire(key, window_arg, expire_at)
+  if expire_at then
+    redis.call('PEXPIREAT', key, expire_at)
+  else
+    redis.call('PEXPIRE', key, window_arg)
+  end
+end
+
+local function fixed_window(key, limit_arg, window_arg, cost_arg, lease, expire_at)
   local limit = tonumber(limit_arg)
   local cost = tonumber(cost_arg)
 
@@ -18,7 +30,7 @@ local function fixed_window(key, limit_arg, window_arg, cost_arg, lease)
   local ttl = redis.call('PTTL', key)
   if count > 0 and ttl < 0 then
     -- A counter without expiry (someone else's SET): give it this window.
-    redis.call('PEXPIRE', key, window_arg)
+    fw_expire(key, window_arg, expire_at)
     ttl = tonumber(window_arg)
   end
 
@@ -40,7 +52,7 @@ local function fixed_window(key, limit_arg, window_arg, cost_arg, lease)
     end
     local reset = ttl
     if n == grant then
-      redis.call('PEXPIRE', key, window_arg)
+      fw_expire(key, window_arg, expire_at)
       reset = tonumber(window_arg)
     end
     return limit - n, reset, grant
