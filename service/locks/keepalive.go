@@ -46,31 +46,6 @@ type Keepalive struct {
 	HeartbeatDue time.Time
 }
 
-func (c Config) keepaliveDefaults() Config {
-	if c.DefaultMaxHold <= 0 {
-		c.DefaultMaxHold = time.Hour
-	}
-	if c.MaxHoldCap <= 0 {
-		c.MaxHoldCap = 24 * time.Hour
-		if c.DefaultMaxHold > c.MaxHoldCap {
-			c.MaxHoldCap = c.DefaultMaxHold
-		}
-	}
-	if c.LostTTL <= 0 {
-		c.LostTTL = time.Hour
-	}
-	if c.RenewBatch <= 0 {
-		c.RenewBatch = 100
-	}
-	if c.RenewParallel <= 0 {
-		c.RenewParallel = 8
-	}
-	if c.RenewPoll <= 0 {
-		c.RenewPoll = 100 * time.Millisecond
-	}
-	return c
-}
-
 // checkKeepalive validates the keep-alive fields of req and fills in the
 // default max hold. Returns a *ValidationError naming the field and bound.
 func (s *Service) checkKeepalive(req *AcquireRequest) error {
