@@ -96,46 +96,13 @@ func (r attemptResult) granted() bool {
 	return r.status == acquireGranted || r.status == acquireReentered
 }
 
-func (s *Service) checkTTL(field string, d time.Duration) error {
-	switch {
-	case d < s.cfg.MinTTL:
-		return invalid(field, "min", "%s must be at least %s", field, s.cfg.MinTTL)
-	case d > s.cfg.MaxTTL:
-		return invalid(field, "max", "%s must be at most %s", field, s.cfg.MaxTTL)
-	}
-	return nil
-}
-
-// acquire is the acquire of any primitive p, for a valid name: it checks
-// and completes the rest of req, then tries once or waits (see
-// acquireWaiting). It returns the lease and the attempt that granted it
+// acquire is the acquire of any primitive p: it checks and completes name
+// and req (checkAcquire), then tries once or waits (see acquireWaiting). It returns the lease and the attempt that granted it
 // (or refused it last), for what a primitive reads of its reply beside the
 // lease.
 func (s *Service) acquire(ctx context.Context, p primitive, name string, req AcquireRequest) (Lease, attemptResult, error) {
-	a := acquisition{p: p, req: req}
-	a.ownToken = req.Token == ""
-	if a.ownToken {
-		a.req.Token = NewToken()
-	} else if err := ValidateToken(req.Token); err != nil {
-		return Lease{}, attemptResult{}, err
-	}
-	a.keepTTL = req.TTL == 0 // a re-entry without a ttl keeps the lease's own
-	if a.keepTTL {
-		a.req.TTL = s.cfg.DefaultTTL
-	}
-	if err := s.checkTTL("ttl", a.req.TTL); err != nil {
-		return Lease{}, attemptResult{}, err
-	}
-	if err := ValidateOwner(req.Owner); err != nil {
-		return Lease{}, attemptResult{}, err
-	}
-	switch {
-	case req.Wait < 0:
-		return Lease{}, attemptResult{}, invalid("wait", "min", "wait must not be negative")
-	case req.Wait > s.cfg.MaxWait:
-		return Lease{}, attemptResult{}, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
-	}
-	if err := s.checkKeepalive(&a.req); err != nil {
+	a, err := s.checkAcquire(p, name, req)
+	if err != nil {
 		return Lease{}, attemptResult{}, err
 	}
 	a.k = s.keysIn(ctx, p.kind(), name)

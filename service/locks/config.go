@@ -136,28 +136,3 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// minHeartbeat is the shortest heartbeat a keep-alive lease may ask for:
-// RenewPoll (at least MinTTL). The renewer looks at the registry at most
-// every RenewPoll, and checks a lease's last heartbeat only then; a
-// heartbeat shorter than that is a deadline it cannot see, one a holder
-// could only meet by chance.
-func (c Config) minHeartbeat() time.Duration { return max(c.RenewPoll, c.MinTTL) }
-
-// checkKeepaliveBounds refuses keep-alive settings the service cannot
-// honour: a TTL the renewer cannot renew in time, or a max hold shorter
-// than the TTL (the lease would end before its TTL says). maxHoldDefault
-// says maxHold is the server's default, not the request's.
-func (c Config) checkKeepaliveBounds(ttl, maxHold time.Duration, maxHoldDefault bool) error {
-	switch {
-	case ttl < c.MinKeepaliveTTL:
-		return invalid("ttl", "min", "ttl of a keep-alive lease must be at least %s, so the service can renew it (every ttl/3) before it expires; got %s",
-			c.MinKeepaliveTTL, ttl)
-	case maxHold < ttl && maxHoldDefault:
-		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s): the server's default max_hold is %s, send a longer max_hold or a shorter ttl",
-			ttl, maxHold)
-	case maxHold < ttl:
-		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s), got %s: the lease would end before its ttl", ttl, maxHold)
-	}
-	return nil
-}

@@ -46,36 +46,6 @@ type Keepalive struct {
 	HeartbeatDue time.Time
 }
 
-// checkKeepalive validates the keep-alive fields of req and fills in the
-// default max hold. Returns a *ValidationError naming the field and bound.
-func (s *Service) checkKeepalive(req *AcquireRequest) error {
-	if !req.Keepalive {
-		switch {
-		case req.MaxHold != 0:
-			return invalid("max_hold", "keepalive", "max_hold bounds a keep-alive lease: send it with keepalive: true")
-		case req.Heartbeat != 0:
-			return invalid("heartbeat", "keepalive", "heartbeat applies to a keep-alive lease: send it with keepalive: true")
-		}
-		return nil
-	}
-	maxHoldDefault := req.MaxHold == 0
-	if maxHoldDefault {
-		req.MaxHold = s.cfg.DefaultMaxHold
-	}
-	switch {
-	case req.MaxHold < s.cfg.MinTTL:
-		return invalid("max_hold", "min", "max_hold must be at least %s", s.cfg.MinTTL)
-	case req.MaxHold > s.cfg.MaxHoldCap:
-		return invalid("max_hold", "max", "max_hold must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
-	case req.Heartbeat < 0 || (req.Heartbeat > 0 && req.Heartbeat < s.cfg.minHeartbeat()):
-		return invalid("heartbeat", "min", "heartbeat must be at least %s, the renewer's poll interval: it cannot see heartbeats closer together; got %s",
-			s.cfg.minHeartbeat(), req.Heartbeat)
-	case req.Heartbeat > s.cfg.MaxHoldCap:
-		return invalid("heartbeat", "max", "heartbeat must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
-	}
-	return s.cfg.checkKeepaliveBounds(req.TTL, req.MaxHold, maxHoldDefault)
-}
-
 // registryMember names a keep-alive lease of the exclusive lock in the
 // registry: "<token>:<name>". Tokens never hold ':', so the first ':'
 // separates the token from the lock name.

@@ -2,72 +2,10 @@ package locks
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/latchkey/latchkey/service/store"
 )
-
-// Character classes of names and tokens (see store.Matches).
-func isNameByte(c byte) bool  { return store.IsAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-' }
-func isTokenByte(c byte) bool { return store.IsAlnum(c) || c == '_' || c == '-' }
-
-// ValidateName checks a lock name: 1–128 characters of [A-Za-z0-9._:-],
-// starting with a letter or digit. Returns a *ValidationError otherwise.
-func ValidateName(name string) error {
-	if !store.Matches(name, 1, 128, store.IsAlnum, isNameByte) {
-		return invalid("name", "format",
-			"lock name must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit")
-	}
-	return nil
-}
-
-// ValidateToken checks a client-supplied lease token: 22–128 base64url
-// characters. Returns a *ValidationError otherwise.
-func ValidateToken(token string) error {
-	if !store.Matches(token, 22, 128, isTokenByte, isTokenByte) {
-		return invalid("Lock-Token", "format", "Lock-Token must be 22-128 base64url characters (A-Z a-z 0-9 - _)")
-	}
-	return nil
-}
-
-// MaxOwnerLen is the most characters an owner text may have.
-const MaxOwnerLen = 128
-
-// ValidateOwner checks the owner text of an acquire: at most MaxOwnerLen
-// printable characters (unicode.IsPrint: letters, marks, numbers,
-// punctuation, symbols and the ASCII space), valid UTF-8; empty means none.
-// The text is only ever stored with the lease and shown by inspection, never
-// used in a key, a metric label or a log line. Returns a *ValidationError
-// otherwise, naming the first offending character by position, not by
-// echoing the text.
-func ValidateOwner(owner string) error {
-	switch {
-	case !utf8.ValidString(owner):
-		return invalid("owner", "printable", "owner must be valid UTF-8 text")
-	case utf8.RuneCountInString(owner) > MaxOwnerLen:
-		return invalid("owner", "max", "owner must be at most %d characters", MaxOwnerLen)
-	}
-	n := 0
-	for _, r := range owner {
-		n++
-		if !unicode.IsPrint(r) {
-			return invalid("owner", "printable",
-				"owner must be printable characters: character %d is %U, a control or non-printable character", n, r)
-		}
-	}
-	return nil
-}
-
-// NewToken returns 128 random bits, base64url encoded (22 characters).
-func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
 
 // kind is a lock primitive as its Redis keys and keep-alive registry entries
 // name it: the exclusive lock is the empty kind, whose keys and entries keep

@@ -49,9 +49,6 @@ type LockState struct {
 // service generated the token; under a token the caller chose, it is the
 // caller's to release (see giveBack).
 func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
-	if err := ValidateName(name); err != nil {
-		return Lease{}, err
-	}
 	lease, _, err := s.acquire(ctx, s.mutex, name, req)
 	return lease, err
 }
