@@ -3,8 +3,6 @@ package locks
 import (
 	"context"
 	"time"
-
-	"github.com/latchkey/latchkey/service/store"
 )
 
 // Released is the outcome of a release.
@@ -72,14 +70,7 @@ func (m mutex) attempt(ctx context.Context, a acquisition, waiterTimeout time.Du
 	if err != nil {
 		return attemptResult{}, err
 	}
-	v, err := store.Int64s("acquire", res, 9)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
-		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
-		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
-		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
+	return lockAttempt("acquire", res)
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -63,14 +62,11 @@ func (l rwlock) attempt(ctx context.Context, a acquisition, waiterTimeout time.D
 	if err != nil {
 		return attemptResult{}, err
 	}
-	v, err := store.Int64s("rw_acquire", res, 9)
+	r, err := lockAttempt("rw_acquire", res)
 	if err != nil {
 		return attemptResult{}, err
 	}
-	r := attemptResult{status: v[0], holdCount: v[1], fence: v[2],
-		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
-		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
-		keepalive: keepaliveOf(v[7], v[8], v[4]), mode: req.Mode}
+	r.mode = req.Mode
 	if r.status == rwUpgradeRefused {
 		r.status, r.refused = acquireRefused, &UpgradeError{Name: k.name}
 	}

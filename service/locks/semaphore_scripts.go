@@ -24,7 +24,7 @@ const (
 // semAcquireArgs is sem_acquire.lua's ARGV. waiterTimeout > 0 registers the
 // caller as a waiter for that long when it is not granted. Its release,
 // renew, inspect and leave scripts take the exclusive lock's ARGV
-// (mutex_scripts.go).
+// (scripts.go).
 func semAcquireArgs(cfg Config, req SemaphoreRequest, name string, waiterTimeout time.Duration) []any {
 	return append(acquireHead(make([]any, 0, 13), cfg, kindSem, req.AcquireRequest, name, waiterTimeout),
 		req.Owner,   // ARGV[11] owner text, "" for none
@@ -34,7 +34,7 @@ func semAcquireArgs(cfg Config, req SemaphoreRequest, name string, waiterTimeout
 }
 
 // Statuses of sem_release.lua's and sem_renew.lua's replies are ownerDone
-// and ownerNoLease (mutex_scripts.go): a semaphore lease has no other owner.
+// and ownerNoLease (scripts.go): a semaphore lease has no other owner.
 
 // semForceReleaseArgs is sem_force_release.lua's ARGV.
 func semForceReleaseArgs(cfg Config, name string) []any {
