@@ -111,6 +111,50 @@ func (s *Service) keys(ctx context.Context, name string) lockKeys {
 	return s.keysIn(ctx, kindMutex, name)
 }
 
+// registryMember names a keep-alive lease of the exclusive lock in the
+// registry: "<token>:<name>". Tokens never hold ':', so the first ':'
+// separates the token from the lock name.
+func registryMember(token, name string) string { return token + ":" + name }
+
+// member names a keep-alive lease of kind k in the registry: the exclusive
+// lock's "<token>:<name>" (see registryMember), any other kind's
+// "<kind>/<token>:<name>". Neither tokens nor names hold '/', so an entry
+// written before other kinds existed stays the exclusive lock's.
+func (k kind) member(token, name string) string {
+	if k == kindMutex {
+		return registryMember(token, name)
+	}
+	return string(k) + "/" + token + ":" + name
+}
+
+// parseMember splits a registry member into its kind, lock name and tenant
+// (see lockKeys.regName); ok is false when it is not one Latchkey writes
+// (the name is then not turned into keys).
+func parseMember(m string) (k kind, name, tenant string, ok bool) {
+	if tag, rest, found := strings.Cut(m, "/"); found {
+		k, m = kind(tag), rest
+	}
+	_, name, ok = strings.Cut(m, ":")
+	name, tenant, at := strings.Cut(name, "@")
+	return k, name, tenant, ok && ValidateName(name) == nil && (!at || validTenant(tenant))
+}
+
+// validTenant reports a tenant name as the keys file allows them: 1-32 of
+// a-z 0-9 -.
+func validTenant(t string) bool { return store.Matches(t, 1, 32, isTenantByte, isTenantByte) }
+
+func isTenantByte(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' }
+
+// memberKeys names the keys of the lease a keep-alive registry member m
+// names (see parseMember); ok is false when m is not one Latchkey writes.
+func memberKeys(prefix, m string) (k lockKeys, ok bool) {
+	kd, name, tenant, ok := parseMember(m)
+	if !ok {
+		return lockKeys{}, false
+	}
+	return tenantKeys(prefix, tenant, kd, name), true
+}
+
 // Keys are the Redis keys of one lock, as the service names them: for
 // whoever looks at a lock's state in Redis from outside the service.
 type Keys struct {

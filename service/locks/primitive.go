@@ -3,8 +3,6 @@ package locks
 import (
 	"context"
 	"time"
-
-	"github.com/latchkey/latchkey/service/store"
 )
 
 // primitive is what the machinery every lock primitive shares — waiting
@@ -58,9 +56,8 @@ type primitive interface {
 	lostReason(ctx context.Context, k lockKeys, token string) string
 	// leave removes a waiter that gives up from the waiters and the queue.
 	leave(ctx context.Context, k lockKeys, token string) error
-	// batchScript renews a batch of the primitive's keep-alive leases.
-	batchScript() *store.Script
-	// batchKeys appends the keys batchScript takes for one entry.
+	// batchKeys appends the keys the primitive's batch renewal script
+	// (leaseScripts.renewBatch) takes for one entry.
 	batchKeys(keys []string, k lockKeys) []string
 }
 
@@ -77,15 +74,13 @@ type wakeups interface {
 }
 
 // leaseBase is what every primitive is built on, embedded in each: its
-// service and its scripts, which give it the primitive methods that only
-// name a script, and a lock's refusals and counts (a primitive with other
-// needs defines its own).
+// service and its scripts, which give it the primitive method that only
+// names a script (leave), and a lock's refusals and counts (a primitive
+// with other needs defines its own).
 type leaseBase struct {
 	s  *Service
 	ls *leaseScripts
 }
-
-func (b leaseBase) batchScript() *store.Script { return b.ls.renewBatch }
 
 // leave runs the leave script on the waiters, the queue and the channel.
 func (b leaseBase) leave(ctx context.Context, k lockKeys, token string) error {
@@ -130,16 +125,3 @@ func (b leaseBase) countGrant(reentrant bool) {
 }
 
 func (b leaseBase) countWait(err error) { b.s.metrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
-
-// primitives are the lock primitives by kind, for the renewer.
-func (s *Service) primitive(k kind) (primitive, bool) {
-	switch k {
-	case kindMutex:
-		return s.mutex, true
-	case kindSem:
-		return s.semaphore(), true
-	case kindRW:
-		return s.rwlock, true
-	}
-	return nil, false
-}

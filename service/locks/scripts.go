@@ -13,8 +13,9 @@ import (
 // primitive's scripts take and answer alike are here (release, renew,
 // force release, inspect, leave) or, for acquire, with the acquire machine
 // (acquire.go); those only one primitive's take are beside it
-// (rwlock_scripts.go, semaphore_scripts.go); the keep-alive renewer's (and
-// its cluster directory's) are here. Every script is declared
+// (rwlock_scripts.go, semaphore_scripts.go). The keep-alive renewer's
+// scripts (its cluster directory's too) are declared with it, in renewer.go,
+// with their ARGV and reply codes. Every script is declared
 // one way, store.NewScript(name, lua.Source(name)), named as its file. The
 // state changes a client is told about (a grant, a release, a renewal, a
 // forced release) run with store.RunReplicated.
@@ -31,14 +32,6 @@ var (
 	mutexScripts = newLeaseScripts("")     // mutex.go
 	rwScripts    = newLeaseScripts("rw_")  // rwlock.go
 	semScripts   = newLeaseScripts("sem_") // semaphore.go, and semSetPermitsScript
-	// The keep-alive renewer's, which serves every primitive (renewer.go).
-	keepaliveDueScript = store.NewScript("keepalive_due", lua.Source("keepalive_due"))
-	// The directory of the renewer's shards, loaded on a cluster only
-	// (renewer_cluster.go).
-	keepaliveMarkScript   = store.NewScript("keepalive_mark", lua.Source("keepalive_mark"))
-	keepaliveClaimScript  = store.NewScript("keepalive_claim", lua.Source("keepalive_claim"))
-	keepaliveSettleScript = store.NewScript("keepalive_settle", lua.Source("keepalive_settle"))
-	dirScripts            = []*store.Script{keepaliveMarkScript, keepaliveClaimScript, keepaliveSettleScript}
 )
 
 // leaseScripts are a lease primitive's scripts, one per operation.
@@ -91,32 +84,6 @@ func flag(b bool) string {
 
 // truth reads a 1/0 field of a script's reply.
 func truth(v int64) bool { return v == 1 }
-
-// keepaliveDueArgs is keepalive_due.lua's ARGV.
-func keepaliveDueArgs(limit int) []any {
-	return []any{
-		limit, // ARGV[1] most entries to return
-	}
-}
-
-// Codes of renew_batch.lua's reply, one per entry.
-const (
-	batchSkipped = 0 // no longer due or no longer registered
-	batchRenewed = 1 // renewed
-	batchMissed  = 2 // heartbeat missed: not renewed, the lease runs out its TTL
-	batchLost    = 3 // the lease is gone or taken over; the reason says why
-	batchDropped = 4 // no longer kept alive (nothing was lost)
-)
-
-// renewBatchArgs is renew_batch.lua's ARGV: one registry member per entry.
-func renewBatchArgs(cfg Config, members []string) []any {
-	args := make([]any, 1, 1+len(members))
-	args[0] = cfg.LostTTL.Milliseconds() // ARGV[1] lost-lease reasons' retention, ms
-	for _, m := range members {
-		args = append(args, m) // ARGV[1+i] registry member of entry i
-	}
-	return args
-}
 
 // Statuses of release.lua's and renew.lua's replies.
 const (
