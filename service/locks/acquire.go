@@ -135,12 +135,17 @@ func acquireArgs(cfg Config, kd kind, req AcquireRequest, name string, waiterTim
 	)
 }
 
-// lockAttempt reads the reply of acquire.lua, and of rw_acquire.lua whose
-// reply is its: status, holds, fence, ttl_ms, now_ms, recheck_ms, fair,
-// then the keep-alive's until_ms and heartbeat_ms. op names the script in
-// the error of a reply of another shape.
-func lockAttempt(op string, res any) (attemptResult, error) {
-	v, err := store.Int64s(op, res, 9)
+// runLockAttempt runs a lock's acquire script once on keys with args
+// (acquire.lua, or rw_acquire.lua, whose reply is acquire.lua's) and reads
+// its reply: status, holds, fence, ttl_ms, now_ms, recheck_ms, fair, then
+// the keep-alive's until_ms and heartbeat_ms. Returns the error of the
+// script's run, or of a reply of another shape.
+func (s *Service) runLockAttempt(ctx context.Context, script *store.Script, keys []string, args []any) (attemptResult, error) {
+	res, err := s.st.RunReplicated(ctx, script, keys, args...)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	v, err := store.Int64s(script.Name(), res, 9)
 	if err != nil {
 		return attemptResult{}, err
 	}

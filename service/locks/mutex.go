@@ -65,12 +65,8 @@ func (m mutex) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 // attempt is one run of acquire.lua.
 func (m mutex) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
 	s, k := m.s, a.k
-	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
-		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0)...)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	return lockAttempt("acquire", res)
+	return s.runLockAttempt(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
+		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0))
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's

@@ -56,13 +56,9 @@ func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l
 
 func (l rwlock) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
 	s, k, req := l.s, a.k, a.req
-	res, err := s.st.RunReplicated(ctx, rwScripts.acquire,
+	r, err := s.runLockAttempt(ctx, rwScripts.acquire,
 		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
-		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, a.keepTTL)...)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	r, err := lockAttempt("rw_acquire", res)
+		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, a.keepTTL))
 	if err != nil {
 		return attemptResult{}, err
 	}
