@@ -83,10 +83,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 	}
 	k := s.keys(ctx, name)
 	lease, err := s.mutex.renew(ctx, k, token, ttl)
-	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if err == nil {
-		s.setPlace(ctx, k, token, leaseLasts(lease))
-	}
+	s.renewed(ctx, k, token, ttl, lease, err)
 	return lease, err
 }
 

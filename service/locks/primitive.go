@@ -125,3 +125,17 @@ func (b leaseBase) countGrant(reentrant bool) {
 }
 
 func (b leaseBase) countWait(err error) { b.s.metrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
+
+// renewed follows a renewal of token's lease on k, of any primitive, that
+// asked for ttl asked (0: the lease's own) and answered lease and err: a
+// new TTL may bring the next keep-alive renewal forward, so k's registry
+// shard is marked (markShard, a no-op on a single node), and the lease's
+// place in its tenant's quota now ends when the renewed lease does.
+func (s *Service) renewed(ctx context.Context, k lockKeys, token string, asked time.Duration, lease Lease, err error) {
+	if asked != 0 {
+		s.markShard(ctx, k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
+	}
+	if err == nil {
+		s.setPlace(ctx, k, token, leaseLasts(lease))
+	}
+}

@@ -228,10 +228,7 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	}
 	k := s.keysIn(ctx, kindRW, name)
 	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
-	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if err == nil {
-		s.setPlace(ctx, k, token, leaseLasts(lease))
-	}
+	s.renewed(ctx, k, token, ttl, lease, err)
 	return lease, err
 }
 

@@ -320,10 +320,7 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	}
 	k := s.semKeys(ctx, name)
 	lease, err := s.renewSemaphore(ctx, k, token, ttl)
-	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if err == nil {
-		s.setPlace(ctx, k, token, leaseLasts(semLease(lease)))
-	}
+	s.renewed(ctx, k, token, ttl, semLease(lease), err)
 	return lease, err
 }
 
