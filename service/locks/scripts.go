@@ -12,13 +12,13 @@ import (
 // The lock scripts. The ARGV builders and reply statuses of what every
 // primitive's scripts take and answer alike are here (release, renew,
 // force release, inspect, leave) or, for acquire, with the acquire machine
-// (acquire.go); those only one primitive's take are beside it
-// (rwlock_scripts.go, semaphore_scripts.go). The keep-alive renewer's
-// scripts (its cluster directory's too) are declared with it, in renewer.go,
-// with their ARGV and reply codes. Every script is declared
-// one way, store.NewScript(name, lua.Source(name)), named as its file. The
-// state changes a client is told about (a grant, a release, a renewal, a
-// forced release) run with store.RunReplicated.
+// (acquire.go); those only one primitive's take are in its file
+// (rwlock.go, semaphore.go). The keep-alive renewer's scripts (its cluster
+// directory's too) are declared with it, in renewer.go, with their ARGV and
+// reply codes. Every script is declared one way, store.NewScript(name,
+// lua.Source(name)), named as its file. The state changes a client is told
+// about (a grant, a release, a renewal, a forced release) run with
+// store.RunReplicated.
 //
 // Each script's ARGV is built by one function, one line per ARGV index as
 // listed in the script's header comment (scripts/lua/*.lua), and the

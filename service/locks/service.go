@@ -5,11 +5,10 @@
 // checked and completed (check.go), one attempt with the lease's place in
 // its tenant's quota (quota.go), or a wait woken by pub/sub, then the grant
 // handed out or given back; the ARGV and reply every acquire script shares
-// are its own. Each primitive lives in files of its own and supplies only
-// what differs (primitive.go): the exclusive lock in mutex.go, the
-// read/write lock in rwlock.go and rwlock_scripts.go (its scripts are
-// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go and
-// semaphore_scripts.go. What serves every primitive beside it: the service
+// are its own. Each primitive supplies only what differs (primitive.go),
+// each in one file with its scripts' own ARGV and replies: the exclusive
+// lock in mutex.go, the read/write lock in rwlock.go (its scripts are
+// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go. What serves every primitive beside it: the service
 // and its config, the checks of every request's input (check.go), the key
 // layout and the keep-alive registry's members (keys.go), the pub/sub
 // subscriber (subscriber.go; sharded pub/sub on a Redis Cluster in
@@ -75,7 +74,7 @@ type Service struct {
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
 
-	semMetrics *semMetrics // the semaphore's (semaphore*.go)
+	semMetrics *semMetrics // the semaphore's (semaphore.go)
 	semWakes   *semWakes
 
 	listSecret listSecret     // signs listing cursors (list.go)
