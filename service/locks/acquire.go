@@ -135,17 +135,12 @@ func acquireArgs(cfg Config, kd kind, req AcquireRequest, name string, waiterTim
 	)
 }
 
-// runLockAttempt runs a lock's acquire script once on keys with args
-// (acquire.lua, or rw_acquire.lua, whose reply is acquire.lua's) and reads
-// its reply: status, holds, fence, ttl_ms, now_ms, recheck_ms, fair, then
-// the keep-alive's until_ms and heartbeat_ms. Returns the error of the
-// script's run, or of a reply of another shape.
-func (s *Service) runLockAttempt(ctx context.Context, script *store.Script, keys []string, args []any) (attemptResult, error) {
-	res, err := s.st.RunReplicated(ctx, script, keys, args...)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	v, err := store.Int64s(script.Name(), res, 9)
+// lockAttempt reads the reply of acquire.lua, and of rw_acquire.lua whose
+// reply is its (op names the script): status, holds, fence, ttl_ms, now_ms,
+// recheck_ms, fair, then the keep-alive's until_ms and heartbeat_ms.
+// Returns an error for a reply of another shape.
+func lockAttempt(op string, res any) (attemptResult, error) {
+	v, err := store.Int64s(op, res, 9)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -181,21 +176,35 @@ func (s *Service) acquire(ctx context.Context, p primitive, name string, req Acq
 	return lease, r, err
 }
 
-// attempt is a.p.attempt, with the lease's place in its tenant's quota when
+// attempt is runAttempt, with the lease's place in its tenant's quota when
 // the tenant has a lease quota (see attemptPlaced). waiterTimeout > 0
 // registers the caller as a waiter for that long when it is not granted.
 func (s *Service) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
 	limit := s.quotaOf(ctx).Leases
 	if limit <= 0 {
-		return a.p.attempt(ctx, a, waiterTimeout)
+		return s.runAttempt(ctx, a, waiterTimeout)
 	}
 	var r attemptResult
 	err := s.attemptPlaced(ctx, a.k, a.req.Token, limit, s.grantBound(a.req), waiterTimeout > 0, func() (bool, time.Duration, error) {
 		var err error
-		r, err = a.p.attempt(ctx, a, waiterTimeout)
+		r, err = s.runAttempt(ctx, a, waiterTimeout)
 		return err == nil && r.granted(), placeLasts(r.ttl, r.keepalive, r.nowMS), err
 	}, func(ctx context.Context) { _, _ = a.p.release(ctx, a.k, a.req.Token) })
 	return r, err
+}
+
+// runAttempt runs a.p's acquire script once for a, as the primitive names
+// it (acquireCall), and reads its reply as the primitive does
+// (readAttempt). waiterTimeout > 0 registers the caller as a waiter for
+// that long when it is not granted. Returns the error of the script's run
+// or of its reply.
+func (s *Service) runAttempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+	script, keys, args := a.p.acquireCall(a, waiterTimeout)
+	res, err := s.st.RunReplicated(ctx, script, keys, args...)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return a.p.readAttempt(a, res)
 }
 
 // outcome turns an attempt into a lease, or the primitive's error that

@@ -3,6 +3,8 @@ package locks
 import (
 	"context"
 	"time"
+
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // Released is the outcome of a release.
@@ -62,11 +64,15 @@ func (m mutex) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 	return m.join(k, req.Fair)
 }
 
-// attempt is one run of acquire.lua.
-func (m mutex) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+// acquireCall is acquire.lua on the lock's keys.
+func (m mutex) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := m.s, a.k
-	return s.runLockAttempt(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
-		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0))
+	return mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
+		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0)
+}
+
+func (mutex) readAttempt(_ acquisition, res any) (attemptResult, error) {
+	return lockAttempt("acquire", res)
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's

@@ -3,6 +3,8 @@ package locks
 import (
 	"context"
 	"time"
+
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // primitive is what the machinery every lock primitive shares — waiting
@@ -35,11 +37,15 @@ type primitive interface {
 	// else one waiter (see subscriber.join), or those a semaphore's freed
 	// permits fit (see semWakes). Returns an error only after Close.
 	listen(k lockKeys, req AcquireRequest) (wakeups, error)
-	// attempt runs the acquire script once for a. waiterTimeout > 0
+	// acquireCall names the primitive's acquire script for a, its keys and
+	// its ARGV, which the machine runs (runAttempt). waiterTimeout > 0
 	// registers the caller as a waiter for that long when it is not
 	// granted; a.keepTTL makes a re-entry keep the lease's own TTL (the
 	// request gave none).
-	attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error)
+	acquireCall(a acquisition, waiterTimeout time.Duration) (script *store.Script, keys []string, args []any)
+	// readAttempt reads the acquire script's reply res for a into the
+	// shared statuses. Returns an error for a reply of another shape.
+	readAttempt(a acquisition, res any) (attemptResult, error)
 	// refusal is the error of an attempt on name that was not granted,
 	// counted in the primitive's metrics.
 	refusal(name string, r attemptResult) error

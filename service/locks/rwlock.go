@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -54,17 +55,23 @@ func (rwlock) kind() kind { return kindRW }
 // listen: a release may let many readers in at once.
 func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l.join(k, true) }
 
-func (l rwlock) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
-	s, k, req := l.s, a.k, a.req
-	r, err := s.runLockAttempt(ctx, rwScripts.acquire,
-		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
-		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, a.keepTTL))
+// acquireCall is rw_acquire.lua on the lock's keys and its holders.
+func (l rwlock) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
+	s, k := l.s, a.k
+	return rwScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
+		rwAcquireArgs(s.cfg, a.req, k.regName(), waiterTimeout, a.keepTTL)
+}
+
+// readAttempt reads acquire.lua's reply, the lease's mode, and an upgrade
+// refused as the primitive's own refusal (*UpgradeError).
+func (rwlock) readAttempt(a acquisition, res any) (attemptResult, error) {
+	r, err := lockAttempt("rw_acquire", res)
 	if err != nil {
 		return attemptResult{}, err
 	}
-	r.mode = req.Mode
+	r.mode = a.req.Mode
 	if r.status == rwUpgradeRefused {
-		r.status, r.refused = acquireRefused, &UpgradeError{Name: k.name}
+		r.status, r.refused = acquireRefused, &UpgradeError{Name: a.k.name}
 	}
 	return r, nil
 }

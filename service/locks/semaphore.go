@@ -218,17 +218,19 @@ func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 	return sw, nil
 }
 
-// attempt is one run of sem_acquire.lua, its statuses read as the shared
-// machine's: a lease holds its count of permits as its holds.
-func (p semaphore) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+// acquireCall is sem_acquire.lua on the semaphore's keys, for its count of
+// its permits.
+func (p semaphore) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := p.s, a.k
 	req := SemaphoreRequest{AcquireRequest: a.req, Permits: p.permits, Count: p.count}
-	res, err := s.st.RunReplicated(ctx, semScripts.acquire,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
-		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)...)
-	if err != nil {
-		return attemptResult{}, err
-	}
+	return semScripts.acquire, []string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
+		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)
+}
+
+// readAttempt reads sem_acquire.lua's reply into the shared machine's
+// statuses: a lease holds its count of permits as its holds.
+func (p semaphore) readAttempt(a acquisition, res any) (attemptResult, error) {
+	k := a.k
 	v, err := store.Int64s("sem_acquire", res, 10)
 	if err != nil {
 		return attemptResult{}, err

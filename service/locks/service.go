@@ -34,9 +34,10 @@
 //   - an implementation of the primitive interface (primitive.go) on them,
 //     embedding leaseBase, which gives it leave (a waiter gives up) and a
 //     lock's refusals and counts:
-//     listen (who a wake-up reaches), attempt (the acquire script,
-//     registering waiters and queueing fair ones as acquire.lua does, its
-//     reply read into the shared statuses), release of a token's lease,
+//     listen (who a wake-up reaches), acquireCall and readAttempt (the
+//     acquire script, its keys and ARGV, which the machine runs, registering
+//     waiters and queueing fair ones as acquire.lua does, and its reply read
+//     into the shared statuses), release of a token's lease,
 //     renew, the recorded lost reason of a token, and the keys the batch
 //     script takes per entry; the scripts follow the rules listed with the
 //     interface (wake-up messages, registry entries, lost reasons, reply
