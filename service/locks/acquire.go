@@ -9,12 +9,14 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The acquire machine every primitive shares: the request completed and
-// checked (acquire), one attempt with the lease's place in its tenant's
-// quota (attempt, see quota.go), or a wait woken by pub/sub (acquireWaiting),
+// The acquire machine every primitive shares: the request checked and
+// completed (checkAcquire, check.go), one attempt with the lease's place in
+// its tenant's quota (attempt, see quota.go) that runs the primitive's
+// acquire script (runAttempt), or a wait woken by pub/sub (acquireWaiting),
 // then the grant handed out (handOut) or, when the answer is lost, given
 // back (giveBack). A primitive supplies what differs (primitive.go): its
-// acquire script, who a wake-up reaches, and its refusals and counts.
+// acquire script with its keys and ARGV and how its reply reads, who a
+// wake-up reaches, and its refusals and counts.
 
 // AcquireRequest is what a client asks for when taking a lease.
 type AcquireRequest struct {
