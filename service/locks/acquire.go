@@ -153,9 +153,9 @@ func lockAttempt(op string, res any) (attemptResult, error) {
 }
 
 // acquire is the acquire of any primitive p: it checks and completes name
-// and req (checkAcquire), then tries once or waits (see acquireWaiting). It returns the lease and the attempt that granted it
-// (or refused it last), for what a primitive reads of its reply beside the
-// lease.
+// and req (checkAcquire), then tries once or waits (see acquireWaiting). It
+// returns the lease and the attempt that granted it (or refused it last),
+// for what a primitive reads of its reply beside the lease.
 func (s *Service) acquire(ctx context.Context, p primitive, name string, req AcquireRequest) (Lease, attemptResult, error) {
 	a, err := s.checkAcquire(p, name, req)
 	if err != nil {
