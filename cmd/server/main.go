@@ -101,14 +101,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer stopKeys()
-	svc, err := locks.New(st, locks.Config{
-		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Registerer: reg,
-		MaxWait:        cfg.MaxWait,
-		DefaultMaxHold: cfg.MaxHold, MaxHoldCap: cfg.MaxHoldCap,
-		FenceTTL:      cfg.FenceRetention,
-		RenewParallel: cfg.RenewParallel,
-		Quotas:        tenantQuotas(keys),
-	})
+	lc := locks.DefaultConfig()
+	lc.DefaultTTL, lc.MaxTTL, lc.MaxWait = cfg.DefaultTTL, cfg.MaxTTL, cfg.MaxWait
+	lc.DefaultMaxHold, lc.MaxHoldCap = cfg.MaxHold, cfg.MaxHoldCap
+	lc.FenceTTL, lc.RenewParallel = cfg.FenceRetention, cfg.RenewParallel
+	lc.Registerer, lc.Quotas = reg, tenantQuotas(keys)
+	svc, err := locks.New(st, lc)
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,14 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The acquire machine every primitive shares: the request completed and
-// checked (acquire), one attempt with the lease's place in its tenant's
-// quota (attempt, see quota.go), or a wait woken by pub/sub (acquireWaiting),
+// The acquire machine every primitive shares: the request checked and
+// completed (checkAcquire, check.go), one attempt with the lease's place in
+// its tenant's quota (attempt, see quota.go) that runs the primitive's
+// acquire script (runAttempt), or a wait woken by pub/sub (acquireWaiting),
 // then the grant handed out (handOut) or, when the answer is lost, given
 // back (giveBack). A primitive supplies what differs (primitive.go): its
-// acquire script, who a wake-up reaches, and its refusals and counts.
+// acquire script with its keys and ARGV and how its reply reads, who a
+// wake-up reaches, and its refusals and counts.
 
 // AcquireRequest is what a client asks for when taking a lease.
 type AcquireRequest struct {
@@ -96,46 +98,67 @@ func (r attemptResult) granted() bool {
 	return r.status == acquireGranted || r.status == acquireReentered
 }
 
-func (s *Service) checkTTL(field string, d time.Duration) error {
-	switch {
-	case d < s.cfg.MinTTL:
-		return invalid(field, "min", "%s must be at least %s", field, s.cfg.MinTTL)
-	case d > s.cfg.MaxTTL:
-		return invalid(field, "max", "%s must be at most %s", field, s.cfg.MaxTTL)
-	}
-	return nil
+// Statuses of acquire.lua's reply.
+const (
+	acquireGranted      = 1  // a new grant
+	acquireReentered    = 2  // the token owned the lease: a reentrant grant
+	acquireNotGranted   = 0  // held by another token, or a fair queue's head goes first
+	acquireModeMismatch = -3 // the lock is fair and the caller is not, or the other way round
+	acquireRefused      = -4 // refused by a rule of the primitive (attemptResult.refused says which)
+)
+
+// acquireHead appends ARGV[1] to ARGV[10], which every primitive's acquire
+// script (acquire.lua, rw_acquire.lua, sem_acquire.lua) takes alike, to
+// args. waiterTimeout > 0 registers the caller as a waiter for that long
+// when it is not granted; name is the lock's registry name (regName).
+func acquireHead(args []any, cfg Config, kd kind, req AcquireRequest, name string, waiterTimeout time.Duration) []any {
+	return append(args,
+		req.Token,                    // ARGV[1] token
+		req.TTL.Milliseconds(),       // ARGV[2] lease TTL, ms
+		cfg.FenceTTL.Milliseconds(),  // ARGV[3] fence retention, ms
+		flag(req.Fair),               // ARGV[4] mode: "1" fair, "0" plain
+		waiterTimeout.Milliseconds(), // ARGV[5] waiter timeout, ms (0: register nothing)
+		flag(req.Keepalive),          // ARGV[6] "1" to keep the lease alive
+		req.MaxHold.Milliseconds(),   // ARGV[7] keep-alive max hold, ms
+		req.Heartbeat.Milliseconds(), // ARGV[8] keep-alive heartbeat interval, ms (0: none)
+		kd.member(req.Token, name),   // ARGV[9] keep-alive registry member
+		cfg.LostTTL.Milliseconds(),   // ARGV[10] lost-lease reasons' retention, ms
+	)
 }
 
-// acquire is the acquire of any primitive p, for a valid name: it checks
-// and completes the rest of req, then tries once or waits (see
-// acquireWaiting). It returns the lease and the attempt that granted it
-// (or refused it last), for what a primitive reads of its reply beside the
-// lease.
+// acquireArgs is acquire.lua's ARGV, and the first twelve of
+// rw_acquire.lua's (extra more are room for the rest). waiterTimeout > 0
+// registers the caller as a waiter for that long when it is not granted;
+// keepTTL makes a re-entry keep the lease's own TTL (the request gave none).
+func acquireArgs(cfg Config, kd kind, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool, extra int) []any {
+	return append(acquireHead(make([]any, 0, 12+extra), cfg, kd, req, name, waiterTimeout),
+		flag(keepTTL), // ARGV[11] "1": a re-entry keeps the lease's own TTL
+		req.Owner,     // ARGV[12] owner text of a new grant, "" for none
+	)
+}
+
+// lockAttempt reads the reply of acquire.lua, and of rw_acquire.lua whose
+// reply is its (op names the script): status, holds, fence, ttl_ms, now_ms,
+// recheck_ms, fair, then the keep-alive's until_ms and heartbeat_ms.
+// Returns an error for a reply of another shape.
+func lockAttempt(op string, res any) (attemptResult, error) {
+	v, err := store.Int64s(op, res, 9)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
+		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
+		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
+		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
+}
+
+// acquire is the acquire of any primitive p: it checks and completes name
+// and req (checkAcquire), then tries once or waits (see acquireWaiting). It
+// returns the lease and the attempt that granted it (or refused it last),
+// for what a primitive reads of its reply beside the lease.
 func (s *Service) acquire(ctx context.Context, p primitive, name string, req AcquireRequest) (Lease, attemptResult, error) {
-	a := acquisition{p: p, req: req}
-	a.ownToken = req.Token == ""
-	if a.ownToken {
-		a.req.Token = NewToken()
-	} else if err := ValidateToken(req.Token); err != nil {
-		return Lease{}, attemptResult{}, err
-	}
-	a.keepTTL = req.TTL == 0 // a re-entry without a ttl keeps the lease's own
-	if a.keepTTL {
-		a.req.TTL = s.cfg.DefaultTTL
-	}
-	if err := s.checkTTL("ttl", a.req.TTL); err != nil {
-		return Lease{}, attemptResult{}, err
-	}
-	if err := ValidateOwner(req.Owner); err != nil {
-		return Lease{}, attemptResult{}, err
-	}
-	switch {
-	case req.Wait < 0:
-		return Lease{}, attemptResult{}, invalid("wait", "min", "wait must not be negative")
-	case req.Wait > s.cfg.MaxWait:
-		return Lease{}, attemptResult{}, invalid("wait", "max", "wait must be at most %s", s.cfg.MaxWait)
-	}
-	if err := s.checkKeepalive(&a.req); err != nil {
+	a, err := s.checkAcquire(p, name, req)
+	if err != nil {
 		return Lease{}, attemptResult{}, err
 	}
 	a.k = s.keysIn(ctx, p.kind(), name)
@@ -155,17 +178,35 @@ func (s *Service) acquire(ctx context.Context, p primitive, name string, req Acq
 	return lease, r, err
 }
 
-// attempt is a.p.attempt with the lease's place in its tenant's quota (see
-// attemptPlaced). waiterTimeout > 0 registers the caller as a waiter for
-// that long when it is not granted.
+// attempt is runAttempt, with the lease's place in its tenant's quota when
+// the tenant has a lease quota (see attemptPlaced). waiterTimeout > 0
+// registers the caller as a waiter for that long when it is not granted.
 func (s *Service) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+	limit := s.quotaOf(ctx).Leases
+	if limit <= 0 {
+		return s.runAttempt(ctx, a, waiterTimeout)
+	}
 	var r attemptResult
-	err := s.attemptPlaced(ctx, a.k, a.req.Token, s.grantBound(a.req), waiterTimeout > 0, func() (bool, time.Duration, error) {
+	err := s.attemptPlaced(ctx, a.k, a.req.Token, limit, s.grantBound(a.req), waiterTimeout > 0, func() (bool, time.Duration, error) {
 		var err error
-		r, err = a.p.attempt(ctx, a, waiterTimeout)
+		r, err = s.runAttempt(ctx, a, waiterTimeout)
 		return err == nil && r.granted(), placeLasts(r.ttl, r.keepalive, r.nowMS), err
 	}, func(ctx context.Context) { _, _ = a.p.release(ctx, a.k, a.req.Token) })
 	return r, err
+}
+
+// runAttempt runs a.p's acquire script once for a, as the primitive names
+// it (acquireCall), and reads its reply as the primitive does
+// (readAttempt). waiterTimeout > 0 registers the caller as a waiter for
+// that long when it is not granted. Returns the error of the script's run
+// or of its reply.
+func (s *Service) runAttempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+	script, keys, args := a.p.acquireCall(a, waiterTimeout)
+	res, err := s.st.RunReplicated(ctx, script, keys, args...)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return a.p.readAttempt(a, res)
 }
 
 // outcome turns an attempt into a lease, or the primitive's error that

@@ -42,7 +42,7 @@ type Config struct {
 	// MaxHoldCap is the largest max_hold a request may ask for. Default 24h.
 	MaxHoldCap time.Duration
 	// LostTTL is how long the reason a keep-alive lease was lost stays
-	// readable by its owner. Default 1h.
+	// readable by its owner. Default 1h, or FenceTTL when shorter.
 	LostTTL time.Duration
 	// RenewBatch is how many keep-alive leases one renewal script call
 	// handles. Default 100.
@@ -65,19 +65,33 @@ type Config struct {
 	MinKeepaliveTTL time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// withDefaults fills in every unset field: first the defaults that stand
+// alone (standalone), then those derived from other fields (derived), so a
+// derived default follows the fields as given, not their defaults.
+func (c Config) withDefaults() Config { return c.standalone().derived() }
+
+// standalone fills in the unset fields whose defaults depend on no other
+// field. MaxHoldCap is 24h unless DefaultMaxHold, set longer, raises it.
+func (c Config) standalone() Config {
 	setDefault(&c.DefaultTTL, 30*time.Second)
 	setDefault(&c.MinTTL, time.Millisecond)
 	setDefault(&c.MaxTTL, time.Hour)
 	setDefault(&c.MaxWait, 60*time.Second)
 	setDefault(&c.SubscriberPing, 10*time.Second)
-	lostUnset := c.LostTTL <= 0
-	c = c.keepaliveDefaults()
 	setDefault(&c.FenceTTL, DefaultFenceTTL)
-	if lostUnset && c.LostTTL > c.FenceTTL {
-		// every key of a name is gone within the retention
-		c.LostTTL = c.FenceTTL
-	}
+	setDefault(&c.DefaultMaxHold, time.Hour)
+	setDefault(&c.MaxHoldCap, max(24*time.Hour, c.DefaultMaxHold))
+	setDefault(&c.RenewBatch, 100)
+	setDefault(&c.RenewParallel, 8)
+	setDefault(&c.RenewPoll, 100*time.Millisecond)
+	return c
+}
+
+// derived fills in the unset fields whose defaults follow other fields:
+// LostTTL is 1h, or FenceTTL when shorter (every key of a name is gone
+// within the retention), and MinKeepaliveTTL is 10 RenewPolls.
+func (c Config) derived() Config {
+	setDefault(&c.LostTTL, min(time.Hour, c.FenceTTL))
 	setDefault(&c.MinKeepaliveTTL, 10*c.RenewPoll)
 	return c
 }
@@ -92,11 +106,15 @@ func setDefault[T ~int | ~int64](v *T, d T) {
 	}
 }
 
-// DefaultConfig returns the configuration a zero Config falls back to: the
-// server's flags take their defaults from it.
-func DefaultConfig() Config { return Config{}.withDefaults() }
+// DefaultConfig returns the defaults a zero Config falls back to, to start
+// a configuration from: the server's flags take their defaults from it.
+// LostTTL and MinKeepaliveTTL are left zero, as they derive from FenceTTL
+// and RenewPoll: Validate and New derive them from the fields as set, so
+// a shorter FenceTTL set on DefaultConfig() still shortens LostTTL.
+func DefaultConfig() Config { return Config{}.standalone() }
 
-// Validate reports a configuration that cannot work.
+// Validate reports a configuration that cannot work, once its unset fields
+// are filled in as New fills them (the derived ones from the fields as set).
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.MinTTL > c.MaxTTL {
@@ -115,31 +133,6 @@ func (c Config) Validate() error {
 	if c.MinKeepaliveTTL < 3*c.RenewPoll {
 		return fmt.Errorf("min keep-alive ttl %s must be at least 3 renewer polls (%s): a lease could expire between two looks at it",
 			c.MinKeepaliveTTL, 3*c.RenewPoll)
-	}
-	return nil
-}
-
-// minHeartbeat is the shortest heartbeat a keep-alive lease may ask for:
-// RenewPoll (at least MinTTL). The renewer looks at the registry at most
-// every RenewPoll, and checks a lease's last heartbeat only then; a
-// heartbeat shorter than that is a deadline it cannot see, one a holder
-// could only meet by chance.
-func (c Config) minHeartbeat() time.Duration { return max(c.RenewPoll, c.MinTTL) }
-
-// checkKeepaliveBounds refuses keep-alive settings the service cannot
-// honour: a TTL the renewer cannot renew in time, or a max hold shorter
-// than the TTL (the lease would end before its TTL says). maxHoldDefault
-// says maxHold is the server's default, not the request's.
-func (c Config) checkKeepaliveBounds(ttl, maxHold time.Duration, maxHoldDefault bool) error {
-	switch {
-	case ttl < c.MinKeepaliveTTL:
-		return invalid("ttl", "min", "ttl of a keep-alive lease must be at least %s, so the service can renew it (every ttl/3) before it expires; got %s",
-			c.MinKeepaliveTTL, ttl)
-	case maxHold < ttl && maxHoldDefault:
-		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s): the server's default max_hold is %s, send a longer max_hold or a shorter ttl",
-			ttl, maxHold)
-	case maxHold < ttl:
-		return invalid("max_hold", "min", "max_hold must be at least the ttl (%s), got %s: the lease would end before its ttl", ttl, maxHold)
 	}
 	return nil
 }

@@ -47,3 +47,23 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// A configuration started from DefaultConfig derives what follows other
+// fields from them as set: a shorter fence retention shortens LostTTL, a
+// shorter poll the shortest keep-alive TTL, as for a zero Config.
+func TestDefaultConfigDerivesFromTheFieldsSet(t *testing.T) {
+	cfg := locks.DefaultConfig()
+	cfg.FenceTTL, cfg.RenewPoll = 10*time.Minute, 50*time.Millisecond
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
+	_, rdb := newTestRedis(t)
+	svc, err := newService(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := svc.Config()
+	if got.LostTTL != 10*time.Minute || got.MinKeepaliveTTL != 500*time.Millisecond {
+		t.Errorf("LostTTL, MinKeepaliveTTL = %s, %s, want 10m0s, 500ms", got.LostTTL, got.MinKeepaliveTTL)
+	}
+}

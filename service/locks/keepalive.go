@@ -1,11 +1,6 @@
 package locks
 
-import (
-	"strings"
-	"time"
-
-	"github.com/latchkey/latchkey/service/store"
-)
+import "time"
 
 // Keep-alive leases are renewed by the service every ttl/3 until they are
 // released, lost, reach their max-hold deadline or — with a heartbeat —
@@ -45,95 +40,6 @@ type Keepalive struct {
 	// HeartbeatDue is when the next heartbeat is due (zero without heartbeat).
 	HeartbeatDue time.Time
 }
-
-func (c Config) keepaliveDefaults() Config {
-	if c.DefaultMaxHold <= 0 {
-		c.DefaultMaxHold = time.Hour
-	}
-	if c.MaxHoldCap <= 0 {
-		c.MaxHoldCap = 24 * time.Hour
-		if c.DefaultMaxHold > c.MaxHoldCap {
-			c.MaxHoldCap = c.DefaultMaxHold
-		}
-	}
-	if c.LostTTL <= 0 {
-		c.LostTTL = time.Hour
-	}
-	if c.RenewBatch <= 0 {
-		c.RenewBatch = 100
-	}
-	if c.RenewParallel <= 0 {
-		c.RenewParallel = 8
-	}
-	if c.RenewPoll <= 0 {
-		c.RenewPoll = 100 * time.Millisecond
-	}
-	return c
-}
-
-// checkKeepalive validates the keep-alive fields of req and fills in the
-// default max hold. Returns a *ValidationError naming the field and bound.
-func (s *Service) checkKeepalive(req *AcquireRequest) error {
-	if !req.Keepalive {
-		switch {
-		case req.MaxHold != 0:
-			return invalid("max_hold", "keepalive", "max_hold bounds a keep-alive lease: send it with keepalive: true")
-		case req.Heartbeat != 0:
-			return invalid("heartbeat", "keepalive", "heartbeat applies to a keep-alive lease: send it with keepalive: true")
-		}
-		return nil
-	}
-	maxHoldDefault := req.MaxHold == 0
-	if maxHoldDefault {
-		req.MaxHold = s.cfg.DefaultMaxHold
-	}
-	switch {
-	case req.MaxHold < s.cfg.MinTTL:
-		return invalid("max_hold", "min", "max_hold must be at least %s", s.cfg.MinTTL)
-	case req.MaxHold > s.cfg.MaxHoldCap:
-		return invalid("max_hold", "max", "max_hold must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
-	case req.Heartbeat < 0 || (req.Heartbeat > 0 && req.Heartbeat < s.cfg.minHeartbeat()):
-		return invalid("heartbeat", "min", "heartbeat must be at least %s, the renewer's poll interval: it cannot see heartbeats closer together; got %s",
-			s.cfg.minHeartbeat(), req.Heartbeat)
-	case req.Heartbeat > s.cfg.MaxHoldCap:
-		return invalid("heartbeat", "max", "heartbeat must be at most %s (the server's max hold cap)", s.cfg.MaxHoldCap)
-	}
-	return s.cfg.checkKeepaliveBounds(req.TTL, req.MaxHold, maxHoldDefault)
-}
-
-// registryMember names a keep-alive lease of the exclusive lock in the
-// registry: "<token>:<name>". Tokens never hold ':', so the first ':'
-// separates the token from the lock name.
-func registryMember(token, name string) string { return token + ":" + name }
-
-// member names a keep-alive lease of kind k in the registry: the exclusive
-// lock's "<token>:<name>" (see registryMember), any other kind's
-// "<kind>/<token>:<name>". Neither tokens nor names hold '/', so an entry
-// written before other kinds existed stays the exclusive lock's.
-func (k kind) member(token, name string) string {
-	if k == kindMutex {
-		return registryMember(token, name)
-	}
-	return string(k) + "/" + token + ":" + name
-}
-
-// parseMember splits a registry member into its kind, lock name and tenant
-// (see lockKeys.regName); ok is false when it is not one Latchkey writes
-// (the name is then not turned into keys).
-func parseMember(m string) (k kind, name, tenant string, ok bool) {
-	if tag, rest, found := strings.Cut(m, "/"); found {
-		k, m = kind(tag), rest
-	}
-	_, name, ok = strings.Cut(m, ":")
-	name, tenant, at := strings.Cut(name, "@")
-	return k, name, tenant, ok && ValidateName(name) == nil && (!at || validTenant(tenant))
-}
-
-// validTenant reports a tenant name as the keys file allows them: 1-32 of
-// a-z 0-9 -.
-func validTenant(t string) bool { return store.Matches(t, 1, 32, isTenantByte, isTenantByte) }
-
-func isTenantByte(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' }
 
 // keepaliveOf decodes the keep-alive fields of a script reply (ms values;
 // until 0 means the lease is not kept alive).

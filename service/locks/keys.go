@@ -2,72 +2,10 @@ package locks
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/latchkey/latchkey/service/store"
 )
-
-// Character classes of names and tokens (see store.Matches).
-func isNameByte(c byte) bool  { return store.IsAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-' }
-func isTokenByte(c byte) bool { return store.IsAlnum(c) || c == '_' || c == '-' }
-
-// ValidateName checks a lock name: 1–128 characters of [A-Za-z0-9._:-],
-// starting with a letter or digit. Returns a *ValidationError otherwise.
-func ValidateName(name string) error {
-	if !store.Matches(name, 1, 128, store.IsAlnum, isNameByte) {
-		return invalid("name", "format",
-			"lock name must be 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit")
-	}
-	return nil
-}
-
-// ValidateToken checks a client-supplied lease token: 22–128 base64url
-// characters. Returns a *ValidationError otherwise.
-func ValidateToken(token string) error {
-	if !store.Matches(token, 22, 128, isTokenByte, isTokenByte) {
-		return invalid("Lock-Token", "format", "Lock-Token must be 22-128 base64url characters (A-Z a-z 0-9 - _)")
-	}
-	return nil
-}
-
-// MaxOwnerLen is the most characters an owner text may have.
-const MaxOwnerLen = 128
-
-// ValidateOwner checks the owner text of an acquire: at most MaxOwnerLen
-// printable characters (unicode.IsPrint: letters, marks, numbers,
-// punctuation, symbols and the ASCII space), valid UTF-8; empty means none.
-// The text is only ever stored with the lease and shown by inspection, never
-// used in a key, a metric label or a log line. Returns a *ValidationError
-// otherwise, naming the first offending character by position, not by
-// echoing the text.
-func ValidateOwner(owner string) error {
-	switch {
-	case !utf8.ValidString(owner):
-		return invalid("owner", "printable", "owner must be valid UTF-8 text")
-	case utf8.RuneCountInString(owner) > MaxOwnerLen:
-		return invalid("owner", "max", "owner must be at most %d characters", MaxOwnerLen)
-	}
-	n := 0
-	for _, r := range owner {
-		n++
-		if !unicode.IsPrint(r) {
-			return invalid("owner", "printable",
-				"owner must be printable characters: character %d is %U, a control or non-printable character", n, r)
-		}
-	}
-	return nil
-}
-
-// NewToken returns 128 random bits, base64url encoded (22 characters).
-func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
 
 // kind is a lock primitive as its Redis keys and keep-alive registry entries
 // name it: the exclusive lock is the empty kind, whose keys and entries keep
@@ -171,6 +109,50 @@ func tenantKeys(prefix, tenant string, k kind, name string) lockKeys {
 // of the tenant ctx acts for.
 func (s *Service) keys(ctx context.Context, name string) lockKeys {
 	return s.keysIn(ctx, kindMutex, name)
+}
+
+// registryMember names a keep-alive lease of the exclusive lock in the
+// registry: "<token>:<name>". Tokens never hold ':', so the first ':'
+// separates the token from the lock name.
+func registryMember(token, name string) string { return token + ":" + name }
+
+// member names a keep-alive lease of kind k in the registry: the exclusive
+// lock's "<token>:<name>" (see registryMember), any other kind's
+// "<kind>/<token>:<name>". Neither tokens nor names hold '/', so an entry
+// written before other kinds existed stays the exclusive lock's.
+func (k kind) member(token, name string) string {
+	if k == kindMutex {
+		return registryMember(token, name)
+	}
+	return string(k) + "/" + token + ":" + name
+}
+
+// parseMember splits a registry member into its kind, lock name and tenant
+// (see lockKeys.regName); ok is false when it is not one Latchkey writes
+// (the name is then not turned into keys).
+func parseMember(m string) (k kind, name, tenant string, ok bool) {
+	if tag, rest, found := strings.Cut(m, "/"); found {
+		k, m = kind(tag), rest
+	}
+	_, name, ok = strings.Cut(m, ":")
+	name, tenant, at := strings.Cut(name, "@")
+	return k, name, tenant, ok && ValidateName(name) == nil && (!at || validTenant(tenant))
+}
+
+// validTenant reports a tenant name as the keys file allows them: 1-32 of
+// a-z 0-9 -.
+func validTenant(t string) bool { return store.Matches(t, 1, 32, isTenantByte, isTenantByte) }
+
+func isTenantByte(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' }
+
+// memberKeys names the keys of the lease a keep-alive registry member m
+// names (see parseMember); ok is false when m is not one Latchkey writes.
+func memberKeys(prefix, m string) (k lockKeys, ok bool) {
+	kd, name, tenant, ok := parseMember(m)
+	if !ok {
+		return lockKeys{}, false
+	}
+	return tenantKeys(prefix, tenant, kd, name), true
 }
 
 // Keys are the Redis keys of one lock, as the service names them: for

@@ -49,9 +49,6 @@ type LockState struct {
 // service generated the token; under a token the caller chose, it is the
 // caller's to release (see giveBack).
 func (s *Service) Acquire(ctx context.Context, name string, req AcquireRequest) (Lease, error) {
-	if err := ValidateName(name); err != nil {
-		return Lease{}, err
-	}
 	lease, _, err := s.acquire(ctx, s.mutex, name, req)
 	return lease, err
 }
@@ -67,22 +64,15 @@ func (m mutex) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 	return m.join(k, req.Fair)
 }
 
-// attempt is one run of acquire.lua.
-func (m mutex) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+// acquireCall is acquire.lua on the lock's keys.
+func (m mutex) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := m.s, a.k
-	res, err := s.st.RunReplicated(ctx, mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
-		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0)...)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	v, err := store.Int64s("acquire", res, 9)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	return attemptResult{status: v[0], holdCount: v[1], fence: v[2],
-		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
-		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
-		keepalive: keepaliveOf(v[7], v[8], v[4])}, nil
+	return mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
+		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0)
+}
+
+func (mutex) readAttempt(_ acquisition, res any) (attemptResult, error) {
+	return lockAttempt("acquire", res)
 }
 
 // Renew extends the lease on name owned by token to ttl (zero: the lease's
@@ -99,10 +89,7 @@ func (s *Service) Renew(ctx context.Context, name, token string, ttl time.Durati
 	}
 	k := s.keys(ctx, name)
 	lease, err := s.mutex.renew(ctx, k, token, ttl)
-	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if err == nil {
-		s.setPlace(ctx, k, token, leaseLasts(lease))
-	}
+	s.renewed(ctx, k, token, ttl, lease, err)
 	return lease, err
 }
 

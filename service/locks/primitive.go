@@ -37,11 +37,15 @@ type primitive interface {
 	// else one waiter (see subscriber.join), or those a semaphore's freed
 	// permits fit (see semWakes). Returns an error only after Close.
 	listen(k lockKeys, req AcquireRequest) (wakeups, error)
-	// attempt runs the acquire script once for a. waiterTimeout > 0
+	// acquireCall names the primitive's acquire script for a, its keys and
+	// its ARGV, which the machine runs (runAttempt). waiterTimeout > 0
 	// registers the caller as a waiter for that long when it is not
 	// granted; a.keepTTL makes a re-entry keep the lease's own TTL (the
 	// request gave none).
-	attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error)
+	acquireCall(a acquisition, waiterTimeout time.Duration) (script *store.Script, keys []string, args []any)
+	// readAttempt reads the acquire script's reply res for a into the
+	// shared statuses. Returns an error for a reply of another shape.
+	readAttempt(a acquisition, res any) (attemptResult, error)
 	// refusal is the error of an attempt on name that was not granted,
 	// counted in the primitive's metrics.
 	refusal(name string, r attemptResult) error
@@ -58,9 +62,8 @@ type primitive interface {
 	lostReason(ctx context.Context, k lockKeys, token string) string
 	// leave removes a waiter that gives up from the waiters and the queue.
 	leave(ctx context.Context, k lockKeys, token string) error
-	// batchScript renews a batch of the primitive's keep-alive leases.
-	batchScript() *store.Script
-	// batchKeys appends the keys batchScript takes for one entry.
+	// batchKeys appends the keys the primitive's batch renewal script
+	// (leaseScripts.renewBatch) takes for one entry.
 	batchKeys(keys []string, k lockKeys) []string
 }
 
@@ -77,15 +80,13 @@ type wakeups interface {
 }
 
 // leaseBase is what every primitive is built on, embedded in each: its
-// service and its scripts, which give it the primitive methods that only
-// name a script, and a lock's refusals and counts (a primitive with other
-// needs defines its own).
+// service and its scripts, which give it the primitive method that only
+// names a script (leave), and a lock's refusals and counts (a primitive
+// with other needs defines its own).
 type leaseBase struct {
 	s  *Service
 	ls *leaseScripts
 }
-
-func (b leaseBase) batchScript() *store.Script { return b.ls.renewBatch }
 
 // leave runs the leave script on the waiters, the queue and the channel.
 func (b leaseBase) leave(ctx context.Context, k lockKeys, token string) error {
@@ -131,15 +132,16 @@ func (b leaseBase) countGrant(reentrant bool) {
 
 func (b leaseBase) countWait(err error) { b.s.metrics.waits.WithLabelValues(waitOutcome(err)).Inc() }
 
-// primitives are the lock primitives by kind, for the renewer.
-func (s *Service) primitive(k kind) (primitive, bool) {
-	switch k {
-	case kindMutex:
-		return s.mutex, true
-	case kindSem:
-		return s.semaphore(), true
-	case kindRW:
-		return s.rwlock, true
+// renewed follows a renewal of token's lease on k, of any primitive, that
+// asked for ttl asked (0: the lease's own) and answered lease and err: a
+// new TTL may bring the next keep-alive renewal forward, so k's registry
+// shard is marked (markShard, a no-op on a single node), and the lease's
+// place in its tenant's quota now ends when the renewed lease does.
+func (s *Service) renewed(ctx context.Context, k lockKeys, token string, asked time.Duration, lease Lease, err error) {
+	if asked != 0 {
+		s.markShard(ctx, k, lease.Keepalive, lease.TTL, lease.ExpiresAt)
 	}
-	return nil, false
+	if err == nil {
+		s.setPlace(ctx, k, token, leaseLasts(lease))
+	}
 }

@@ -201,18 +201,13 @@ type grantTry func() (granted bool, lasts time.Duration, err error)
 
 // attemptPlaced runs try, an attempt that may grant token a lease on k
 // lasting up to bound, with the lease's place in its tenant's lease quota
-// (see the comment at the top of this file). waiting says the attempt
+// of limit (> 0) places (see the comment at the top of this file). waiting says the attempt
 // registers a waiter when not granted: a tenant at its quota then still
 // waits, and a grant without a place is undone (undo releases it) and
 // refused. Returns try's error, or a *store.QuotaError when the tenant is
 // at its lease quota, or an error wrapping ErrUnavailable.
-func (s *Service) attemptPlaced(ctx context.Context, k lockKeys, token string, bound time.Duration, waiting bool,
+func (s *Service) attemptPlaced(ctx context.Context, k lockKeys, token string, limit int64, bound time.Duration, waiting bool,
 	try grantTry, undo func(context.Context)) error {
-	limit := s.quotaOf(ctx).Leases
-	if limit <= 0 {
-		_, _, err := try()
-		return err
-	}
 	member := leasePlace(k, token)
 	created, err := s.take(ctx, quotaLeases, member, bound, limit)
 	if full := (*store.QuotaError)(nil); errors.As(err, &full) && waiting {

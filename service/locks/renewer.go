@@ -8,8 +8,48 @@ import (
 	"sync"
 	"time"
 
+	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 )
+
+// The renewer's scripts: the look at the registry (keepalive_due) and, on
+// a cluster only, the directory of the registry's shards (keepalive_mark,
+// keepalive_claim, keepalive_settle; see shards.go and renewer_cluster.go).
+// Each primitive's batch renewal is its leaseScripts' renewBatch, whose
+// ARGV and reply codes are here.
+var (
+	keepaliveDueScript    = store.NewScript("keepalive_due", lua.Source("keepalive_due"))
+	keepaliveMarkScript   = store.NewScript("keepalive_mark", lua.Source("keepalive_mark"))
+	keepaliveClaimScript  = store.NewScript("keepalive_claim", lua.Source("keepalive_claim"))
+	keepaliveSettleScript = store.NewScript("keepalive_settle", lua.Source("keepalive_settle"))
+	dirScripts            = []*store.Script{keepaliveMarkScript, keepaliveClaimScript, keepaliveSettleScript}
+)
+
+// keepaliveDueArgs is keepalive_due.lua's ARGV.
+func keepaliveDueArgs(limit int) []any {
+	return []any{
+		limit, // ARGV[1] most entries to return
+	}
+}
+
+// Codes of renew_batch.lua's reply, one per entry.
+const (
+	batchSkipped = 0 // no longer due or no longer registered
+	batchRenewed = 1 // renewed
+	batchMissed  = 2 // heartbeat missed: not renewed, the lease runs out its TTL
+	batchLost    = 3 // the lease is gone or taken over; the reason says why
+	batchDropped = 4 // no longer kept alive (nothing was lost)
+)
+
+// renewBatchArgs is renew_batch.lua's ARGV: one registry member per entry.
+func renewBatchArgs(cfg Config, members []string) []any {
+	args := make([]any, 1, 1+len(members))
+	args[0] = cfg.LostTTL.Milliseconds() // ARGV[1] lost-lease reasons' retention, ms
+	for _, m := range members {
+		args = append(args, m) // ARGV[1+i] registry member of entry i
+	}
+	return args
+}
 
 // RunRenewer renews the due keep-alive leases of every instance sharing this
 // Redis and key prefix until ctx ends. Each Latchkey instance runs one; the
@@ -117,10 +157,25 @@ func (s *Service) renewBatches(ctx context.Context, reg string, members []string
 	return nextDueMS, errors.Join(errs...)
 }
 
-// batch is the due members of one primitive that one script call renews,
-// with the keys that call takes.
+// renewal is the primitive of kind k and its batch renewal script, for the
+// renewer; ok is false for a kind this version of Latchkey does not know.
+func (s *Service) renewal(k kind) (p primitive, script *store.Script, ok bool) {
+	switch k {
+	case kindMutex:
+		return s.mutex, mutexScripts.renewBatch, true
+	case kindSem:
+		return s.semaphore(), semScripts.renewBatch, true
+	case kindRW:
+		return s.rwlock, rwScripts.renewBatch, true
+	}
+	return nil, nil, false
+}
+
+// batch is the due members of one primitive that one script call (of
+// script, the primitive's batch renewal) renews, with the keys it takes.
 type batch struct {
 	p       primitive
+	script  *store.Script
 	members []string
 	keys    []string // the registry, then p.batchKeys of each member
 }
@@ -138,23 +193,23 @@ func (s *Service) batches(reg string, members []string) []batch {
 	var kinds []kind
 	groups := map[kind][]entry{}
 	for _, m := range members {
-		kd, name, tenant, ok := parseMember(m)
+		k, ok := memberKeys(s.prefix, m)
 		if !ok {
 			continue
 		}
-		if _, known := s.primitive(kd); !known {
+		if _, _, known := s.renewal(k.kind); !known {
 			continue
 		}
-		if _, seen := groups[kd]; !seen {
-			kinds = append(kinds, kd)
+		if _, seen := groups[k.kind]; !seen {
+			kinds = append(kinds, k.kind)
 		}
-		groups[kd] = append(groups[kd], entry{m, tenantKeys(s.prefix, tenant, kd, name)})
+		groups[k.kind] = append(groups[k.kind], entry{m, k})
 	}
 	var out []batch
 	for _, kd := range kinds {
-		p, _ := s.primitive(kd)
+		p, script, _ := s.renewal(kd)
 		for c := range slices.Chunk(groups[kd], s.cfg.RenewBatch) {
-			b := batch{p: p, members: make([]string, 0, len(c)), keys: []string{reg}}
+			b := batch{p: p, script: script, members: make([]string, 0, len(c)), keys: []string{reg}}
 			for _, e := range c {
 				b.members = append(b.members, e.m)
 				b.keys = p.batchKeys(b.keys, e.k)
@@ -225,7 +280,7 @@ func parseDue(res any) (dueSet, error) {
 // registry is empty).
 func (s *Service) renewBatch(ctx context.Context, b batch) (nextDueMS int64, err error) {
 	s.ka.batches.Inc()
-	res, err := s.st.Run(ctx, b.p.batchScript(), b.keys, renewBatchArgs(s.cfg, b.members)...)
+	res, err := s.st.Run(ctx, b.script, b.keys, renewBatchArgs(s.cfg, b.members)...)
 	if err != nil {
 		return 0, err
 	}
@@ -238,11 +293,11 @@ func (s *Service) renewBatch(ctx context.Context, b batch) (nextDueMS int64, err
 func (s *Service) recordBatch(b batch, res any) (nextDueMS int64, err error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 2+3*len(b.members) {
-		return 0, fmt.Errorf("%s: unexpected reply %T of %d entries", b.p.batchScript().Name(), res, len(arr))
+		return 0, fmt.Errorf("%s: unexpected reply %T of %d entries", b.script.Name(), res, len(arr))
 	}
 	nextDueMS, ok = arr[len(arr)-1].(int64)
 	if !ok {
-		return 0, fmt.Errorf("%s: next due time is %T", b.p.batchScript().Name(), arr[len(arr)-1])
+		return 0, fmt.Errorf("%s: next due time is %T", b.script.Name(), arr[len(arr)-1])
 	}
 	for i := 1; i+2 < len(arr); i += 3 {
 		code, _ := arr[i].(int64)

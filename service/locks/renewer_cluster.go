@@ -462,7 +462,7 @@ func (s *Service) visitPipelined(ctx context.Context, slots []int, addrs []strin
 				next[i] = visitFailed
 				continue
 			}
-			calls = append(calls, store.Call{Script: b.p.batchScript(), Keys: b.keys, Args: renewBatchArgs(s.cfg, b.members)})
+			calls = append(calls, store.Call{Script: b.script, Keys: b.keys, Args: renewBatchArgs(s.cfg, b.members)})
 			sent = append(sent, first)
 			n += len(b.members)
 		}

@@ -55,24 +55,23 @@ func (rwlock) kind() kind { return kindRW }
 // listen: a release may let many readers in at once.
 func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l.join(k, true) }
 
-func (l rwlock) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
-	s, k, req := l.s, a.k, a.req
-	res, err := s.st.RunReplicated(ctx, rwScripts.acquire,
-		[]string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
-		rwAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, a.keepTTL)...)
+// acquireCall is rw_acquire.lua on the lock's keys and its holders.
+func (l rwlock) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
+	s, k := l.s, a.k
+	return rwScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
+		rwAcquireArgs(s.cfg, a.req, k.regName(), waiterTimeout, a.keepTTL)
+}
+
+// readAttempt reads acquire.lua's reply, the lease's mode, and an upgrade
+// refused as the primitive's own refusal (*UpgradeError).
+func (rwlock) readAttempt(a acquisition, res any) (attemptResult, error) {
+	r, err := lockAttempt("rw_acquire", res)
 	if err != nil {
 		return attemptResult{}, err
 	}
-	v, err := store.Int64s("rw_acquire", res, 9)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	r := attemptResult{status: v[0], holdCount: v[1], fence: v[2],
-		ttl: time.Duration(v[3]) * time.Millisecond, nowMS: v[4],
-		recheck: time.Duration(v[5]) * time.Millisecond, fair: truth(v[6]),
-		keepalive: keepaliveOf(v[7], v[8], v[4]), mode: req.Mode}
+	r.mode = a.req.Mode
 	if r.status == rwUpgradeRefused {
-		r.status, r.refused = acquireRefused, &UpgradeError{Name: k.name}
+		r.status, r.refused = acquireRefused, &UpgradeError{Name: a.k.name}
 	}
 	return r, nil
 }
@@ -236,10 +235,7 @@ func (s *Service) RenewRW(ctx context.Context, name, token string, mode RWMode, 
 	}
 	k := s.keysIn(ctx, kindRW, name)
 	lease, err := s.rwLock().renewMode(ctx, k, token, mode, ttl)
-	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if err == nil {
-		s.setPlace(ctx, k, token, leaseLasts(lease))
-	}
+	s.renewed(ctx, k, token, ttl, lease, err)
 	return lease, err
 }
 
@@ -340,4 +336,54 @@ func newRWMetrics(reg prometheus.Registerer) *rwMetrics {
 		releases: counterVec(reg, "latchkey_rwlock_releases_total",
 			"Read/write lock releases, by mode (read, write; any for forced) and kind (partial, final, forced).", "mode", "kind"),
 	}
+}
+
+// Status of rw_acquire.lua's reply besides acquire.lua's.
+const rwUpgradeRefused = -4 // the token holds the read lease and asked for write
+
+// modeArg is a mode as the scripts take it: "r", "w", or "" for any.
+func modeArg(m RWMode) string {
+	switch m {
+	case ModeRead:
+		return "r"
+	case ModeWrite:
+		return "w"
+	}
+	return ""
+}
+
+// modeOf reads the mode field of a script's reply: 1 read, 2 write.
+func modeOf(v int64) RWMode {
+	switch v {
+	case 1:
+		return ModeRead
+	case 2:
+		return ModeWrite
+	}
+	return ""
+}
+
+// rwAcquireArgs is rw_acquire.lua's ARGV: acquire.lua's, then the mode.
+func rwAcquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool) []any {
+	return append(acquireArgs(cfg, kindRW, req, name, waiterTimeout, keepTTL, 1),
+		modeArg(req.Mode), // ARGV[13] mode: "r" or "w"
+	)
+}
+
+// rwReleaseArgs is rw_release.lua's ARGV.
+func rwReleaseArgs(cfg Config, name, token string, mode RWMode) []any {
+	return []any{
+		token,                       // ARGV[1] token
+		modeArg(mode),               // ARGV[2] mode: "r", "w", "" for the token's write lease, else its read lease
+		kindRW.member(token, name),  // ARGV[3] keep-alive registry member
+		cfg.FenceTTL.Milliseconds(), // ARGV[4] fence retention, ms
+	}
+}
+
+// rwRenewArgs is rw_renew.lua's ARGV: renew.lua's, then the mode. A ttl of
+// 0 renews for each lease's own TTL.
+func rwRenewArgs(cfg Config, name, token string, mode RWMode, ttl time.Duration) []any {
+	return append(renewArgs(cfg, kindRW, name, token, ttl, 1),
+		modeArg(mode), // ARGV[6] mode: "r", "w", "" for every lease of the token
+	)
 }

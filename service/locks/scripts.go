@@ -1,18 +1,24 @@
 package locks
 
 import (
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// The lock scripts. Each primitive's ARGV builders and reply statuses are
-// beside it (the exclusive lock's in mutex_scripts.go), the keep-alive
-// renewer's (and its cluster directory's) here. Every script is declared
-// one way, store.NewScript(name, lua.Source(name)), named as its file. The
-// state changes a client is told about (a grant, a release, a renewal, a
-// forced release) run with store.RunReplicated.
+// The lock scripts. The ARGV builders and reply statuses of what every
+// primitive's scripts take and answer alike are here (release, renew,
+// force release, inspect, leave) or, for acquire, with the acquire machine
+// (acquire.go); those only one primitive's take are in its file
+// (rwlock.go, semaphore.go). The keep-alive renewer's scripts (its cluster
+// directory's too) are declared with it, in renewer.go, with their ARGV and
+// reply codes. Every script is declared one way, store.NewScript(name,
+// lua.Source(name)), named as its file. The state changes a client is told
+// about (a grant, a release, a renewal, a forced release) run with
+// store.RunReplicated.
 //
 // Each script's ARGV is built by one function, one line per ARGV index as
 // listed in the script's header comment (scripts/lua/*.lua), and the
@@ -26,14 +32,6 @@ var (
 	mutexScripts = newLeaseScripts("")     // mutex.go
 	rwScripts    = newLeaseScripts("rw_")  // rwlock.go
 	semScripts   = newLeaseScripts("sem_") // semaphore.go, and semSetPermitsScript
-	// The keep-alive renewer's, which serves every primitive (renewer.go).
-	keepaliveDueScript = store.NewScript("keepalive_due", lua.Source("keepalive_due"))
-	// The directory of the renewer's shards, loaded on a cluster only
-	// (renewer_cluster.go).
-	keepaliveMarkScript   = store.NewScript("keepalive_mark", lua.Source("keepalive_mark"))
-	keepaliveClaimScript  = store.NewScript("keepalive_claim", lua.Source("keepalive_claim"))
-	keepaliveSettleScript = store.NewScript("keepalive_settle", lua.Source("keepalive_settle"))
-	dirScripts            = []*store.Script{keepaliveMarkScript, keepaliveClaimScript, keepaliveSettleScript}
 )
 
 // leaseScripts are a lease primitive's scripts, one per operation.
@@ -87,28 +85,110 @@ func flag(b bool) string {
 // truth reads a 1/0 field of a script's reply.
 func truth(v int64) bool { return v == 1 }
 
-// keepaliveDueArgs is keepalive_due.lua's ARGV.
-func keepaliveDueArgs(limit int) []any {
+// Statuses of release.lua's and renew.lua's replies.
+const (
+	ownerDone    = 1  // released (release.lua) or renewed (renew.lua)
+	ownerNoLease = -1 // no such lease (expired or released)
+	ownerOther   = -2 // held by another token
+)
+
+// ownerStatus maps the statuses of the release and renew scripts to errors.
+func ownerStatus(status int64) error {
+	switch status {
+	case ownerNoLease:
+		return store.ErrNotFound
+	case ownerOther:
+		return ErrNotOwner
+	}
+	return nil // ownerDone
+}
+
+// ownerReply decodes the reply of a release or renew script (op): n
+// integers, the first an owner status. A non-nil err, the script's run's,
+// comes back as it is. Returns ErrNotFound, ErrNotOwner, or an error for a
+// reply of another shape.
+func ownerReply(op string, n int, res any, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	v, err := store.Int64s(op, res, n)
+	if err != nil {
+		return nil, err
+	}
+	return v, ownerStatus(v[0])
+}
+
+// inspectReply decodes the reply of an inspect script (op): n fields, the
+// first ints of them integers (v), the rest read from arr. A non-nil err,
+// the script's run's, comes back as it is; so does an error for a reply of
+// another shape.
+func inspectReply(op string, n, ints int, res any, err error) (arr []any, v []int64, _ error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != n {
+		return nil, nil, fmt.Errorf("%s: unexpected reply %T %v", op, res, res)
+	}
+	v, err = store.Int64s(op, arr[:ints], ints)
+	return arr, v, err
+}
+
+// releaseArgs is release.lua's and sem_release.lua's ARGV. name is the
+// lock's registry name (regName).
+func releaseArgs(cfg Config, kd kind, name, token string) []any {
 	return []any{
-		limit, // ARGV[1] most entries to return
+		token,                       // ARGV[1] token
+		kd.member(token, name),      // ARGV[2] keep-alive registry member
+		cfg.FenceTTL.Milliseconds(), // ARGV[3] fence retention, ms
 	}
 }
 
-// Codes of renew_batch.lua's reply, one per entry.
+// renewArgs is renew.lua's and sem_renew.lua's ARGV, and the first five of
+// rw_renew.lua's. A ttl of 0 renews for the lease's own TTL.
+// extra more are room for the rest of rw_renew.lua's.
+func renewArgs(cfg Config, kd kind, name, token string, ttl time.Duration, extra int) []any {
+	return append(make([]any, 0, 5+extra),
+		token,                       // ARGV[1] token
+		ttl.Milliseconds(),          // ARGV[2] new lease TTL, ms (0: the lease's own)
+		cfg.LostTTL.Milliseconds(),  // ARGV[3] lost-lease reasons' retention, ms
+		kd.member(token, name),      // ARGV[4] keep-alive registry member
+		cfg.FenceTTL.Milliseconds(), // ARGV[5] fence retention, ms
+	)
+}
+
+// Statuses of force_release.lua's reply.
 const (
-	batchSkipped = 0 // no longer due or no longer registered
-	batchRenewed = 1 // renewed
-	batchMissed  = 2 // heartbeat missed: not renewed, the lease runs out its TTL
-	batchLost    = 3 // the lease is gone or taken over; the reason says why
-	batchDropped = 4 // no longer kept alive (nothing was lost)
+	forceRemoved = 1 // a lease was removed
+	forceFree    = 0 // the lock was free
 )
 
-// renewBatchArgs is renew_batch.lua's ARGV: one registry member per entry.
-func renewBatchArgs(cfg Config, members []string) []any {
-	args := make([]any, 1, 1+len(members))
-	args[0] = cfg.LostTTL.Milliseconds() // ARGV[1] lost-lease reasons' retention, ms
-	for _, m := range members {
-		args = append(args, m) // ARGV[1+i] registry member of entry i
+// forceReleaseArgs is force_release.lua's and rw_force_release.lua's ARGV.
+func forceReleaseArgs(cfg Config, name string) []any {
+	return []any{
+		cfg.FenceTTL.Milliseconds(), // ARGV[1] fence retention, ms
+		cfg.LostTTL.Milliseconds(),  // ARGV[2] lost-lease reasons' retention, ms
+		name,                        // ARGV[3] lock name
 	}
-	return args
+}
+
+// inspectArgs is the ARGV of every primitive's inspect script (inspect.lua,
+// rw_inspect.lua, sem_inspect.lua). An empty token asks about no token.
+func inspectArgs(kd kind, name, token string) []any {
+	member := ""
+	if token != "" {
+		member = kd.member(token, name)
+	}
+	return []any{
+		token,  // ARGV[1] token to report on, or ""
+		member, // ARGV[2] the token's keep-alive registry member, or ""
+	}
+}
+
+// leaveArgs is the ARGV of every primitive's leave script (leave.lua,
+// rw_leave.lua, sem_leave.lua).
+func leaveArgs(token string) []any {
+	return []any{
+		token, // ARGV[1] waiter token
+	}
 }

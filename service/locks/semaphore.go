@@ -5,8 +5,8 @@ package locks
 // of holds and keep-alive; what is its own is here: its types and errors,
 // its acquire script's reading, its wake-ups shared out by permits
 // (semWakes), its renew, release, force-release, capacity change and
-// inspection, and its metrics. Its scripts' ARGV and reply statuses are in
-// semaphore_scripts.go.
+// inspection, its metrics, and its scripts' ARGV and reply statuses (at
+// the end of the file).
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -217,17 +218,19 @@ func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 	return sw, nil
 }
 
-// attempt is one run of sem_acquire.lua, its statuses read as the shared
-// machine's: a lease holds its count of permits as its holds.
-func (p semaphore) attempt(ctx context.Context, a acquisition, waiterTimeout time.Duration) (attemptResult, error) {
+// acquireCall is sem_acquire.lua on the semaphore's keys, for its count of
+// its permits.
+func (p semaphore) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := p.s, a.k
 	req := SemaphoreRequest{AcquireRequest: a.req, Permits: p.permits, Count: p.count}
-	res, err := s.st.RunReplicated(ctx, semScripts.acquire,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
-		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)...)
-	if err != nil {
-		return attemptResult{}, err
-	}
+	return semScripts.acquire, []string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
+		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)
+}
+
+// readAttempt reads sem_acquire.lua's reply into the shared machine's
+// statuses: a lease holds its count of permits as its holds.
+func (p semaphore) readAttempt(a acquisition, res any) (attemptResult, error) {
+	k := a.k
 	v, err := store.Int64s("sem_acquire", res, 10)
 	if err != nil {
 		return attemptResult{}, err
@@ -320,10 +323,7 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 	}
 	k := s.semKeys(ctx, name)
 	lease, err := s.renewSemaphore(ctx, k, token, ttl)
-	s.markRenewed(ctx, k, ttl, lease.Keepalive, lease.TTL, lease.ExpiresAt)
-	if err == nil {
-		s.setPlace(ctx, k, token, leaseLasts(semLease(lease)))
-	}
+	s.renewed(ctx, k, token, ttl, semLease(lease), err)
 	return lease, err
 }
 
@@ -602,4 +602,51 @@ func permitsIn(hint string) (int64, bool) {
 	}
 	v, err := strconv.ParseInt(n, 10, 64)
 	return v, err == nil
+}
+
+// semSetPermitsScript is the semaphore's script beside its leaseScripts
+// (semScripts).
+var semSetPermitsScript = store.NewScript("sem_set_permits", lua.Source("sem_set_permits"))
+
+// Statuses of sem_acquire.lua's reply.
+const (
+	semGranted          = 1  // the permits were granted
+	semNotGranted       = 0  // too few permits free, or a fair queue's head goes first
+	semModeMismatch     = -3 // the semaphore is fair and the caller is not, or the other way round
+	semPermitsMismatch  = -4 // the stored capacity differs from the request's
+	semTokenHoldsALease = -5 // the token already holds a lease on the semaphore
+)
+
+// semAcquireArgs is sem_acquire.lua's ARGV. waiterTimeout > 0 registers the
+// caller as a waiter for that long when it is not granted. Its release,
+// renew, inspect and leave scripts take the exclusive lock's ARGV
+// (scripts.go).
+func semAcquireArgs(cfg Config, req SemaphoreRequest, name string, waiterTimeout time.Duration) []any {
+	return append(acquireHead(make([]any, 0, 13), cfg, kindSem, req.AcquireRequest, name, waiterTimeout),
+		req.Owner,   // ARGV[11] owner text, "" for none
+		req.Permits, // ARGV[12] permits N
+		req.Count,   // ARGV[13] count k
+	)
+}
+
+// Statuses of sem_release.lua's and sem_renew.lua's replies are ownerDone
+// and ownerNoLease (scripts.go): a semaphore lease has no other owner.
+
+// semForceReleaseArgs is sem_force_release.lua's ARGV.
+func semForceReleaseArgs(cfg Config, name string) []any {
+	before, after, _ := strings.Cut(semMember("|", name), "|")
+	return []any{
+		cfg.FenceTTL.Milliseconds(), // ARGV[1] fence retention, ms
+		cfg.LostTTL.Milliseconds(),  // ARGV[2] lost-lease reasons' retention, ms
+		before,                      // ARGV[3] what precedes the token in a registry member
+		after,                       // ARGV[4] what follows the token in a registry member
+	}
+}
+
+// semSetPermitsArgs is sem_set_permits.lua's ARGV.
+func semSetPermitsArgs(cfg Config, permits int64) []any {
+	return []any{
+		permits,                     // ARGV[1] the new capacity N
+		cfg.FenceTTL.Milliseconds(), // ARGV[2] fence retention, ms
+	}
 }

@@ -2,20 +2,21 @@
 // state change is one Lua script from scripts/lua, run through the store.
 //
 // One acquire machine serves every primitive (acquire.go): the request
-// completed and checked, one attempt with the lease's place in its
-// tenant's quota (quota.go), or a wait woken by pub/sub, then the grant
-// handed out or given back. Each primitive lives in files of its own and
-// supplies only what differs (primitive.go): the exclusive lock in
-// mutex.go and mutex_scripts.go (its scripts' ARGV and reply statuses), the
-// read/write lock in rwlock.go and rwlock_scripts.go (its scripts are
-// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go and
-// semaphore_scripts.go. What serves every primitive beside it: the service
-// and its config, keys and name rules (keys.go), the pub/sub subscriber
-// (subscriber.go; sharded pub/sub on a Redis Cluster in
+// checked and completed (check.go), one attempt with the lease's place in
+// its tenant's quota (quota.go), or a wait woken by pub/sub, then the grant
+// handed out or given back; the ARGV and reply every acquire script shares
+// are its own. Each primitive supplies only what differs (primitive.go),
+// each in one file with its scripts' own ARGV and replies: the exclusive
+// lock in mutex.go, the read/write lock in rwlock.go (its scripts are
+// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go. What serves every primitive beside it: the service
+// and its config, the checks of every request's input (check.go), the key
+// layout and the keep-alive registry's members (keys.go), the pub/sub
+// subscriber (subscriber.go; sharded pub/sub on a Redis Cluster in
 // subscriber_cluster.go), keep-alive leases and their renewer
-// (keepalive.go, renewer.go; on a cluster the registry's shards and their
-// marks, shards.go, and the directory's renewer, renewer_cluster.go),
-// connection-held leases (hold.go), every lock script (scripts.go), the
+// (keepalive.go, renewer.go with its scripts; on a cluster the registry's
+// shards and their marks, shards.go, and the directory's renewer,
+// renewer_cluster.go), connection-held leases (hold.go), the lease
+// scripts with the ARGV and replies the primitives share (scripts.go), the
 // listings of what is held (list.go) and the sampler behind the gauges of
 // it (sampler.go).
 //
@@ -28,19 +29,21 @@
 //     registry members carry ("<kind>/<token>:<name>", see kind.member);
 //   - its scripts, one per operation of leaseScripts (scripts.go), in files
 //     named alike with a prefix of its own (rw_acquire.lua, ...), built
-//     with the ARGV builders the primitives share (mutex_scripts.go);
+//     with the ARGV builders the primitives share (acquireHead in
+//     acquire.go, the others in scripts.go);
 //   - an implementation of the primitive interface (primitive.go) on them,
-//     embedding leaseBase, which gives it leave (a waiter gives up), its
-//     keep-alive batch renewal script and a lock's refusals and counts:
-//     listen (who a wake-up reaches), attempt (the acquire script,
-//     registering waiters and queueing fair ones as acquire.lua does, its
-//     reply read into the shared statuses), release of a token's lease,
+//     embedding leaseBase, which gives it leave (a waiter gives up) and a
+//     lock's refusals and counts:
+//     listen (who a wake-up reaches), acquireCall and readAttempt (the
+//     acquire script, its keys and ARGV, which the machine runs, registering
+//     waiters and queueing fair ones as acquire.lua does, and its reply read
+//     into the shared statuses), release of a token's lease,
 //     renew, the recorded lost reason of a token, and the keys the batch
 //     script takes per entry; the scripts follow the rules listed with the
 //     interface (wake-up messages, registry entries, lost reasons, reply
 //     shapes);
-//   - its case in Service.primitive, so the renewer dispatches its due
-//     registry entries to its batch script;
+//   - its case in Service.renewal (renewer.go), so the renewer dispatches
+//     its due registry entries to its batch script;
 //   - exported methods that validate their own input and call the shared
 //     machinery with it: acquire (s.acquire: trying once or waiting,
 //     handing out or giving back a grant), hold (a connection-held lease),
@@ -72,7 +75,7 @@ type Service struct {
 	prefix    string        // the store's key prefix
 	opTimeout time.Duration // the store's bound on a Redis call
 
-	semMetrics *semMetrics // the semaphore's (semaphore*.go)
+	semMetrics *semMetrics // the semaphore's (semaphore.go)
 	semWakes   *semWakes
 
 	listSecret listSecret     // signs listing cursors (list.go)

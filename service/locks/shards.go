@@ -168,13 +168,3 @@ func (s *Service) markShard(ctx context.Context, k lockKeys, ka *Keepalive, ttl 
 	case <-wait.C:
 	}
 }
-
-// markRenewed marks the registry shard of k (markShard) after a renewal
-// that asked for a new TTL (asked != 0), which may bring the next renewal
-// of a keep-alive lease forward; ka, ttl and expiresAt are the renewed
-// lease's.
-func (s *Service) markRenewed(ctx context.Context, k lockKeys, asked time.Duration, ka *Keepalive, ttl time.Duration, expiresAt time.Time) {
-	if asked != 0 {
-		s.markShard(ctx, k, ka, ttl, expiresAt)
-	}
-}
