@@ -34,8 +34,8 @@ type Config struct {
 	CacheSize int
 	// Batch is how many decisions of concurrent requests may go to Redis in
 	// one script call (see decisionBatcher); 1 sends each decision in a call
-	// of its own, as a Redis Cluster client always does (a batch names many
-	// keys, which would cross hash slots). Default 128.
+	// of its own. On a Redis Cluster a batch is split into one call per
+	// bucket (see ClusterBuckets) among its keys. Default 128.
 	Batch int
 	// MaxQueued bounds the decisions of one algorithm waiting for a call;
 	// past it a decision fails at once as unavailable. Default 10000.
