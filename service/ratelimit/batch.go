@@ -278,6 +278,11 @@ func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
 		}
 	}
 	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
+	if err != nil && b.cluster && b.s.st.Rerouted(ctx, keys, err) {
+		// It could not connect (nothing ran) to a primary the view no
+		// longer names: a failover it had not caught up with.
+		res, err = b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
+	}
 	var kind string
 	if err != nil {
 		// Before the caller's cancel: a deadline is not a cancellation.
