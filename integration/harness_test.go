@@ -397,6 +397,9 @@ func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Clien
 // cmd/server, sends each to its slot's primary as it comes.
 func pipelinedClient(t testing.TB, rdb redis.UniversalClient) store.Client {
 	t.Helper()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return store.NewClusterPipelinedClient(cc, 0)
+	}
 	node, ok := rdb.(*redis.Client)
 	if !ok {
 		return rdb
