@@ -14,11 +14,11 @@ import (
 // paying one each. Everything else (SCRIPT LOAD, PING, pub/sub) goes through
 // the plain client.
 //
-// It wraps one node's client only. On a Redis Cluster the cluster client is
-// used as it is: each script goes to its slot's primary on its own, because
-// go-redis's cluster pipelines send the commands of a broken connection
-// again, and the lock scripts are not idempotent. Scripts that are safe to
-// send twice go in cluster pipelines through RunPipelined.
+// It wraps one node's client only; on a Redis Cluster ClusterPipelinedClient
+// keeps one autopipeliner per primary (go-redis's cluster pipelines send the
+// commands of a broken connection again, and the lock scripts are not
+// idempotent). Scripts that are safe to send twice go in per-primary
+// pipelines through RunPipelined.
 //
 // Each caller's context is honoured: a caller whose context ends stops
 // waiting at once and gets the context's error (its command may still run in
