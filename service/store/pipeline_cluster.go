@@ -52,19 +52,7 @@ func (p *ClusterPipelinedClient) EvalSha(ctx context.Context, sha string, keys [
 	if err != nil {
 		return p.ClusterClient.EvalSha(ctx, sha, keys, args...)
 	}
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", sha, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil {
-		// The batch may still fill cmd in later: answer with a fresh command.
-		out := redis.NewCmd(ctx, cmdArgs...)
-		out.SetErr(err)
-		return out
-	}
+	cmd := submitEvalSha(ctx, ap, sha, keys, args)
 	switch err := cmd.Err(); {
 	case errors.Is(err, redis.ErrClosed):
 		// The view dropped that node's client before the call was sent.
