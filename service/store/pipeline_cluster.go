@@ -26,6 +26,9 @@ import (
 type ClusterPipelinedClient struct {
 	*redis.ClusterClient
 	maxQueued int
+	// masterFor names the primary a call is queued for: the cluster
+	// client's MasterForKey (tests name another).
+	masterFor func(ctx context.Context, key string) (*redis.Client, error)
 
 	mu  sync.Mutex
 	aps map[*redis.Client]*redis.AutoPipeliner // by primary's node client
@@ -35,7 +38,8 @@ type ClusterPipelinedClient struct {
 // for a pipeline on each primary (0: go-redis's default). Give cc
 // MaxRetries -1 (see NewPipelinedClient).
 func NewClusterPipelinedClient(cc *redis.ClusterClient, maxQueued int) *ClusterPipelinedClient {
-	return &ClusterPipelinedClient{ClusterClient: cc, maxQueued: maxQueued, aps: map[*redis.Client]*redis.AutoPipeliner{}}
+	return &ClusterPipelinedClient{ClusterClient: cc, maxQueued: maxQueued, masterFor: cc.MasterForKey,
+		aps: map[*redis.Client]*redis.AutoPipeliner{}}
 }
 
 // EvalSha queues the call on the pipeline of its slot's primary and waits
@@ -44,7 +48,7 @@ func (p *ClusterPipelinedClient) EvalSha(ctx context.Context, sha string, keys [
 	if len(keys) == 0 {
 		return p.ClusterClient.EvalSha(ctx, sha, keys, args...)
 	}
-	node, err := p.MasterForKey(ctx, keys[0])
+	node, err := p.masterFor(ctx, keys[0])
 	if err != nil {
 		return p.ClusterClient.EvalSha(ctx, sha, keys, args...)
 	}
