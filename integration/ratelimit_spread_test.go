@@ -15,7 +15,7 @@ import (
 
 // Concurrent decisions over 10,000 keys, through two instances of one
 // deployment, share script calls on a Redis Cluster as on a single node
-// (on a cluster a policy's counters are under ClusterBuckets hash tags, one
+// (on a cluster a policy's counters are under 12 bucket hash tags, one
 // call per bucket of a batch): at most 0.2 EVALSHA calls per decision,
 // counted by every primary's INFO commandstats, and every key is allowed
 // exactly its limit, for each algorithm. The policies fail closed and

@@ -8,33 +8,33 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// ClusterBuckets is B, the number of buckets a policy's single-limit
-// counters are spread over on a Redis Cluster: a counter's key carries the
-// hash tag of its bucket, hash(key) mod B, so the concurrent decisions of
-// one bucket share one script call there (a call may only name keys of one
-// slot), as all of them share one on a single node. 12 buckets spread
-// evenly over 1, 2, 3, 4, 6 or 12 primaries of equal slot ranges. Every
-// instance must use the same B, or they would count one key in two
-// counters: it is fixed, not configured.
-const ClusterBuckets = 12
+// DefaultClusterBuckets is Config.ClusterBuckets's default, B: the number
+// of buckets a policy's single-limit counters are spread over on a Redis
+// Cluster. A counter's key carries the hash tag of its bucket, hash(key)
+// mod B, so the concurrent decisions of one bucket share one script call
+// there (a call may only name keys of one slot), as all of them share one
+// on a single node. 12 buckets spread evenly over 1, 2, 3, 4, 6 or 12
+// primaries of equal slot ranges; a policy's decisions use at most B
+// primaries.
+const DefaultClusterBuckets = 12
 
 // bucketTags are the hash tags of a policy's buckets, each followed by ':'
 // as it goes into a key: bucket b's is "{rl:<name>:<label>}:".
-type bucketTags [ClusterBuckets]string
+type bucketTags []string
 
-// newBucketTags finds the labels of name's buckets: bucket b's label is
+// newBucketTags finds the labels of name's n buckets: bucket b's label is
 // the smallest number whose tag "rl:<name>:<label>" has its slot in the
-// middle half of the b-th of ClusterBuckets equal ranges of slots, so the
-// buckets spread evenly over primaries that serve equal ranges, and a
-// bucket stays in its slot (it moves with it when the cluster reshards).
-// It takes about a hundred CRC16s of short strings.
-func newBucketTags(name string) *bucketTags {
-	var t bucketTags
-	for label, left := 0, ClusterBuckets; left > 0; label++ {
+// middle half of the b-th of n equal ranges of slots, so the buckets
+// spread evenly over primaries that serve equal ranges, and a bucket stays
+// in its slot (it moves with it when the cluster reshards). It takes about
+// 2n·ln(n) CRC16s of short strings (about a hundred for 12).
+func newBucketTags(name string, n int) bucketTags {
+	t := make(bucketTags, n)
+	for label, left := 0, n; left > 0; label++ {
 		tag := "{rl:" + name + ":" + strconv.Itoa(label) + "}"
 		slot := store.Slot(tag)
-		b := slot * ClusterBuckets / store.ClusterSlots
-		lo, hi := b*store.ClusterSlots/ClusterBuckets, (b+1)*store.ClusterSlots/ClusterBuckets
+		b := slot * n / store.ClusterSlots
+		lo, hi := b*store.ClusterSlots/n, (b+1)*store.ClusterSlots/n
 		quarter := (hi - lo) / 4
 		if t[b] != "" || slot < lo+quarter || slot >= hi-quarter {
 			continue
@@ -42,18 +42,18 @@ func newBucketTags(name string) *bucketTags {
 		t[b] = tag + ":"
 		left--
 	}
-	return &t
+	return t
 }
 
-// bucketOf is key's bucket: FNV-1a (32 bits) of the request's key, modulo
-// ClusterBuckets.
-func bucketOf(key string) int {
+// bucketOf is key's bucket of n: FNV-1a (32 bits) of the request's key,
+// modulo n.
+func bucketOf(key string, n int) int {
 	h := uint32(2166136261)
 	for i := 0; i < len(key); i++ {
 		h ^= uint32(key[i])
 		h *= 16777619
 	}
-	return int(h % ClusterBuckets)
+	return int(h % uint32(n))
 }
 
 // maxBucketNames bounds the names whose tags a bucketCache keeps; past it
@@ -65,19 +65,20 @@ const maxBucketNames = 4096
 // found once: the Service's, on a cluster only (nil on a single node,
 // whose keys carry no bucket).
 type bucketCache struct {
-	m sync.Map // policy name -> *bucketTags
-	n atomic.Int32
+	buckets int      // B
+	m       sync.Map // policy name -> bucketTags
+	n       atomic.Int32
 }
 
 // tags returns name's bucket tags.
-func (c *bucketCache) tags(name string) *bucketTags {
+func (c *bucketCache) tags(name string) bucketTags {
 	if v, ok := c.m.Load(name); ok {
-		return v.(*bucketTags)
+		return v.(bucketTags)
 	}
-	t := newBucketTags(name)
+	t := newBucketTags(name, c.buckets)
 	if c.n.Load() < maxBucketNames {
 		if v, loaded := c.m.LoadOrStore(name, t); loaded {
-			return v.(*bucketTags)
+			return v.(bucketTags)
 		}
 		c.n.Add(1)
 	}
@@ -91,5 +92,5 @@ func (c *bucketCache) tag(name, key string) string {
 	if c == nil {
 		return ""
 	}
-	return c.tags(name)[bucketOf(key)]
+	return c.tags(name)[bucketOf(key, c.buckets)]
 }

@@ -84,7 +84,7 @@ func redisKeys(prefix string, buckets *bucketCache, pol Policy, keys keyList) ke
 // rateLimitKey is the one Redis key of a single-limit decision. Inline
 // limits include their window, so different windows over the same key
 // never share a counter. On a cluster the key carries the hash tag of its
-// bucket under the policy (see ClusterBuckets; every inline limit's under
+// bucket under the policy (see DefaultClusterBuckets; every inline limit's under
 // InlinePolicyName), <prefix>rl:<code>:{rl:<policy>:<label>}:<name>:<key>,
 // so that concurrent decisions of a bucket share one script call; on a
 // single node it carries none.

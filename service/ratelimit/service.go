@@ -63,7 +63,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	s := &Service{st: st, prefix: st.Config().KeyPrefix, cfg: cfg, cache: newDenyCache(cfg.CacheSize)}
 	if st.Config().Cluster {
-		s.buckets = &bucketCache{}
+		s.buckets = &bucketCache{buckets: cfg.ClusterBuckets}
 	}
 	s.newMetrics()
 	s.set.Store(s.newPolicySet(cfg.Policies, time.Now()))
