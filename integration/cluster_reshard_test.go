@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
+	"github.com/latchkey/latchkey/service/store"
 )
 
 // Slots holding locks, keep-alive leases and rate-limit counters move from
@@ -26,10 +27,15 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	const limit = 150
 	a, b, nodes, prims := newClusterPair(t, cl,
 		policy("flow", ratelimit.FixedWindow, 1_000_000, time.Hour), policy("exact", ratelimit.FixedWindow, limit, time.Hour))
-	// redis-cli moves the source's lowest slots first.
+	// redis-cli moves the source's lowest slots first: 400 of them, or as
+	// many as reach a slot of each policy's counters, which on a cluster are
+	// in 12 buckets' slots (docs/cluster-keys.md).
 	src, dst := prims[0], prims[1]
-	const slots = 400
 	lo := src.Slots[0][0]
+	slots := 400
+	for _, p := range []string{"flow", "exact"} {
+		slots = max(slots, firstSlotFrom(lo, a.limitKeyOf(t, p))-lo+1)
+	}
 	if src.Slots[0][1]-lo+1 < slots {
 		t.Fatalf("source %s serves %v, want %d slots in its first range", src.Addr, src.Slots, slots)
 	}
@@ -143,4 +149,17 @@ func (c *exactCount) add(r response) {
 		c.other++
 		c.last = strconv.Itoa(r.Status) + " " + string(r.Body)
 	}
+}
+
+// firstSlotFrom is the lowest slot at or above lo of the keys key makes of
+// a thousand names: for a rate-limit policy's keys on a cluster, the first
+// of its buckets' slots from lo.
+func firstSlotFrom(lo int, key func(string) string) int {
+	first := store.ClusterSlots
+	for i := range 1000 {
+		if slot := store.Slot(key("probe-" + strconv.Itoa(i))); slot >= lo && slot < first {
+			first = slot
+		}
+	}
+	return first
 }

@@ -393,10 +393,13 @@ func serverClient(t testing.TB, addr string, timeout time.Duration) *redis.Clien
 }
 
 // pipelinedClient wraps rdb as cmd/server does by default (-redis-pipeline):
-// a single node's client pipelines script calls; a cluster client, as in
-// cmd/server, sends each to its slot's primary as it comes.
+// a single node's client pipelines script calls, a cluster client one
+// pipeline per primary.
 func pipelinedClient(t testing.TB, rdb redis.UniversalClient) store.Client {
 	t.Helper()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return store.NewClusterPipelinedClient(cc, 0)
+	}
 	node, ok := rdb.(*redis.Client)
 	if !ok {
 		return rdb

@@ -250,7 +250,7 @@ func TestRateLimitSlidingWindowStorage(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			client := "192.0.2." + strconv.Itoa(i)
-			key := e.Prefix + "rl:sw:" + tt.policy + ":" + client
+			key := e.limitKeyOf(t, tt.policy)(client)
 			if tt.hash != nil {
 				if err := e.RDB.HSet(t.Context(), key, "w", tt.hash[0], "c", tt.hash[1], "p", tt.hash[2]).Err(); err != nil {
 					t.Fatal(err)

@@ -54,6 +54,8 @@ type options struct {
 	jsonOut   string
 	redisURL  string
 	cluster   string
+	compare   bool
+	redisCLI  string
 	b         bench
 	meter     meter
 	// ceilingOp is the ceiling scenario's iteration, run in every round of
@@ -90,6 +92,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.grpcConns, "grpc-conns", 4, "HTTP/2 connections the gRPC scenarios share their -c clients' unary calls over (1-64)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
 	fs.StringVar(&o.cluster, "redis-cluster", "", "seed URL of a Redis Cluster on loopback (redis://h1:p1?addr=h2:p2&addr=h3:p3): -start runs Latchkey on it instead of a redis-server of its own; Redis commands and CPU are reported per primary")
+	fs.BoolVar(&o.compare, "compare-clusters", false, "with -start: run the scenarios on a single redis-server, then on a cluster of 3 primaries without replicas, then with one replica each (all started on loopback ports 17000-17999), and report each cluster's throughput and Redis CPU per request as ratios to the single node's")
+	fs.StringVar(&o.redisCLI, "redis-cli", "redis-cli", "redis-cli binary, which creates the clusters of -compare-clusters")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,22 +121,58 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.cluster != "" && o.redisURL != "" {
 		return errors.New("give at most one of -redis-url and -redis-cluster")
 	}
+	if o.compare {
+		if !o.start || o.cluster != "" || o.redisURL != "" {
+			return errors.New("-compare-clusters starts its own Redis and clusters: give -start and neither -redis-url nor -redis-cluster")
+		}
+		return runCompare(ctx, &o, stdout)
+	}
+	stop, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	results, err := runScenarios(ctx, &o)
+	if err != nil {
+		return err
+	}
+	report := Report{Connections: o.conns, Duration: o.duration.String(), Rounds: o.rounds, Results: results, Machine: machine()}
+	printText(stdout, report)
+	printLegend(stdout)
+	if o.jsonOut != "" {
+		return writeJSON(stdout, o.jsonOut, report)
+	}
+	return nil
+}
+
+// connect starts the stack when o.start (on o.cluster when set), checks
+// that the server is on loopback and opens the Redis nodes to meter. The
+// function returned stops what it started.
+func (o *options) connect(ctx context.Context) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
 	if o.start {
 		st, err := startStack(ctx, o.serverBin, o.redisBin, o.cluster)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer st.stop()
+		stops = append(stops, st.stop)
 		o.url, o.redisURL, o.b.grpcAddr = st.url, st.redisURL, st.grpcAddr
 	}
 	if err := checkLoopback(o.url); err != nil {
-		return err
+		stop()
+		return nil, err
 	}
 	o.b.base = strings.TrimRight(o.url, "/")
 	if o.b.nginxBin != "" {
-		o.b.nginx = &o
+		o.b.nginx = o
 	}
 	o.meter.base = o.b.base
+	o.meter.redis = nil
 	if o.redisURL != "" || o.cluster != "" {
 		flagName, raw := "-redis-url", o.redisURL
 		if o.cluster != "" {
@@ -140,12 +180,27 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		nodes, err := openRedisNodes(raw, o.cluster != "")
 		if err != nil {
-			return fmt.Errorf("%s: %w", flagName, err)
+			stop()
+			return nil, fmt.Errorf("%s: %w", flagName, err)
 		}
 		o.meter.redis = nodes
-		defer nodes.Close()
+		stops = append(stops, nodes.Close)
 	}
+	return stop, nil
+}
 
+// printLegend explains printText's columns.
+func printLegend(w io.Writer) {
+	fmt.Fprintln(w, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
+		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds;\n"+
+		"lg cpu s: the load generator's own CPU seconds; redis notes: per node (every primary of a cluster),\n"+
+		"CPU µs and commands per request and the most called commands per request (INFO commandstats)")
+}
+
+// runScenarios runs the scenarios o names, the ceiling first, against
+// o.b.base and returns their results. Returns an error for an unknown
+// scenario.
+func runScenarios(ctx context.Context, o *options) ([]Result, error) {
 	want := map[string]bool{"ceiling": true}
 	for _, s := range strings.Split(o.scenarios, ",") {
 		want[strings.TrimSpace(s)] = true
@@ -159,7 +214,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			continue
 		}
 		delete(want, sc.name)
-		res, err := runScenario(ctx, &o, sc)
+		res, err := runScenario(ctx, o, sc)
 		if err != nil {
 			res = Result{Scenario: sc.name, Description: sc.description, Notes: []string{"skipped: " + err.Error()}}
 		}
@@ -181,18 +236,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cpuPerDecision(results)
 	delete(want, "")
 	for name := range want {
-		return fmt.Errorf("unknown scenario %q", name)
+		return nil, fmt.Errorf("unknown scenario %q", name)
 	}
-	report := Report{Connections: o.conns, Duration: o.duration.String(), Rounds: o.rounds, Results: results, Machine: machine()}
-	printText(stdout, report)
-	fmt.Fprintln(stdout, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
-		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds;\n"+
-		"lg cpu s: the load generator's own CPU seconds; redis notes: per node (every primary of a cluster),\n"+
-		"CPU µs and commands per request and the most called commands per request (INFO commandstats)")
-	if o.jsonOut != "" {
-		return writeJSON(stdout, o.jsonOut, report)
-	}
-	return nil
+	return results, nil
 }
 
 func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
@@ -285,7 +331,7 @@ func printText(w io.Writer, r Report) {
 	}
 }
 
-func writeJSON(stdout io.Writer, path string, r Report) error {
+func writeJSON(stdout io.Writer, path string, r any) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err

@@ -277,11 +277,13 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Client,
 		return nil, nil, "", nil, fmt.Errorf("-redis-url: %w", err)
 	}
 	closeAll := func() { _ = rdb.Close(); stopEmbedded() }
+	if cc, ok := rdb.(*redis.ClusterClient); ok && cfg.RedisPipeline {
+		// Lock scripts ride one pipeline per primary; rate-limit decisions
+		// are batched per bucket's slot on the cluster client beneath.
+		return store.NewClusterPipelinedClient(cc, cfg.RedisMaxQueued), guard, name, closeAll, nil
+	}
 	single, ok := rdb.(*redis.Client)
 	if !cfg.RedisPipeline || !ok {
-		// A cluster client sends each script to its slot's primary as it
-		// comes: lock scripts are not pipelined there (rate-limit decisions
-		// still are batched, per hash slot).
 		return rdb, guard, name, closeAll, nil
 	}
 	pc, err := store.NewPipelinedClient(single, cfg.RedisMaxQueued)

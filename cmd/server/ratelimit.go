@@ -26,6 +26,7 @@ type RateLimitFlags struct {
 	AllowInline      bool
 	Timeout          time.Duration
 	CacheSize        int
+	ClusterBuckets   int
 	LogInterval      time.Duration
 	LegacyHeaders    bool
 	SelfPolicy       string
@@ -46,6 +47,7 @@ func (f *RateLimitFlags) register(e *envFlags) {
 	e.boolean(&f.AllowInline, "ratelimit-inline", "LATCHKEY_RATELIMIT_INLINE", true, "allow check requests to carry their own limit instead of a policy name")
 	e.dur(&f.Timeout, "ratelimit-timeout", "LATCHKEY_RATELIMIT_TIMEOUT", d.Timeout, "bound on one decision's wait for Redis, its wait for a batch included; past it policies fail open or closed")
 	e.integer(&f.CacheSize, "ratelimit-cache-size", "LATCHKEY_RATELIMIT_CACHE_SIZE", d.CacheSize, "entries in the in-process cache of keys over their limit; 0 disables it")
+	e.integer(&f.ClusterBuckets, "ratelimit-cluster-buckets", "LATCHKEY_RATELIMIT_CLUSTER_BUCKETS", d.ClusterBuckets, "on a Redis Cluster, the hash-tag buckets each policy's single-limit counters are spread over (a multiple of the primaries; the same on every instance: a change restarts every window)")
 	e.dur(&f.LogInterval, "ratelimit-log-interval", "LATCHKEY_RATELIMIT_LOG_INTERVAL", d.LogInterval, "at most one fail-open warning per interval")
 	e.boolean(&f.LegacyHeaders, "ratelimit-legacy-headers", "LATCHKEY_RATELIMIT_LEGACY_HEADERS", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
 	e.str(&f.SelfPolicy, "ratelimit-self-policy", "LATCHKEY_RATELIMIT_SELF_POLICY", "", "policy applied per client IP to Latchkey's own /v1 API; empty disables it")
@@ -76,6 +78,9 @@ func (f RateLimitFlags) validate() []error {
 	if f.CacheSize < 0 || f.CacheSize > 10_000_000 {
 		errs = append(errs, fmt.Errorf("-ratelimit-cache-size must be between 0 and 10000000, got %d", f.CacheSize))
 	}
+	if f.ClusterBuckets < 1 || f.ClusterBuckets > 16384 {
+		errs = append(errs, fmt.Errorf("-ratelimit-cluster-buckets must be between 1 and 16384, got %d", f.ClusterBuckets))
+	}
 	if f.IPv6Prefix < 1 || f.IPv6Prefix > 128 {
 		errs = append(errs, fmt.Errorf("-ipv6-prefix must be between 1 and 128, got %d", f.IPv6Prefix))
 	}
@@ -92,7 +97,7 @@ func (f RateLimitFlags) validate() []error {
 func (f RateLimitFlags) load(log *slog.Logger) (ratelimit.Config, handlers.RateLimitConfig, error) {
 	policies := f.withDefaultPolicy(nil)
 	srl := ratelimit.Config{Policies: policies, AllowInline: f.AllowInline, Timeout: f.Timeout,
-		CacheSize: f.CacheSize, LogInterval: f.LogInterval, Logger: log}
+		CacheSize: f.CacheSize, ClusterBuckets: f.ClusterBuckets, LogInterval: f.LogInterval, Logger: log}
 	if err := srl.Validate(); err != nil {
 		return ratelimit.Config{}, handlers.RateLimitConfig{}, fmt.Errorf("rate-limit policies (the default policy (-ratelimit-default-*), the anonymous policy (-ratelimit-anonymous-*)): %w", err)
 	}

@@ -22,7 +22,12 @@ import (
 // decisions. A call still out after a stall (the decision timeout divided
 // by stallDivisor: Redis is slow) no longer holds the queue up: another call
 // takes it, up to maxSenders calls at once, so a decision waits for its own
-// call and not for the slow ones before it.
+// call and not for the slow ones before it. On a Redis Cluster a batch is
+// one call per hash slot among its keys (per bucket, see ClusterBuckets),
+// and the sender goes on to the next batch once the stall time has passed
+// even while some of those calls are out: a primary that does not answer
+// holds up only the decisions of its own slots, each call ending at its
+// deadline.
 //
 // Each decision is bounded by the decision timeout from the moment it is
 // queued: its caller stops waiting at its deadline whatever the call it rides
@@ -191,7 +196,8 @@ func (b *decisionBatcher) unstall() {
 }
 
 // call answers each decision of batch: the live ones in one script call,
-// or, on a Redis Cluster, one per hash slot among them, sent concurrently.
+// or, on a Redis Cluster, one per hash slot among them (one per bucket of
+// the batch's keys, see ClusterBuckets), sent concurrently.
 func (b *decisionBatcher) call(batch []*decisionCall) {
 	now := time.Now()
 	live := batch[:0]
@@ -213,21 +219,32 @@ func (b *decisionBatcher) call(batch []*decisionCall) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	if !b.cluster {
 		b.callGroup(ctx, live) // no group slice: the single-node hot path
+		cancel()
 		return
 	}
-	groups := slotGroups(live)
-	if len(groups) == 1 {
-		b.callGroup(ctx, live)
-		return
-	}
+	// One call per slot (a bucket of a policy), sent at once. The sender
+	// waits for them up to the stall time only: a primary that does not
+	// answer (paused, or failing over) keeps its own calls, each until its
+	// deadline, while the next batch goes out, so the decisions of the
+	// other primaries' buckets are not queued behind it.
 	var wg sync.WaitGroup
-	for _, g := range groups {
+	for _, g := range slotGroups(live) {
 		wg.Go(func() { b.callGroup(ctx, g) })
 	}
-	wg.Wait()
+	all := make(chan struct{})
+	go func() {
+		wg.Wait()
+		cancel()
+		close(all)
+	}()
+	stall := time.NewTimer(b.timeout / stallDivisor)
+	defer stall.Stop()
+	select {
+	case <-all:
+	case <-stall.C:
+	}
 }
 
 // slotGroups splits live decisions into groups whose keys share one Redis
@@ -261,6 +278,11 @@ func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
 		}
 	}
 	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
+	if err != nil && b.cluster && b.s.st.Rerouted(ctx, keys, err) {
+		// It could not connect (nothing ran) to a primary the view no
+		// longer names: a failover it had not caught up with.
+		res, err = b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
+	}
 	var kind string
 	if err != nil {
 		// Before the caller's cancel: a deadline is not a cancellation.

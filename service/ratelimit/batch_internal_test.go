@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,49 +394,114 @@ func TestSlotGroups(t *testing.T) {
 	}
 }
 
-// With the store in cluster mode a call of decisions on many slots becomes
-// one script call per slot, each answered as in one call: no script call
-// names keys of two slots, and every decision gets its own answer.
-func TestDecisionCallOnAClusterIsOneScriptCallPerSlot(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	rec := &keyRecorder{Client: rdb}
-	st, err := store.New(rec, store.Config{Cluster: true})
+// newClusterOn returns a Service on a store in cluster mode on rdb (one
+// node that serves every slot: miniredis), its scripts loaded, decisions
+// given timeout.
+func newClusterOn(t *testing.T, rdb store.Client, timeout time.Duration) *Service {
+	t.Helper()
+	st, err := store.New(rdb, store.Config{Cluster: true, OpTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(st, Config{})
+	s, err := New(st, Config{Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.LoadScripts(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	var batch []*decisionCall
-	slots := map[int]bool{}
-	for i := range 40 {
-		key := fmt.Sprintf("k%d", i%20) // every key twice: the second sees the first's count
-		slots[store.Slot(key)] = true
-		batch = append(batch, &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3,
-			deadline: time.Now().Add(time.Minute), done: make(chan decisionResult, 1)})
+	return s
+}
+
+// With the store in cluster mode concurrent decisions on many slots go in
+// script calls of one slot each, every decision answered as in one call: no
+// script call names keys of two slots, and each key counts every decision.
+func TestDecisionsOnAClusterGoInCallsOfOneSlot(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rec := &keyRecorder{Client: rdb}
+	s := newClusterOn(t, rec, time.Minute)
+	b := s.batchers[FixedWindow]
+	const keys, perKey = 20, 3
+	allowed := make([]atomic.Int32, keys)
+	var wg sync.WaitGroup
+	for i := range keys * perKey {
+		wg.Go(func() {
+			v, err := b.decide(t.Context(), fmt.Sprintf("k%d", i%keys), 10, 60000, 1)
+			if err != nil || v[0] != 1 {
+				t.Errorf("decision %d: %v, %v; want allowed", i, v, err)
+				return
+			}
+			allowed[i%keys].Add(1)
+		})
 	}
-	s.batchers[FixedWindow].call(batch)
-	for i, c := range batch {
-		remaining := int64(9 - i/20)
-		if r := <-c.done; r.err != nil || r.v != [4]int64{1, remaining, 60000, 0} {
-			t.Errorf("decision %d on %s: %+v, want allowed with %d remaining", i, c.key, r, remaining)
+	wg.Wait()
+	for k := range keys {
+		if n := allowed[k].Load(); n != perKey {
+			t.Errorf("k%d: %d allowed, want %d", k, n, perKey)
+		}
+		if got, _ := m.Get(fmt.Sprintf("k%d", k)); got != strconv.Itoa(perKey) {
+			t.Errorf("k%d's counter = %q, want %d", k, got, perKey)
 		}
 	}
-	if len(rec.calls) != len(slots) {
-		t.Errorf("%d script calls, want %d: one per slot", len(rec.calls), len(slots))
-	}
-	for _, keys := range rec.calls {
-		for _, k := range keys {
-			if store.Slot(k) != store.Slot(keys[0]) {
-				t.Errorf("one script call names keys of two slots: %v", keys)
+	for _, ks := range rec.calls {
+		for _, k := range ks {
+			if store.Slot(k) != store.Slot(ks[0]) {
+				t.Errorf("one script call names keys of two slots: %v", ks)
 				break
 			}
 		}
+	}
+}
+
+// slotStaller holds every script call that names a key of one slot until
+// released, and passes the others on.
+type slotStaller struct {
+	*redis.Client
+	slot    int
+	held    chan struct{} // gets a value when a call is held
+	release chan struct{}
+}
+
+func (r *slotStaller) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if store.Slot(keys[0]) == r.slot {
+		r.held <- struct{}{}
+		<-r.release
+	}
+	return r.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// On a cluster a slot whose call does not come back (its primary paused)
+// holds up only its own decisions: those of other slots, sent after it,
+// are answered while it is held (once its stall time passed, not at its
+// deadline), and the held one once its call returns.
+func TestAStuckSlotHoldsUpOnlyItsOwnDecisions(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	stall := &slotStaller{Client: rdb, slot: store.Slot("stuck"), held: make(chan struct{}, 1), release: make(chan struct{})}
+	// Decisions have 16s: the held call's outlasts the others', sent after
+	// its stall time (2s).
+	s := newClusterOn(t, stall, 16*time.Second)
+	b := s.batchers[FixedWindow]
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := b.decide(t.Context(), "stuck", 10, 60000, 1)
+		stuck <- err
+	}()
+	<-stall.held
+	for i := range 50 {
+		key := fmt.Sprintf("other-%d", i)
+		if store.Slot(key) == stall.slot {
+			continue
+		}
+		if v, err := b.decide(t.Context(), key, 10, 60000, 1); err != nil || v[0] != 1 {
+			t.Fatalf("%s while another slot's call is held: %v, %v; want allowed", key, v, err)
+		}
+	}
+	close(stall.release)
+	if err := <-stuck; err != nil {
+		t.Errorf("the held decision: %v, want answered once its call returned", err)
 	}
 }

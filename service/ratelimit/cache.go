@@ -59,7 +59,10 @@ func (c *denyCache) get(key denyKey, cost int64, now time.Time) (denyEntry, bool
 }
 
 // put caches a denial. When the cache is full it first drops expired
-// entries, then, if still full, an arbitrary one.
+// entries, then, if still full, arbitrary ones, until a sixteenth of the
+// cache (at least one entry) is free: one walk of the entries makes room
+// for that many denials, so a full cache costs a denial a sixteenth of a
+// walk, not a walk of every entry under the lock.
 func (c *denyCache) put(key denyKey, e denyEntry, now time.Time) {
 	if c == nil || !now.Before(e.until) {
 		return
@@ -75,8 +78,9 @@ func (c *denyCache) put(key denyKey, e denyEntry, now time.Time) {
 				delete(c.m, k)
 			}
 		}
+		keep := c.max - max(1, c.max/16)
 		for k := range c.m {
-			if len(c.m) < c.max {
+			if len(c.m) <= keep {
 				break
 			}
 			delete(c.m, k)

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/ratelimit"
 	"github.com/latchkey/latchkey/service/store"
 	"github.com/latchkey/latchkey/service/store/clustertest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestMain(m *testing.M) { clustertest.Main(m) }
@@ -72,5 +74,30 @@ func TestClusterDecisionsCountExactly(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A batch of decisions that could not connect to the primary the client's
+// view named (a failover it had not caught up with) is sent again, once, to
+// the primary the reloaded view names: every decision is counted once, and
+// none is allowed uncounted (the policy fails open).
+func TestClusterBatchAfterADeadPrimaryGoesToTheNewOne(t *testing.T) {
+	c := clustertest.Shared(t)
+	c.Flush(t)
+	rdb := c.Client(t)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = dead.Close() })
+	cc := &storetest.DeadPrimary{ClusterClient: rdb, Dead: dead}
+	cfg := rlConfig(0, fixed("fw", 5, time.Hour))
+	cfg.OpTimeout = time.Minute
+	svc := mustNew(t, cc, cfg)
+	for i := range 3 {
+		d, err := svc.Check(t.Context(), ratelimit.Request{Policy: "fw", Key: "after-failover"})
+		if err != nil || !d.Allowed || d.Degraded || d.Remaining != int64(4-i) {
+			t.Fatalf("decision %d after the dead primary: %+v, %v; want allowed with %d remaining", i, d, err, 4-i)
+		}
+	}
+	if got := cc.Dials.Load(); got != 1 {
+		t.Errorf("calls to the dead primary = %d, want 1", got)
 	}
 }

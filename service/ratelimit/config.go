@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/latchkey/latchkey/service/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -34,9 +35,18 @@ type Config struct {
 	CacheSize int
 	// Batch is how many decisions of concurrent requests may go to Redis in
 	// one script call (see decisionBatcher); 1 sends each decision in a call
-	// of its own, as a Redis Cluster client always does (a batch names many
-	// keys, which would cross hash slots). Default 128.
+	// of its own. On a Redis Cluster a batch is split into one call per
+	// bucket (see ClusterBuckets) among its keys. Default 128.
 	Batch int
+	// ClusterBuckets is how many buckets, each a hash tag of its own, a
+	// policy's single-limit counters are spread over on a Redis Cluster
+	// (see DefaultClusterBuckets), 1-16384: a batch of decisions is one
+	// script call per bucket among its keys, and a policy's decisions use
+	// at most this many primaries. Every instance of a deployment must use
+	// the same value, or they count one key in two counters; a change moves
+	// every counter, and a window in progress starts again. Choose a
+	// multiple of the number of primaries. Default 12.
+	ClusterBuckets int
 	// MaxQueued bounds the decisions of one algorithm waiting for a call;
 	// past it a decision fails at once as unavailable. Default 10000.
 	MaxQueued int
@@ -56,6 +66,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxLimit, 1_000_000_000)
 	setDefault(&c.Batch, 128)
 	setDefault(&c.MaxQueued, 10000)
+	setDefault(&c.ClusterBuckets, DefaultClusterBuckets)
 	setDefault(&c.LogInterval, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -87,6 +98,9 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.CacheSize < 0 {
 		return fmt.Errorf("rate limit cache size %d must not be negative", c.CacheSize)
+	}
+	if c.ClusterBuckets > store.ClusterSlots {
+		return fmt.Errorf("rate limit cluster buckets %d is above the %d slots of a cluster", c.ClusterBuckets, store.ClusterSlots)
 	}
 	if c.MinWindow > c.MaxWindow {
 		return fmt.Errorf("rate limit min window %s is above max window %s", c.MinWindow, c.MaxWindow)

@@ -142,7 +142,7 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 		lds[i] = LimitDecision{Name: l.Name, Key: keys.at(i), Limit: l.Limit.Limit, Window: l.Window}
 	}
 	d := Decision{Policy: pol.Name, Limits: multi}
-	takes, at, cached, err := s.run(ctx, ctr, sp, redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys), cost, v, req.Peek)
+	takes, at, cached, err := s.run(ctx, ctr, sp, redisKeys(store.PrefixFor(ctx, s.prefix), s.buckets, pol, keys), cost, v, req.Peek)
 	if err != nil {
 		return s.failOpenDecision(ctx, ctr, pol, sp, d, lds, cost, err)
 	}

@@ -67,10 +67,12 @@ func limitKeys(pol Policy, req Request) (keyList, error) {
 }
 
 // redisKeys returns the Redis keys of a decision under pol for the keys of
-// its limits, under prefix, the key prefix of the tenant it is for.
-func redisKeys(prefix string, pol Policy, keys keyList) keyList {
+// its limits, under prefix, the key prefix of the tenant it is for; on a
+// cluster (buckets set) a single-limit decision's key carries its bucket's
+// hash tag.
+func redisKeys(prefix string, buckets *bucketCache, pol Policy, keys keyList) keyList {
 	if !pol.Multi() {
-		return keyList{one: rateLimitKey(prefix, pol, keys.one)}
+		return keyList{one: rateLimitKey(prefix, buckets, pol, keys.one)}
 	}
 	shared := pol.SharedHashTag()
 	out := make([]string, len(keys.many))
@@ -82,13 +84,18 @@ func redisKeys(prefix string, pol Policy, keys keyList) keyList {
 
 // rateLimitKey is the one Redis key of a single-limit decision. Inline
 // limits include their window, so different windows over the same key
-// never share a counter.
-func rateLimitKey(prefix string, p Policy, key string) string {
+// never share a counter. On a cluster the key carries the hash tag of its
+// bucket under the policy (see DefaultClusterBuckets; every inline limit's under
+// InlinePolicyName), <prefix>rl:<code>:{rl:<policy>:<label>}:<name>:<key>,
+// so that concurrent decisions of a bucket share one script call; on a
+// single node it carries none.
+func rateLimitKey(prefix string, buckets *bucketCache, p Policy, key string) string {
 	name := p.Name
+	tag := buckets.tag(name, key)
 	if name == InlinePolicyName {
 		name += ":" + strconv.FormatInt(p.Window.Milliseconds(), 10)
 	}
-	return prefix + "rl:" + keyCode[p.Algorithm] + ":" + name + ":" + key
+	return prefix + "rl:" + keyCode[p.Algorithm] + ":" + tag + name + ":" + key
 }
 
 // periodKey is the Redis key of a calendar window's counter for the period
@@ -135,7 +142,7 @@ func multiKey(prefix string, pol Policy, shared bool, i int, key string) string 
 // single-limit policy has one.
 func (s *Service) Keys(pol Policy, keys []string) []string {
 	if !pol.Multi() {
-		return redisKeys(s.prefix, pol, keyList{one: keys[0]}).all()
+		return redisKeys(s.prefix, s.buckets, pol, keyList{one: keys[0]}).all()
 	}
 	return s.MultiKeys(pol, keys)
 }
@@ -157,7 +164,7 @@ func (s *Service) KeysAt(pol Policy, keys []string, at time.Time) []string {
 // policy for the given limit keys, in the policy's order, in the shared
 // namespace.
 func (s *Service) MultiKeys(pol Policy, keys []string) []string {
-	return redisKeys(s.prefix, pol, keyList{many: keys}).many
+	return redisKeys(s.prefix, s.buckets, pol, keyList{many: keys}).many
 }
 
 // ValidatePolicyName checks a policy name: 1-64 characters of

@@ -129,5 +129,5 @@ func (s *Service) ResetKey(ctx context.Context, policy, key string) (int64, erro
 // redisKeysOf is the Redis keys of a decision under pol on keys, in the
 // namespace of the tenant ctx acts for, as decide names them.
 func (s *Service) redisKeysOf(ctx context.Context, pol Policy, keys keyList) keyList {
-	return redisKeys(store.PrefixFor(ctx, s.prefix), pol, keys)
+	return redisKeys(store.PrefixFor(ctx, s.prefix), s.buckets, pol, keys)
 }

@@ -42,8 +42,11 @@ type Service struct {
 	// lease from Redis; unleased: counted in Redis without a lease, the
 	// lease table being full).
 	leaseDecisions *prometheus.CounterVec
-	leases         leaseTable        // the units held of leased limits
-	inline         *decisionCounters // the counters of inline limits
+	leases         leaseTable // the units held of leased limits
+	// buckets are the policies' bucket hash tags on a Redis Cluster; nil
+	// on a single node.
+	buckets *bucketCache
+	inline  *decisionCounters // the counters of inline limits
 	// batchers send concurrent decisions together, one per algorithm; nil
 	// when Batch is 1.
 	batchers  map[Algorithm]*decisionBatcher
@@ -63,12 +66,16 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{st: st, prefix: st.Config().KeyPrefix, cfg: cfg, cache: newDenyCache(cfg.CacheSize)}
+	if st.Config().Cluster {
+		s.buckets = &bucketCache{buckets: cfg.ClusterBuckets}
+	}
 	s.newMetrics()
 	s.set.Store(s.newPolicySet(cfg.Policies, time.Now()))
 	s.views = newViews(s, cfg.Registerer)
 	s.inline = s.newCounters(Policy{Name: InlinePolicyName})
 	if cfg.Batch > 1 {
-		// On a Redis Cluster a batch is split by hash slot (slotGroups).
+		// On a Redis Cluster a batch is split by hash slot (slotGroups):
+		// one call per bucket of the batch's keys.
 		s.batchers = map[Algorithm]*decisionBatcher{}
 		for alg, sc := range limitScripts {
 			s.batchers[alg] = newDecisionBatcher(s, sc, cfg)

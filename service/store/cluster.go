@@ -153,6 +153,13 @@ func (s *Store) reloadAfterNoScript(ctx context.Context, c redis.Scripter, sc *S
 // its view of the slots at most every 200ms.
 const rerouteWait = 300 * time.Millisecond
 
+// Rerouted is rerouted, for callers that send EVALSHA on the store's client
+// themselves (the rate-limit batcher): after err, a call of keys may be
+// sent again, once, when it reports true.
+func (s *Store) Rerouted(ctx context.Context, keys []string, err error) bool {
+	return s.rerouted(ctx, keys, err)
+}
+
 // rerouted reports, after a call on a cluster client could not connect to
 // the primary of keys[0]'s slot (a dial error: nothing was sent, so the
 // call may be sent again), whether the client's view of the slots names

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -385,36 +383,6 @@ func TestClusterNoScriptAfterFailoverHealsOnTheNodeThatAnswered(t *testing.T) {
 	}
 }
 
-// deadPrimary is a cluster client whose view of the slots names a dead
-// primary for every key until it is reloaded: the first EVALSHA cannot
-// connect (a dial error: nothing sent), and ReloadState brings the view
-// up to date.
-type deadPrimary struct {
-	*redis.ClusterClient
-	dead     *redis.Client
-	reloaded atomic.Bool
-	dials    atomic.Int64
-}
-
-func (c *deadPrimary) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
-	if !c.reloaded.Load() {
-		return c.dead, nil
-	}
-	return c.ClusterClient.MasterForKey(ctx, key)
-}
-
-func (c *deadPrimary) ReloadState(context.Context) { c.reloaded.Store(true) }
-
-func (c *deadPrimary) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if !c.reloaded.Load() {
-		c.dials.Add(1)
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
-		return cmd
-	}
-	return c.ClusterClient.EvalSha(ctx, sha, keys, args...)
-}
-
 // A call that could not connect to the primary its client named (a
 // failover the client's view had not caught up with) is sent again, once,
 // to the primary the reloaded view names: it succeeds, and ran once.
@@ -427,12 +395,12 @@ func TestClusterCallAfterADeadPrimaryGoesToTheNewOne(t *testing.T) {
 	}
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = dead.Close() })
-	cc := &deadPrimary{ClusterClient: rdb, dead: dead}
+	cc := &storetest.DeadPrimary{ClusterClient: rdb, Dead: dead}
 	st := newStore(t, cc, store.Config{Cluster: true})
 	if res, err := st.Run(t.Context(), incr, []string{key}); err != nil || res != int64(1) {
 		t.Fatalf("Run after the dead primary = %v, %v; want 1, run once on the new primary", res, err)
 	}
-	if got := cc.dials.Load(); got != 1 {
+	if got := cc.Dials.Load(); got != 1 {
 		t.Errorf("calls to the dead primary = %d, want 1", got)
 	}
 }
@@ -456,7 +424,7 @@ func TestClusterRunPipelinedAfterADeadPrimaryGoesToTheNewOnes(t *testing.T) {
 	// refused dial comes back as it is.
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = dead.Close() })
-	cc := &deadPrimary{ClusterClient: rdb, dead: dead}
+	cc := &storetest.DeadPrimary{ClusterClient: rdb, Dead: dead}
 	st := newStore(t, cc, store.Config{Cluster: true})
 	if err := st.LoadScripts(t.Context()); err != nil {
 		t.Fatal(err)
@@ -467,7 +435,7 @@ func TestClusterRunPipelinedAfterADeadPrimaryGoesToTheNewOnes(t *testing.T) {
 			t.Errorf("%s after the dead primary = %v, %v; want 1, run once on its new primary", c.Keys[0], res[i], errs[i])
 		}
 	}
-	if !cc.reloaded.Load() {
+	if !cc.Reloaded.Load() {
 		t.Error("the client's view was never reloaded: the calls did not meet the dead primary")
 	}
 }

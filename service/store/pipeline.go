@@ -14,11 +14,11 @@ import (
 // paying one each. Everything else (SCRIPT LOAD, PING, pub/sub) goes through
 // the plain client.
 //
-// It wraps one node's client only. On a Redis Cluster the cluster client is
-// used as it is: each script goes to its slot's primary on its own, because
-// go-redis's cluster pipelines send the commands of a broken connection
-// again, and the lock scripts are not idempotent. Scripts that are safe to
-// send twice go in cluster pipelines through RunPipelined.
+// It wraps one node's client only; on a Redis Cluster ClusterPipelinedClient
+// keeps one autopipeliner per primary (go-redis's cluster pipelines send the
+// commands of a broken connection again, and the lock scripts are not
+// idempotent). Scripts that are safe to send twice go in per-primary
+// pipelines through RunPipelined.
 //
 // Each caller's context is honoured: a caller whose context ends stops
 // waiting at once and gets the context's error (its command may still run in
@@ -51,6 +51,12 @@ func NewPipelinedClient(rdb *redis.Client, maxQueued int) (*PipelinedClient, err
 // EvalSha queues the call on the shared pipeline and waits for its reply or
 // for ctx to end, whichever comes first.
 func (p *PipelinedClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return submitEvalSha(ctx, p.ap, sha, keys, args)
+}
+
+// submitEvalSha queues an EVALSHA on ap and waits for its reply or for ctx
+// to end, whichever comes first.
+func submitEvalSha(ctx context.Context, ap *redis.AutoPipeliner, sha string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", sha, len(keys))
 	for _, k := range keys {
@@ -58,7 +64,7 @@ func (p *PipelinedClient) EvalSha(ctx context.Context, sha string, keys []string
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := p.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil {
+	if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil {
 		// The batch may still fill cmd in later: answer with a fresh command.
 		out := redis.NewCmd(ctx, cmdArgs...)
 		out.SetErr(err)
