@@ -123,3 +123,30 @@ func TestListLostShowsALeaseOnlyOnceItEnded(t *testing.T) {
 		t.Errorf("ListLost(locks) = %v, want a validation error naming kind", err)
 	}
 }
+
+// TestListLostKeepsTheNewestAtItsCap: a name that lost one lease more than
+// MaxLostPerName lists MaxLostPerName of them, newest first, and says
+// there were more; at the cap itself it lists them all and says nothing.
+func TestListLostKeepsTheNewestAtItsCap(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	svc := mustNew(t, rdb, locks.Config{})
+	ctx := t.Context()
+	for i := range locks.MaxLostPerName + 1 {
+		m.SetTime(t0.Add(time.Duration(i) * time.Second))
+		mustAcquire(t, svc, "churn", locks.AcquireRequest{TTL: time.Minute})
+		if _, err := svc.ForceRelease(ctx, "churn"); err != nil {
+			t.Fatal(err)
+		}
+		p, err := svc.ListLost(ctx, "lock", locks.ListRequest{})
+		if err != nil || len(p.Items) != 1 {
+			t.Fatalf("after %d losses ListLost = %+v, %v", i+1, p, err)
+		}
+		st := p.Items[0]
+		if want := min(i+1, locks.MaxLostPerName); len(st.Leases) != want || st.Truncated != (i+1 > locks.MaxLostPerName) {
+			t.Fatalf("after %d losses: %d listed (truncated %v), want %d", i+1, len(st.Leases), st.Truncated, want)
+		}
+		if newest := t0.Add(time.Duration(i) * time.Second); !st.Leases[0].LostAt.Equal(newest) {
+			t.Fatalf("after %d losses the first listed was lost at %v, want the newest, %v", i+1, st.Leases[0].LostAt, newest)
+		}
+	}
+}
