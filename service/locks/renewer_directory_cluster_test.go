@@ -45,7 +45,11 @@ func TestClusterKeepaliveOutlivesTheDirectorysNode(t *testing.T) {
 	if len(leases) != 2 {
 		t.Fatalf("leases on %d other primaries, want 2", len(leases))
 	}
-	replica := replicaOf(t, dirNode)
+	var replica string
+	eventuallyTrue(t, "the directory's node has a replica attached", func() bool {
+		replica = replicaOf(t.Context(), dirNode)
+		return replica != ""
+	})
 	var killedAt time.Time // by the Redis clock of the primaries that stay
 	for name := range leases {
 		node, err := rdb.MasterForKey(t.Context(), locks.Channel(svc, name))

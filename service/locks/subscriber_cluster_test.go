@@ -45,13 +45,25 @@ func namesPerPrimary(t *testing.T, rdb *redis.ClusterClient, svc *locks.Service,
 func failOver(t *testing.T, c *clustertest.Cluster, rdb *redis.ClusterClient, key string, pause bool) {
 	t.Helper()
 	rdb.ReloadState(t.Context())
+	// The client's slot map is reloaded lazily, so it may still name the
+	// node killed by the previous failover (a replica now): wait until the
+	// node it names says it is a primary and has its replica attached.
 	var primary *redis.Client
-	eventuallyTrue(t, "the slot of "+key+" has a primary that answers", func() bool {
+	var replicaAddr string
+	eventuallyTrue(t, "the slot of "+key+" has a primary with a replica", func() bool {
+		rdb.ReloadState(t.Context())
 		var err error
 		primary, err = rdb.MasterForKey(t.Context(), key)
-		return err == nil && primary.Ping(t.Context()).Err() == nil
+		if err != nil {
+			return false
+		}
+		role, err := primary.Do(t.Context(), "role").Slice()
+		if err != nil || len(role) == 0 || role[0] != "master" {
+			return false
+		}
+		replicaAddr = replicaOf(t.Context(), primary)
+		return replicaAddr != ""
 	})
-	replicaAddr := replicaOf(t, primary)
 	replica := redis.NewClient(&redis.Options{Addr: replicaAddr, MaxRetries: -1})
 	defer func() { _ = replica.Close() }()
 	addr := primary.Options().Addr
@@ -191,21 +203,21 @@ func TestClusterShardedSubscriptionsSurviveFailovers(t *testing.T) {
 	}
 }
 
-// replicaOf returns the address of primary's replica.
-func replicaOf(t *testing.T, primary *redis.Client) string {
-	t.Helper()
-	id, err := primary.Do(t.Context(), "cluster", "myid").Text()
+// replicaOf returns the address of primary's replica, or "" while it has
+// none attached (or primary does not answer).
+func replicaOf(ctx context.Context, primary *redis.Client) string {
+	id, err := primary.Do(ctx, "cluster", "myid").Text()
 	if err != nil {
-		t.Fatal(err)
+		return ""
 	}
-	replicas, err := primary.Do(t.Context(), "cluster", "replicas", id).StringSlice()
+	replicas, err := primary.Do(ctx, "cluster", "replicas", id).StringSlice()
 	if err != nil || len(replicas) == 0 {
-		t.Fatalf("replicas of %s = %v, %v", primary.Options().Addr, replicas, err)
+		return ""
 	}
 	// A CLUSTER REPLICAS line is "<id> <ip:port@bus> ...".
 	f := strings.Fields(replicas[0])
 	if len(f) < 2 {
-		t.Fatalf("replicas of %s = %q", primary.Options().Addr, replicas)
+		return ""
 	}
 	addr, _, _ := strings.Cut(f[1], "@")
 	return addr
