@@ -62,30 +62,12 @@ func TestCaddyGateway(t *testing.T) {
 		t.Errorf("the app served %d requests, want 4 (3 from A, 1 from B)", got)
 	}
 
-	r = getPath(t, clientA, front, "/api/orders", "X-Api-Key", "key-1")
-	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("RateLimit"), `"api-key";r=2;`) {
-		t.Fatalf("/api/ with X-Api-Key: %d RateLimit %q body %q, want 200 with r=2", r.Status, r.Header.Get("RateLimit"), r.Body)
-	}
-	r = getPath(t, clientA, front, "/api/orders", "", "")
-	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "X-Api-Key") {
-		t.Errorf("/api/ without X-Api-Key: %d %q, want 400 naming X-Api-Key", r.Status, r.Body)
-	}
+	wantKeyedByAPIKey(t, clientA, front)
 
 	// Latchkey goes away: per-ip (fail: open) lets B through, api-key
 	// (fail: closed) answers 503.
 	latchkey.srv.Close()
-	hits := upstreamHits.Load()
-	r = get(t, clientB, front, "", "")
-	if r.Status != http.StatusOK || string(r.Body) != "hello from the app\n" {
-		t.Errorf("/ with Latchkey down: %d %q, want 200 from the app (per-ip fails open)", r.Status, r.Body)
-	}
-	r = getPath(t, clientB, front, "/api/orders", "X-Api-Key", "key-1")
-	if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "store-unavailable") {
-		t.Errorf("/api/ with Latchkey down: %d %q, want 503 store-unavailable (api-key fails closed)", r.Status, r.Body)
-	}
-	if got := upstreamHits.Load() - hits; got != 1 {
-		t.Errorf("with Latchkey down the app served %d requests, want 1 (the fail-open one)", got)
-	}
+	wantFailModesWithLatchkeyDown(t, clientB, front, upstreamHits)
 }
 
 // checkCaddyFailModes checks that the Caddyfile's handle_errors sends the
