@@ -14,7 +14,7 @@ import (
 
 // The gateway-scale scenarios: the gate on a three-limit policy and on a
 // one-limit one decided the same way (their server CPU per decision
-// compared), on a leased limit, and behind nginx.
+// compared), on a leased limit, and behind nginx and Caddy.
 func (b *bench) gatewayScenarios() []scenario {
 	gate := func(policy string) func(context.Context, *worker) {
 		return func(ctx context.Context, w *worker) {
@@ -44,7 +44,26 @@ func (b *bench) gatewayScenarios() []scenario {
 		{
 			name:        "nginx",
 			description: "nginx with deploy/nginx/nginx.conf (auth_request to the gate, per-ip) against the same nginx without auth_request",
-			run:         b.runNginx,
+			run: func(ctx context.Context) (Result, error) {
+				if b.nginxBin == "" {
+					return Result{}, fmt.Errorf("no nginx (give -nginx with -start)")
+				}
+				return b.runGateway(ctx, "nginx", func(ctx context.Context) (string, string, func(), error) {
+					return startNginx(ctx, b.nginxBin, b.base)
+				})
+			},
+		},
+		{
+			name:        "caddy",
+			description: "Caddy with deploy/caddy/Caddyfile (forward_auth to the gate, per-ip on /) against the same Caddy's reverse_proxy to the app without forward_auth",
+			run: func(ctx context.Context) (Result, error) {
+				if b.caddyBin == "" {
+					return Result{}, fmt.Errorf("no caddy (give -caddy with -start)")
+				}
+				return b.runGateway(ctx, "caddy", func(ctx context.Context) (string, string, func(), error) {
+					return startCaddy(ctx, b.caddyBin, b.base)
+				})
+			},
 		},
 	}
 }
@@ -74,19 +93,18 @@ func cpuPerDecision(results []Result) {
 	}
 }
 
-// runNginx starts nginx on loopback ports with the shipped configuration
-// in front of the server (deploy/nginx/nginx.conf, its addresses
-// replaced), an app inside the same nginx ("return 200") and the same
-// location without auth_request ("alone", keeping its connections to the
-// app as the shipped upstream does: nginx as its documentation recommends
-// it, the baseline a user would compare with), then runs paired rounds: nginx
-// alone (the ceiling of this scenario), then nginx with the gate. The
-// ratio is the median of gated / alone over the rounds.
-func (b *bench) runNginx(ctx context.Context) (Result, error) {
-	if b.nginx == nil {
-		return Result{}, fmt.Errorf("no nginx (give -nginx with -start)")
+// runGateway runs paired rounds through a gateway that start started:
+// the gateway alone (its ceiling in this scenario: the same gateway proxying
+// to the same app, keeping its connections to it as its documentation
+// recommends, the baseline a user would compare with), then the gateway
+// asking the gate before each request. The ratio is the median of
+// gated / alone over the rounds.
+func (b *bench) runGateway(ctx context.Context, name string, start func(context.Context) (alone, gated string, stop func(), err error)) (Result, error) {
+	o := b.run
+	if o == nil {
+		return Result{}, fmt.Errorf("%s: the gateway scenarios need -start or -url", name)
 	}
-	alone, gated, stop, err := startNginx(ctx, b.nginxBin, b.base)
+	alone, gated, stop, err := start(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -96,7 +114,6 @@ func (b *bench) runNginx(ctx context.Context) (Result, error) {
 			w.do(newRequest(ctx, http.MethodGet, url+"/", ""), false)
 		}
 	}
-	o := b.nginx
 	slice := o.duration / time.Duration(o.rounds)
 	var all []sample
 	var elapsed time.Duration
@@ -104,19 +121,19 @@ func (b *bench) runNginx(ctx context.Context) (Result, error) {
 	var aloneRPS []float64
 	for r := 0; r < o.rounds && ctx.Err() == nil; r++ {
 		as, ae := runLoad(ctx, alone, o.conns, slice, op(alone))
-		a := summarize("nginx-alone", as, ae)
+		a := summarize(name+"-alone", as, ae)
 		gs, ge := runLoad(ctx, gated, o.conns, slice, op(gated))
-		g := summarize("nginx", gs, ge)
+		g := summarize(name, gs, ge)
 		all, elapsed = append(all, gs...), elapsed+ge
 		if a.RPS > 0 && g.RPS > 0 {
 			ratios = append(ratios, g.RPS/a.RPS)
 			aloneRPS = append(aloneRPS, a.RPS)
 		}
 	}
-	res := summarize("nginx", all, elapsed)
+	res := summarize(name, all, elapsed)
 	res.RoundRPSRatios = ratios
 	res.RPSRatio = median(ratios)
-	res.Notes = append(res.Notes, fmt.Sprintf("ratio to nginx alone (%.0f req/s, median of rounds), not to /healthz", median(aloneRPS)))
+	res.Notes = append(res.Notes, fmt.Sprintf("ratio to %s alone (%.0f req/s, median of rounds), not to /healthz", name, median(aloneRPS)))
 	return res, nil
 }
 
@@ -171,7 +188,72 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
 		_ = os.RemoveAll(dir)
 	}
 	alone, gated = fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	// The gated location must answer with the gate's headers.
+	if err := waitGated(ctx, gated); err != nil {
+		stop()
+		return "", "", nil, fmt.Errorf("nginx: %w", err)
+	}
+	return alone, gated, stop, nil
+}
+
+// startCaddy runs Caddy with the shipped deploy/caddy/Caddyfile in front of
+// the Latchkey at latchkey, plus two sites of its own: the app ("hello from
+// the app") and the same app behind reverse_proxy without forward_auth
+// (Caddy keeps its upstream connections by default). It returns the URLs
+// of Caddy alone and of the gated site.
+func startCaddy(ctx context.Context, bin, latchkey string) (alone, gated string, stop func(), err error) {
+	conf, err := os.ReadFile(filepath.Join("deploy", "caddy", "Caddyfile"))
+	if err != nil {
+		return "", "", nil, fmt.Errorf("read deploy/caddy/Caddyfile (run latchbench from the repository root): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "latchbench-caddy-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	var ports [3]int // app, gated, alone
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return "", "", nil, err
+		}
+	}
+	c := string(conf) + fmt.Sprintf(`
+http://127.0.0.1:%[1]d {
+	respond "hello from the app" 200
+}
+
+http://127.0.0.1:%[2]d {
+	reverse_proxy 127.0.0.1:%[1]d
+}
+`, ports[0], ports[2])
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(c), 0o644); err != nil {
+		return "", "", nil, err
+	}
+	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "LATCHKEY="+strings.TrimPrefix(latchkey, "http://"),
+		fmt.Sprintf("APP=127.0.0.1:%d", ports[0]), fmt.Sprintf("LISTEN=127.0.0.1:%d", ports[1]), "CADDY_ADMIN=off",
+		"HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", "", nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	alone, gated = fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	if err := waitGated(ctx, gated); err != nil {
+		stop()
+		return "", "", nil, fmt.Errorf("caddy: %w; its output: %s", err, log.String())
+	}
+	return alone, gated, stop, nil
+}
+
+// waitGated waits until the gated front at gated answers / with the gate's
+// headers, for at most ten seconds.
+func waitGated(ctx context.Context, gated string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gated+"/", nil)
@@ -179,12 +261,11 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && resp.Header.Get("RateLimit") != "" {
-				return alone, gated, stop, nil
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return "", "", nil, fmt.Errorf("nginx's gated location does not answer with the gate's headers (%v)", err)
+			return fmt.Errorf("the gated front does not answer with the gate's headers (%v)", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -6,7 +6,7 @@
 //
 //	go run ./cmd/latchbench -start                # starts redis-server and Latchkey itself
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
-//	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -scenarios gate,multi1,multi,leased,nginx
+//	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -caddy /usr/bin/caddy -scenarios gate,multi1,multi,leased,nginx,caddy
 //	go run ./cmd/latchbench -start -scenarios gate,grpc1,grpc3   # Envoy's ShouldRateLimit beside the HTTP gate
 //	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
 //
@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
 	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
+	fs.StringVar(&o.b.caddyBin, "caddy", "", "caddy binary for the caddy scenario (it starts Caddy on loopback ports with deploy/caddy/Caddyfile in front of the server; the server needs the per-ip policy, as -start configures it)")
 	fs.StringVar(&o.b.grpcAddr, "grpc-addr", "", "the server's gRPC port (its -grpc-addr, host:port on loopback) for grpc1 and grpc3 (set by -start)")
 	fs.IntVar(&o.b.grpcConns, "grpc-conns", 4, "HTTP/2 connections the gRPC scenarios share their -c clients' unary calls over (1-64)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the server's Redis, to report Redis commands and CPU per scenario (set by -start)")
@@ -168,9 +169,7 @@ func (o *options) connect(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	o.b.base = strings.TrimRight(o.url, "/")
-	if o.b.nginxBin != "" {
-		o.b.nginx = o
-	}
+	o.b.run = o
 	o.meter.base = o.b.base
 	o.meter.redis = nil
 	if o.redisURL != "" || o.cluster != "" {

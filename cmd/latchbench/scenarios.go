@@ -39,7 +39,8 @@ type bench struct {
 	waiters     int           // concurrent waiters in waiters
 	waiterNames int           // locks they wait on
 	nginxBin    string        // nginx for the nginx scenario
-	nginx       *options      // the run's options, for the nginx scenario's rounds; nil: no nginx
+	caddyBin    string        // caddy for the caddy scenario
+	run         *options      // the run's options, for the gateway scenarios' paired rounds
 	grpcAddr    string        // the server's gRPC port for grpc1 and grpc3; "": none
 	grpcConns   int           // HTTP/2 connections the gRPC scenarios share out their calls over
 	// grpc are the clients of those connections while a gRPC scenario runs.
