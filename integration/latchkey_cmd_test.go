@@ -168,6 +168,77 @@ func TestLatchkeyCommand(t *testing.T) {
 		wantFree(t, e.c, "job")
 	})
 
+	// -read leases of one read/write lock are held together and -write is
+	// refused while they are; -permits 2 lets two jobs in together and not
+	// a third; a -permits other than the semaphore's, or a -count above
+	// -permits, is a usage error. Each job of a pair says it started, then
+	// runs until the other one started too and the test says go: only two
+	// leases held at once let both finish.
+	t.Run("read, write and permits", func(t *testing.T) {
+		e := server(t)
+		dir := t.TempDir()
+		pairJob := func(me, other, goFile string) []string {
+			return []string{"sh", "-c", fmt.Sprintf(`echo started > %[1]s/%[2]s
+i=0; until [ -e %[1]s/%[3]s ] && [ -e %[1]s/%[4]s ]; do i=$((i+1)); [ $i -gt 600 ] && exit 9; sleep 0.1; done`, dir, me, other, goFile)}
+		}
+		held := func(t *testing.T, args ...string) {
+			t.Helper()
+			st, _, errOut := runLatchkey(t, bin, e.URL, nil, append(append([]string{"lock"}, args...), "--", "true")...)
+			if st != exitHeld || !strings.Contains(errOut, "not acquired") {
+				t.Errorf("latchkey lock %v while the pair holds: %d %q, want %d", args, st, errOut, exitHeld)
+			}
+		}
+		pair := func(t *testing.T, kind []string, name string) (a, b *latchkeyRun) {
+			t.Helper()
+			goFile := name + "-go"
+			a = startCmd(t, bin, e.URL, nil, append(append([]string{"lock"}, kind...), append([]string{"-wait", "30s", name, "--"}, pairJob(name+"-1", name+"-2", goFile)...)...)...)
+			b = startCmd(t, bin, e.URL, nil, append(append([]string{"lock"}, kind...), append([]string{"-wait", "30s", name, "--"}, pairJob(name+"-2", name+"-1", goFile)...)...)...)
+			waitForLine(t, filepath.Join(dir, name+"-1"), "started")
+			waitForLine(t, filepath.Join(dir, name+"-2"), "started")
+			return a, b
+		}
+		finish := func(t *testing.T, name string, runs ...*latchkeyRun) {
+			t.Helper()
+			if err := os.WriteFile(filepath.Join(dir, name+"-go"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range runs {
+				if st, _, errOut := r.wait(t); st != 0 {
+					t.Errorf("a job of the pair exited %d: %s", st, errOut)
+				}
+			}
+		}
+
+		r1, r2 := pair(t, []string{"-read"}, "rw")
+		held(t, "-write", "rw")
+		if st, out, errOut := runLatchkey(t, bin, e.URL, nil, "lock", "-read", "rw", "--", "sh", "-c", "echo reading $LATCHKEY_FENCE"); st != 0 || !strings.HasPrefix(out, "reading ") {
+			t.Errorf("a third reader while two read: %d %q %q, want it run", st, out, errOut)
+		}
+		finish(t, "rw", r1, r2)
+		if st, out, errOut := runLatchkey(t, bin, e.URL, nil, "lock", "-write", "rw", "--", "echo", "writing"); st != 0 || out != "writing\n" {
+			t.Errorf("the writer once the readers are done: %d %q %q, want it run", st, out, errOut)
+		}
+		st, _, errOut := runLatchkey(t, bin, e.URL, nil, "lock", "-read", "-write", "rw", "--", "true")
+		if st != exitUsage || !strings.Contains(errOut, "not both") {
+			t.Errorf("-read -write: %d %q, want %d", st, errOut, exitUsage)
+		}
+
+		s1, s2 := pair(t, []string{"-permits", "2"}, "sem")
+		held(t, "-permits", "2", "sem")
+		st, _, errOut = runLatchkey(t, bin, e.URL, nil, "lock", "-permits", "3", "-wait", "0s", "sem", "--", "true")
+		if st != exitUsage || !strings.Contains(errOut, "has 2 permits") {
+			t.Errorf("-permits 3 on a semaphore of 2: %d %q, want %d naming its 2 permits", st, errOut, exitUsage)
+		}
+		finish(t, "sem", s1, s2)
+		st, _, errOut = runLatchkey(t, bin, e.URL, nil, "lock", "-permits", "2", "-count", "3", "sem", "--", "true")
+		if st != exitUsage || !strings.Contains(errOut, "-count") {
+			t.Errorf("-count 3 of -permits 2: %d %q, want %d", st, errOut, exitUsage)
+		}
+		if st, out, errOut := runLatchkey(t, bin, e.URL, nil, "lock", "-permits", "2", "-count", "2", "sem", "--", "echo", "both"); st != 0 || out != "both\n" {
+			t.Errorf("both permits once the pair is done: %d %q %q, want it run", st, out, errOut)
+		}
+	})
+
 	// SIGTERM to latchkey reaches COMMAND; latchkey exits with COMMAND's
 	// status and the lock is free as soon as it has exited.
 	t.Run("SIGTERM is forwarded", func(t *testing.T) {

@@ -14,9 +14,16 @@ import (
 	"github.com/latchkey/latchkey/client"
 )
 
-// lock runs COMMAND while it holds the lock NAME over a hold stream.
+// lock runs COMMAND while it holds the lock NAME over a hold stream: the
+// exclusive lock, or with -read or -write the read/write lock NAME (as
+// flock -s and flock -x), or with -permits N the semaphore NAME of N
+// permits, -count of them (as consul lock -n).
 func (e *env) lock(ctx context.Context, args []string) int {
 	fs := e.flags("lock")
+	read := fs.Bool("read", false, "take a read lease of the read/write lock NAME (shared with other readers)")
+	write := fs.Bool("write", false, "take the write lease of the read/write lock NAME")
+	permits := fs.Int64("permits", 0, "take permits of the semaphore NAME of this many permits (as every holder of NAME says)")
+	count := fs.Int64("count", 0, "with -permits: how many permits to take (default 1)")
 	ttl := fs.Duration("ttl", 30*time.Second, "lease TTL; the server renews it every TTL/3 while latchkey runs")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock (0: do not wait)")
 	fair := fs.Bool("fair", false, "wait in arrival order")
@@ -42,6 +49,18 @@ func (e *env) lock(ctx context.Context, args []string) int {
 	default:
 		return e.fail(ExitUsage, "lock: -on-lost must be term, kill or ignore, got %q", *onLost)
 	}
+	switch {
+	case *read && *write:
+		return e.fail(ExitUsage, "lock: give -read or -write, not both")
+	case *permits != 0 && (*read || *write):
+		return e.fail(ExitUsage, "lock: -permits takes a semaphore, -read and -write a read/write lock: give one kind")
+	case *permits < 0:
+		return e.fail(ExitUsage, "lock: -permits must be at least 1, got %d", *permits)
+	case *count != 0 && *permits == 0:
+		return e.fail(ExitUsage, "lock: -count goes with -permits")
+	case *count < 0 || *count > *permits:
+		return e.fail(ExitUsage, "lock: -count must be from 1 to -permits (%d), got %d", *permits, *count)
+	}
 	c, err := e.client()
 	if err != nil {
 		return e.fail(ExitUsage, "%v", err)
@@ -66,12 +85,32 @@ func (e *env) lock(ctx context.Context, args []string) int {
 	if *wait <= 0 {
 		opts.Wait = -1
 	}
-	lease, err := c.Hold(actx, name, opts)
+	var lease *client.Lease
+	heldBy := "it is held by another owner"
+	switch {
+	case *read:
+		lease, err = c.RWLock(name).RHold(actx, opts)
+		heldBy = "a writer holds it or waits for it"
+	case *write:
+		lease, err = c.RWLock(name).Hold(actx, opts)
+		heldBy = "readers or another writer hold it"
+	case *permits > 0:
+		lease, err = c.Semaphore(name, *permits).Hold(actx, max(*count, 1), opts)
+		heldBy = "too few of its permits are free"
+	default:
+		lease, err = c.Hold(actx, name, opts)
+	}
 	if err != nil {
 		var held *client.HeldError
+		var mismatch *client.PermitsMismatchError
 		switch {
 		case errors.As(err, &held):
-			return e.fail(ExitHeld, "lock %s: not acquired within %s: it is held by another owner (retry after %s)", name, *wait, held.RetryAfter)
+			return e.fail(ExitHeld, "lock %s: not acquired within %s: %s (retry after %s)", name, *wait, heldBy, held.RetryAfter)
+		case errors.As(err, &mismatch):
+			if mismatch.Permits > 0 {
+				return e.fail(ExitUsage, "lock %s: the semaphore has %d permits, not -permits %d", name, mismatch.Permits, *permits)
+			}
+			return e.fail(ExitUsage, "lock %s: the semaphore has another number of permits than -permits %d", name, *permits)
 		case actx.Err() != nil && ctx.Err() == nil:
 			sig := (<-sigs).(syscall.Signal)
 			return e.fail(128+int(sig), "lock %s: %v while waiting", name, context.Cause(actx))

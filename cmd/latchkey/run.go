@@ -28,11 +28,16 @@ const (
 
 const usage = `usage: latchkey [-url URL] [-cacert FILE] [-cert FILE [-key FILE]] COMMAND ...
 
-  latchkey lock [-ttl 30s] [-wait 0s] [-fair] [-owner TEXT] [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
+  latchkey lock [-read|-write|-permits N [-count K]] [-ttl 30s] [-wait 0s] [-fair] [-owner TEXT]
+                [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
   latchkey status NAME
   latchkey release -force NAME
   latchkey check [-cost N] POLICY [KEY]
   latchkey version
+
+lock holds the exclusive lock NAME; with -read or -write, a read or the
+write lease of the read/write lock NAME (as flock -s and flock -x); with
+-permits N, K permits (default 1) of the semaphore NAME of N permits.
 
 The server is -url, else $LATCHKEY_URL, else http://127.0.0.1:8080; the API
 key is $LATCHKEY_API_KEY ($LATCHKEY_ADMIN_KEY, when set, for release -force).
