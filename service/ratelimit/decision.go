@@ -220,7 +220,7 @@ func (s *Service) runOne(ctx context.Context, sp limitSpec, rkey string, cost in
 			return true, nil
 		}
 	}
-	r, err := s.runLimit(ctx, l.Limit, rkey, cost)
+	r, err := s.runLimit(ctx, sp, rkey, cost)
 	if err != nil {
 		return false, err
 	}
@@ -240,23 +240,22 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// runLimit decides one request with the algorithm's script, bounded by the
-// decision timeout: through the algorithm's batcher, or in a call of its own
-// when batching is off. The reply is {allowed, remaining, reset_ms,
-// retry_after_ms}.
-func (s *Service) runLimit(ctx context.Context, l Limit, key string, cost int64) ([4]int64, error) {
-	args, n := requestArgs(l, cost)
-	if b := s.batchers[l.Algorithm]; b != nil {
+// runLimit decides one request under sp's one limit with its algorithm's
+// script, bounded by the decision timeout: through the algorithm's batcher,
+// or in a call of its own when batching is off. The reply is {allowed,
+// remaining, reset_ms, retry_after_ms}.
+func (s *Service) runLimit(ctx context.Context, sp limitSpec, key string, cost int64) ([4]int64, error) {
+	args, n := sp.argv, sp.nargv
+	args[n-1] = cost // ARGV[3i] or ARGV[4i]: the cost, each request's last (requestArgs)
+	alg := sp.limits[0].Algorithm
+	if b := s.batchers[alg]; b != nil {
 		return b.decide(ctx, key, args[:n]...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	argv := make([]any, n)
-	for i := range argv {
-		argv[i] = args[i]
-	}
-	sc := limitScripts[l.Algorithm]
-	res, err := s.st.Run(ctx, sc, []string{key}, argv...)
+	sc := limitScripts[alg]
+	res, err := s.st.Run(ctx, sc, []string{key}, append([]any(nil), args[:n]...)...) // a copy: args stays on the stack
+
 	if err != nil {
 		return [4]int64{}, err
 	}
