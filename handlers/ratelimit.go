@@ -94,8 +94,8 @@ func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
 }
 
 // handleCheckRateLimit implements operationId checkRateLimit. Returns the
-// errors of decoding the request, of finding the caller's key, and of
-// ratelimit.Service.Policy and Check.
+// errors of decoding the request and of ratelimit.Service.Check (finding
+// the caller's key or the cost among them).
 func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error {
 	var req checkRequest
 	if err := a.decodeJSON(w, r, &req); err != nil {
@@ -106,10 +106,9 @@ func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if sreq.Inline == nil && sreq.Policy != "" {
-		// A policy without an explicit key limits the caller itself.
-		if sreq, err = a.policyRequest(r, sreq); err != nil {
-			return err
-		}
+		// A policy without an explicit key limits the caller itself; its
+		// cost may come from a header.
+		sreq.From = a.source(r)
 	} else if sreq.Key == "" && sreq.Inline != nil {
 		return badRequest("key", "required", "key is required with an inline limit")
 	}

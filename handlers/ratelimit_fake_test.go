@@ -14,12 +14,40 @@ func (f *fakeService) Policy(name string) (ratelimit.Policy, error) {
 	return f.PolicyFn(name)
 }
 
+// Check answers with CheckFn. Like *ratelimit.Service, it first completes
+// a request with a source under the policy PolicyFn gives, with the
+// domain's own Policy.Complete: CheckFn sees the key and cost the service
+// would decide, and a request whose source gives none never reaches it.
 func (f *fakeService) Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if req.From != nil && req.Inline == nil {
+		pol, err := f.Policy(req.Policy)
+		if err != nil {
+			return ratelimit.Decision{}, err
+		}
+		if req, err = pol.Complete(req); err != nil {
+			return ratelimit.Decision{}, err
+		}
+	}
 	f.record("Check")
 	if f.CheckFn == nil {
 		return ratelimit.Decision{}, errUnexpectedCall
 	}
 	return f.CheckFn(ctx, req)
+}
+
+// Gate is Check of the request src completes under the policy PolicyFn
+// gives, as *ratelimit.Service decides it, with the policy's deny status.
+func (f *fakeService) Gate(ctx context.Context, policy string, src ratelimit.Source) (ratelimit.Decision, int, error) {
+	pol, err := f.Policy(policy)
+	if err != nil {
+		return ratelimit.Decision{}, 0, err
+	}
+	req, err := pol.Complete(ratelimit.Request{Policy: policy, From: src})
+	if err != nil {
+		return ratelimit.Decision{}, 0, err
+	}
+	d, err := f.Check(ctx, req)
+	return d, pol.DenyStatus, err
 }
 
 // ActivePolicies answers an empty set: no handler test reads it through the

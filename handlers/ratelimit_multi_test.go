@@ -132,3 +132,22 @@ func TestSingleLimitHeadersUnchanged(t *testing.T) {
 		t.Errorf("body %q, want %q", g, want)
 	}
 }
+
+// TestGatePathKeyOnEveryMethod: the gate path's remainder is a path key
+// whatever the method, routed or not (PROPFIND and TRACE reach the gate
+// through the method-not-allowed handler), and never on the check route.
+func TestGatePathKeyOnEveryMethod(t *testing.T) {
+	for _, method := range []string{"GET", "DELETE", "PROPFIND", "TRACE"} {
+		var got []string
+		fake := decisionFake(multiPolicy, multiDecision(true, 0))
+		fake.CheckFn = func(_ context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+			got = req.Keys
+			return multiDecision(true, 0), nil
+		}
+		req := newRequest(method, "/v1/ratelimit/gate/api/orders/42/items", "")
+		req.Header.Set("X-Api-Key", "k-1")
+		if rec := serve(t, newTestRouter(t, fake, handlers.Config{}), req); rec.Code != http.StatusOK || len(got) != 4 || got[3] != "orders/42/items" {
+			t.Errorf("%s: status %d, keys %q; want 200 with the path key orders/42/items", method, rec.Code, got)
+		}
+	}
+}

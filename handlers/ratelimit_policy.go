@@ -18,146 +18,47 @@ const shadowHeader = "Latchkey-Ratelimit-Shadow"
 // wouldDeny is the shadow header's one value.
 var wouldDeny = []string{"would-deny"}
 
-// gateRequest is the decision the gate asks for under pol: the key and the
-// cost come from the request as the policy says, and the decision is taken
-// under pol itself, so a reload in between cannot mix two policy sets.
-func (a *api) gateRequest(r *http.Request, pol ratelimit.Policy) (ratelimit.Request, error) {
-	var key string
-	var keys []string
-	var err error
-	if pol.Multi() {
-		keys, err = a.limitKeys(r, pol, true)
-	} else {
-		key, err = a.identity(r, pol)
-	}
-	if err != nil {
-		return ratelimit.Request{}, err
-	}
-	cost, err := headerCost(r, pol)
-	if err != nil {
-		return ratelimit.Request{}, err
-	}
-	return ratelimit.Request{Policy: pol.Name, Using: pol, Key: key, Keys: keys, Cost: cost}, nil
+// requestSource is an HTTP request as the rate-limit domain reads it to
+// find a decision's key and cost (ratelimit.Source): the client's address
+// behind the trusted proxies (see ClientIPConfig) and the request's
+// headers. What each key source of a policy means is the domain's.
+type requestSource struct {
+	r  *http.Request
+	ip *ClientIPConfig
 }
 
-// headerCost is the cost a request sends in pol's cost header (see
-// ratelimit.Policy.HeaderCost), 0 when pol takes no cost from a header.
-// Returns an invalid-request error naming the header when it is sent more
-// than once, as for every header (singleHeader), or when its value is not a
-// cost pol accepts.
-func headerCost(r *http.Request, pol ratelimit.Policy) (int64, error) {
-	if pol.Cost.Header == "" {
-		return 0, nil
-	}
-	if _, err := singleHeader(r, pol.Cost.Header); err != nil {
-		return 0, err
-	}
-	return pol.HeaderCost(r.Header.Values(pol.Cost.Header))
+// source is r as a ratelimit.Source, outside the gate: it has no gate path.
+func (a *api) source(r *http.Request) requestSource {
+	return requestSource{r: r, ip: &a.cfg.RateLimit.ClientIP}
 }
 
-// limitKeys are the keys of a multi-limit policy's limits, taken from the
-// request as each limit says: the client's address (found once), a
-// header's value, the constant key, or the gate path's remainder after
-// /v1/ratelimit/gate/{policy}/ (gate requests only).
-func (a *api) limitKeys(r *http.Request, pol ratelimit.Policy, gate bool) ([]string, error) {
-	keys := make([]string, len(pol.Limits))
-	var ip string
-	for i, l := range pol.Limits {
-		switch l.Key {
-		case ratelimit.KeyConst:
-			keys[i] = ratelimit.ConstKey
-		case ratelimit.KeyIP:
-			if ip == "" {
-				k, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
-				if err != nil {
-					return nil, badRequest("client", "address", err.Error())
-				}
-				ip = k
-			}
-			keys[i] = ip
-		case ratelimit.KeyPath:
-			prefix := "/v1/ratelimit/gate/" + pol.Name + "/"
-			rest, ok := strings.CutPrefix(r.URL.Path, prefix)
-			if !gate {
-				return nil, badRequest("key", "required", "limit "+l.Name+" of policy "+pol.Name+
-					" takes its key from the gate path (/v1/ratelimit/gate/"+pol.Name+"/KEY): give key in the body")
-			}
-			if !ok || rest == "" {
-				return nil, badRequest("path", "required", "limit "+l.Name+" of policy "+pol.Name+
-					" takes its key from the path after "+prefix+", which is missing")
-			}
-			if err := ratelimit.ValidateRateLimitKey("path", rest); err != nil {
-				return nil, err
-			}
-			keys[i] = rest
-		default:
-			h := l.KeyHeader()
-			v, err := singleHeader(r, h)
-			if err != nil {
-				return nil, err
-			}
-			if v == "" {
-				return nil, badRequest(h, "required", "limit "+l.Name+" of policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
-			}
-			if err := ratelimit.ValidateRateLimitKey(h, v); err != nil {
-				return nil, err
-			}
-			keys[i] = v
-		}
-	}
-	return keys, nil
-}
+// ClientKey is the key of the client's address (ClientIPConfig.ClientKey).
+func (s requestSource) ClientKey() (string, error) { return s.ip.ClientKey(s.r) }
 
-// identity is the key a policy takes from a request: the client's address
-// (see ClientIPConfig) or a header's value.
-func (a *api) identity(r *http.Request, pol ratelimit.Policy) (string, error) {
-	if h := pol.KeyHeader(); h != "" {
-		v, err := singleHeader(r, h)
-		if err != nil {
-			return "", err
-		}
-		if v == "" {
-			return "", badRequest(h, "required", "policy "+pol.Name+" takes its key from the "+h+" header, which is missing")
-		}
-		if err := ratelimit.ValidateRateLimitKey(h, v); err != nil {
-			return "", err
-		}
-		return v, nil
-	}
-	key, err := a.cfg.RateLimit.ClientIP.ClientKey(r)
-	if err != nil {
-		return "", badRequest("client", "address", err.Error())
-	}
-	return key, nil
-}
+// Header returns the values the request sent for the header name.
+func (s requestSource) Header(name string) []string { return s.r.Header.Values(name) }
 
-// policyRequest completes a check request naming a policy: looked up once,
-// it gives the key when the body has none (the caller itself) and the cost
-// when the body has none and the policy takes it from a header.
-func (a *api) policyRequest(r *http.Request, req ratelimit.Request) (ratelimit.Request, error) {
-	pol, err := a.svc.Policy(req.Policy)
-	if err != nil {
-		return req, err
+// GatePath reports that the request is not one to the gate.
+func (requestSource) GatePath() (string, bool) { return "", false }
+
+// gateSource is a request to the gate as a ratelimit.Source, whose path,
+// /v1/ratelimit/gate/{policy}/KEY, may give a key.
+type gateSource struct{ requestSource }
+
+// GatePath returns what follows /v1/ratelimit/gate/{policy}/ in the
+// request's path, "" when nothing does.
+func (s gateSource) GatePath() (string, bool) {
+	rest, ok := strings.CutPrefix(s.r.URL.Path, "/v1/ratelimit/gate/")
+	if ok {
+		rest, ok = strings.CutPrefix(rest, chi.URLParam(s.r, "policy"))
 	}
-	switch {
-	case req.Key != "":
-		// A key in the body is every limit's but a "const" one's.
-	case pol.Multi():
-		if req.Keys, err = a.limitKeys(r, pol, false); err != nil {
-			return req, err
-		}
-	default:
-		if req.Key, err = a.identity(r, pol); err != nil {
-			return req, err
-		}
+	if ok {
+		rest, ok = strings.CutPrefix(rest, "/")
 	}
-	if req.Cost == 0 {
-		if req.Cost, err = headerCost(r, pol); err != nil {
-			return req, err
-		}
+	if !ok {
+		return "", true
 	}
-	req.Using = pol
-	return req, nil
+	return rest, true
 }
 
 // policiesResponse is the body of GET /v1/ratelimit/policies.

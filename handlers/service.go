@@ -49,8 +49,10 @@ type RWLocks interface {
 // RateLimits is what the HTTP layer needs from the rate-limit domain.
 // *ratelimit.Service satisfies it; tests use a fake.
 type RateLimits interface {
-	Policy(name string) (ratelimit.Policy, error)
 	Check(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error)
+	// Gate decides a request to the gate under the named policy, its key
+	// and cost taken from src; it returns the policy's deny status too.
+	Gate(ctx context.Context, policy string, src ratelimit.Source) (ratelimit.Decision, int, error)
 	// ActivePolicies returns the policy set decisions use now.
 	ActivePolicies() ratelimit.PolicySet
 	// PolicyStats returns this instance's decision counts of the tenant

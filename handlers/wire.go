@@ -2,15 +2,18 @@ package handlers
 
 // The bytes Latchkey writes by hand: the lease and decision JSON (every
 // acquire, renewal and gateway request answers one, and building them
-// without reflection keeps it off those paths), the rate-limit headers and
-// the roundings they use, and the headers of every JSON answer. wire_test.go
-// holds them byte for byte to what encoding/json and the drafts write.
+// without reflection keeps it off those paths), the gate's answer, the
+// rate-limit headers and the roundings they use, and the headers of every
+// JSON answer. wire_test.go holds them byte for byte to what encoding/json
+// and the drafts write.
 
 import (
 	"encoding/json"
 	"math"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
@@ -136,6 +139,74 @@ func appendInt(b []byte, prefix string, n int64) []byte {
 func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
 	writeJSONHeader(w, status)
 	_, _ = w.Write(appendDecisionJSON(make([]byte, 0, 192), d))
+}
+
+// writeGateDecision answers a decision of the gate. Gateways act on the
+// status and the headers; nginx never reads the body of an auth_request
+// subrequest, and an unread body costs it its keep-alive connection to
+// Latchkey. So the gate sends a body only where it is read:
+//   - HEAD: the status and headers, never a body;
+//   - Accept lists application/json (q > 0): the decision JSON, allowed or
+//     denied, as POST /v1/ratelimit/check answers it;
+//   - otherwise, allowed: 200 with Content-Length: 0; denied: a rate-limited
+//     problem (application/problem+json), which Traefik's ForwardAuth and
+//     Envoy's ext_authz hand on to the client with the denial.
+func (a *api) writeGateDecision(w http.ResponseWriter, r *http.Request, denyStatus int, d ratelimit.Decision) error {
+	h := w.Header()
+	setRateLimitHeaders(h, d, a.cfg.RateLimit.LegacyHeaders)
+	status := http.StatusOK
+	if !d.Allowed {
+		status = denyStatus
+	}
+	switch {
+	case r.Method == http.MethodHead:
+		h["Cache-Control"] = noStore
+		w.WriteHeader(status)
+	case acceptsJSON(r.Header["Accept"]):
+		writeDecisionJSON(w, status, toDecisionResponse(d))
+	case d.Allowed:
+		h["Cache-Control"] = noStore
+		h["Content-Length"] = zeroLength
+		w.WriteHeader(status)
+	default:
+		return &httpError{typ: rateLimited, status: denyStatus,
+			detail: "rate limit " + strconv.Quote(d.Policy) + bindingDetail(d) + " of " + strconv.FormatInt(d.Limit, 10) + " per " +
+				strconv.FormatInt(ceilSeconds(d.Window), 10) + "s reached; retry after " + retryAfterSeconds(d.RetryAfter) + "s"}
+	}
+	return nil
+}
+
+// bindingDetail names the binding limit of a multi-limit decision in a
+// denial's detail; "" for a single-limit one.
+func bindingDetail(d ratelimit.Decision) string {
+	if d.Binding == "" {
+		return ""
+	}
+	return " (limit " + strconv.Quote(d.Binding) + ")"
+}
+
+// acceptsJSON reports whether Accept header values list application/json
+// with a non-zero quality. Wildcards (*/*, application/*) do not count:
+// browsers and curl send them without asking for anything in particular.
+func acceptsJSON(accept []string) bool {
+	for _, v := range accept {
+		if !strings.Contains(strings.ToLower(v), "application/json") {
+			continue
+		}
+		for _, part := range strings.Split(v, ",") {
+			mt, params, err := mime.ParseMediaType(part)
+			if err != nil || mt != "application/json" {
+				continue
+			}
+			if q, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(q, 64); err != nil || f <= 0 {
+					continue
+				}
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // setRateLimitHeaders writes the IETF draft headers of a decision

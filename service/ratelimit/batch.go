@@ -56,7 +56,7 @@ const maxSenders, stallDivisor = 8, 8
 // decisionCall is one decision waiting for its batch.
 type decisionCall struct {
 	key      string
-	args     [4]int64 // the first nargs are used
+	args     [4]any // its script's ARGV entries: the first nargs are used
 	nargs    int
 	deadline time.Time
 	gone     atomic.Bool // the caller stopped waiting
@@ -99,14 +99,14 @@ func newDecisionBatcher(s *Service, sc *store.Script, cfg Config) *decisionBatch
 // Redis cannot answer within the decision timeout or the queue is full, the
 // script's error for a key it cannot use, or context.Canceled when the
 // caller went away.
-func (b *decisionBatcher) decide(ctx context.Context, key string, args ...int64) ([4]int64, error) {
+func (b *decisionBatcher) decide(ctx context.Context, key string, args ...any) ([4]int64, error) {
 	v, err, kind := b.wait(ctx, key, args)
 	b.s.st.CountErr(b.sc.Name(), kind)
 	return v, err
 }
 
 // wait is decide without counting the error: it returns the error's kind.
-func (b *decisionBatcher) wait(ctx context.Context, key string, args []int64) ([4]int64, error, string) {
+func (b *decisionBatcher) wait(ctx context.Context, key string, args []any) ([4]int64, error, string) {
 	c := decisionCalls.Get().(*decisionCall)
 	c.key = key
 	c.nargs = copy(c.args[:], args)
@@ -273,9 +273,7 @@ func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
 	args := make([]any, 0, len(live)*live[0].nargs)
 	for i, c := range live {
 		keys[i] = c.key
-		for _, a := range c.args[:c.nargs] {
-			args = append(args, a)
-		}
+		args = append(args, c.args[:c.nargs]...)
 	}
 	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
 	if err != nil && b.cluster && b.s.st.Rerouted(ctx, keys, err) {

@@ -59,7 +59,7 @@ func TestDecisionCallSendsOnlyLiveDecisions(t *testing.T) {
 	}
 	b := s.batchers[FixedWindow]
 	decision := func(key string, deadline time.Time) *decisionCall {
-		return &decisionCall{key: key, args: [4]int64{10, 60000, 1}, nargs: 3, deadline: deadline,
+		return &decisionCall{key: key, args: [4]any{int64(10), int64(60000), int64(1)}, nargs: 3, deadline: deadline,
 			done: make(chan decisionResult, 1)}
 	}
 	expired := decision("expired", time.Now().Add(-time.Millisecond))

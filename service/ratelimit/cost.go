@@ -42,7 +42,7 @@ func (p Policy) HeaderCost(values []string) (int64, error) {
 		return c.Default, nil
 	case 1:
 	default:
-		return 0, invalid(c.Header, "once", "the %s header must be sent once, got %d values", c.Header, len(values))
+		return 0, onceError(c.Header, len(values))
 	}
 	v := values[0]
 	n, err := strconv.ParseInt(v, 10, 64)
@@ -55,6 +55,15 @@ func (p Policy) HeaderCost(values []string) (int64, error) {
 			c.Header, p.Name, c.Max, n)
 	}
 	return n, nil
+}
+
+// sourceCost is the cost src sends in p's cost header (see HeaderCost), 0
+// when p takes no cost from a header.
+func (p Policy) sourceCost(src Source) (int64, error) {
+	if p.Cost.Header == "" {
+		return 0, nil
+	}
+	return p.HeaderCost(src.Header(p.Cost.Header))
 }
 
 // isDigits reports whether s is ASCII digits only: no sign, no spaces.

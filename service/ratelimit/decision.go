@@ -8,81 +8,6 @@ import (
 	"github.com/latchkey/latchkey/service/store"
 )
 
-// Request asks for one rate-limit decision: either a named Policy
-// or an Inline limit, for Key, costing Cost units (default 1). A negative
-// Cost gives -Cost units back to the fixed-window limits that counted
-// them (see Service.Check).
-type Request struct {
-	Policy string
-	Inline *Limit
-	Key    string
-	Cost   int64
-	// Using, when its Name is set, is the policy to decide under, as
-	// Service.Policy returned it; Policy is then ignored. A caller that
-	// looked the policy up to find the key or the cost passes it here, so
-	// the decision uses the same policy even when a reload replaced it in
-	// between: one request never mixes two policy sets.
-	Using Policy
-	// Keys are the keys of a multi-limit policy's limits, one per limit in
-	// the policy's order; when nil, every limit takes Key, but a "const"
-	// limit, whose key is ConstKey. Single-limit policies use Key only.
-	Keys []string
-	// Peek asks for the decision without counting anything: an allowed
-	// answer leaves every limit as it was (Remaining is what is left now).
-	Peek bool
-}
-
-// Decision is the answer to a Request. A denial is a Decision with
-// Allowed false, not an error.
-type Decision struct {
-	Allowed    bool
-	Policy     string // the policy's name, or InlinePolicyName
-	Key        string
-	Limit      int64         // cost units per window
-	Window     time.Duration // the policy's window
-	Remaining  int64         // cost units left after this decision
-	ResetAfter time.Duration // until the full limit is available again
-	RetryAfter time.Duration // zero when allowed; else when the same request will be allowed
-	// Degraded is true when Redis could not be reached and the policy failed
-	// open: the request was allowed without being counted.
-	Degraded bool
-	// Cached is true when the denial came from the in-process cache of keys
-	// known to be over their limit, without a Redis call.
-	Cached bool
-	// WouldDeny is true when a shadow policy would have denied the request:
-	// Allowed is true, and nothing was consumed.
-	WouldDeny bool
-	// Limits are the answers of each limit of a multi-limit policy, in the
-	// policy's order; nil for a single-limit policy. The fields above are
-	// then those of the binding limit, Binding names it, and RetryAfter is
-	// the latest RetryAfter of the limits that deny.
-	Limits []LimitDecision
-	// Binding is the name of the binding limit of a multi-limit policy:
-	// on a denial, the denying limit that frees up last; when allowed, the
-	// limit with the least remaining (ties: the one that resets last).
-	Binding string
-}
-
-// LimitDecision is one limit's part in a multi-limit decision.
-type LimitDecision struct {
-	Name       string
-	Key        string
-	Limit      int64
-	Window     time.Duration
-	Allowed    bool // this limit allows the request (counted only if all do)
-	Remaining  int64
-	ResetAfter time.Duration
-	RetryAfter time.Duration // zero when this limit allows
-}
-
-// PolicyNotFoundError reports an unknown policy name. It wraps ErrNotFound.
-type PolicyNotFoundError struct{ Name string }
-
-func (e *PolicyNotFoundError) Error() string { return "ratelimit: no policy named " + e.Name }
-
-// Unwrap makes errors.Is(err, ErrNotFound) true.
-func (e *PolicyNotFoundError) Unwrap() error { return store.ErrNotFound }
-
 // Policy returns the named policy of the active set. Returns a
 // *PolicyNotFoundError (ErrNotFound) when there is none, or a
 // *ValidationError for a malformed name.
@@ -90,16 +15,61 @@ func (s *Service) Policy(name string) (Policy, error) {
 	return s.set.Load().policy(name)
 }
 
-// decide decides whether req.Key may spend req.Cost under the named
-// policy or the inline limit, and counts it when allowed. The Redis call is
-// bounded by Config.Timeout; when it fails, a fail-open policy
-// answers a Degraded allowed Decision and a fail-closed one an error.
+// Check decides whether req.Key may spend req.Cost under the named
+// policy or the inline limit, and counts it when allowed; the decision is
+// also counted in this instance's views of the policy (PolicyStats,
+// TopDenied and the near-limit counter). With req.Peek it decides and
+// counts nothing; a negative req.Cost gives units back (fixed windows
+// only) and answers what is left. Neither is counted in the views.
 //
-// Every policy is decided here the same way, as a list of limits (one for
-// a single-limit policy or an inline limit): allowed only if every enforced
-// limit allows, and then counted by every one; a denial counts nothing
-// anywhere. How the limits are run (the deny cache, the units held of
-// leased limits, the scripts) is run's.
+// Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
+// limit, for a key or cost req.From cannot give, or for inline limits when
+// they are disabled; a *PolicyNotFoundError (ErrNotFound); an error
+// wrapping ErrUnavailable (fail-closed policies and inline limits); or the
+// caller's context error.
+func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
+	d, err := s.decide(ctx, req)
+	if err == nil && !req.Peek && req.Cost >= 0 { // a peek or a refund decides nothing
+		s.views.record(ctx, d)
+	}
+	return d, err
+}
+
+// Gate decides a request to the gate under the named policy of the active
+// set, with the key (or each limit's) and the cost src gives as the policy
+// says (see Source), and counts it as Check does. It returns the decision
+// and the status the policy answers a denial with (Policy.DenyStatus).
+//
+// Returns a *ValidationError (ErrInvalid) for a malformed policy name or a
+// key or cost src cannot give, naming the client address, header or path;
+// a *PolicyNotFoundError (ErrNotFound); an error wrapping ErrUnavailable
+// (fail-closed policies); or the caller's context error.
+func (s *Service) Gate(ctx context.Context, policy string, src Source) (Decision, int, error) {
+	set := s.set.Load()
+	pol, err := set.policy(policy)
+	if err != nil {
+		return Decision{}, 0, err
+	}
+	keys, err := pol.sourceKeys(src)
+	if err != nil {
+		return Decision{}, 0, err
+	}
+	cost, err := pol.sourceCost(src)
+	if err != nil {
+		return Decision{}, 0, err
+	}
+	// pol is the set's own: its spec is the set's, built once.
+	d, err := s.decideLimits(ctx, set, pol, set.specs[pol.Name], keys, cost, false)
+	if err == nil {
+		s.views.record(ctx, d)
+	}
+	return d, pol.DenyStatus, err
+}
+
+// decide decides req as Check says, counting it in the policy's metrics
+// but not in the views: the policy found (or req.Using, or the inline
+// limit built), the request completed from req.From, its keys checked,
+// then a refund, or decideLimits.
 //
 // Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
 // limit, or for inline limits when they are disabled; a *PolicyNotFoundError
@@ -111,19 +81,43 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	if req.From != nil && pol.Name != InlinePolicyName {
+		if req, err = pol.Complete(req); err != nil {
+			return Decision{}, err
+		}
+	}
 	keys, err := limitKeys(pol, req)
 	if err != nil {
 		return Decision{}, err
-	}
-	what := "the limit"
-	if pol.Multi() {
-		what = "the policy's smallest limit"
 	}
 	sp := set.spec(pol)
 	if req.Cost < 0 {
 		return s.refund(ctx, pol, sp, keys, req)
 	}
-	cost, err := checkCost(req.Cost, pol.maxCost(), what)
+	return s.decideLimits(ctx, set, pol, sp, keys, req.Cost, req.Peek)
+}
+
+// decideLimits decides whether keys, the keys of pol's limits (already
+// checked), may spend cost under pol, decided as sp says, and counts it
+// when allowed, in the policy's metrics of set. The Redis call is bounded
+// by Config.Timeout; when it fails, a fail-open policy answers a Degraded
+// allowed Decision and a fail-closed one an error.
+//
+// Every policy is decided here the same way, as a list of limits (one for
+// a single-limit policy or an inline limit): allowed only if every enforced
+// limit allows, and then counted by every one; a denial counts nothing
+// anywhere. How the limits are run (the deny cache, the units held of
+// leased limits, the scripts) is run's.
+//
+// Returns a *ValidationError (ErrInvalid) for a cost above what pol can
+// allow, an error wrapping ErrUnavailable (fail-closed policies and inline
+// limits), or the caller's context error.
+func (s *Service) decideLimits(ctx context.Context, set *policySet, pol Policy, sp limitSpec, keys keyList, cost int64, peek bool) (Decision, error) {
+	what := "the limit"
+	if pol.Multi() {
+		what = "the policy's smallest limit"
+	}
+	cost, err := checkCost(cost, pol.maxCost(), what)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -142,7 +136,7 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 		lds[i] = LimitDecision{Name: l.Name, Key: keys.at(i), Limit: l.Limit.Limit, Window: l.Window}
 	}
 	d := Decision{Policy: pol.Name, Limits: multi}
-	takes, at, cached, err := s.run(ctx, ctr, sp, redisKeys(store.PrefixFor(ctx, s.prefix), s.buckets, pol, keys), cost, v, req.Peek)
+	takes, at, cached, err := s.run(ctx, ctr, sp, redisKeys(store.PrefixFor(ctx, s.prefix), s.buckets, pol, keys), cost, v, peek)
 	if err != nil {
 		return s.failOpenDecision(ctx, ctr, pol, sp, d, lds, cost, err)
 	}
@@ -167,15 +161,106 @@ func (s *Service) decide(ctx context.Context, req Request) (Decision, error) {
 			start, end := c.Bounds(at)
 			ld.Window = end.Sub(start)
 		}
-		if !req.Peek {
+		if !peek {
 			ctr.countLimit(i, ld.Name, status)
 		}
 	}
 	d.Cached = cached && !d.Allowed
-	if req.Peek {
+	if peek {
 		return peeked(pol, bind(d, lds)), nil
 	}
 	return count(ctr, pol, bind(d, lds)), nil
+}
+
+// run runs the limits of one decision under sp, costing cost, on their
+// Redis keys rkeys, and writes each limit's answer into v as
+// ratelimit_multi.lua's reply has it (multiReplyPer entries per limit,
+// status first). One unleased limit is decided here by its algorithm's
+// script, through the batcher, and a single-limit policy's denial is
+// cached, so a repeated request is denied without Redis (cached reports
+// such an answer); a leased limit, several, or a calendar window, by the
+// units this instance holds, else by ratelimit_multi.lua (run.go). A peek
+// is always decided by ratelimit_multi.lua, which then writes nothing, and
+// takes no lease. takes are the leased limits' takes, settled and
+// unpinned; at is the instant the calendar windows' periods were computed
+// for. Returns the store's error when Redis could not decide.
+func (s *Service) run(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys keyList, cost int64, v []int64, peek bool) (takes []leaseTake, at time.Time, cached bool, err error) {
+	if sp.one && !peek {
+		cached, err = s.runOne(ctx, sp, rkeys.at(0), cost, v)
+		return nil, at, cached, err
+	}
+	if !peek {
+		if takes, ok := s.fromLeases(ctr, sp, rkeys, cost, v); ok {
+			return takes, at, false, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	takes, at, err = s.runLimits(ctx, ctr, sp, rkeys.all(), cost, v, peek)
+	return takes, at, false, err
+}
+
+// runOne decides sp's one unleased limit on rkey: from the cache of denied
+// keys when sp.cache and it holds a denial of rkey, else with the limit's
+// algorithm's script.
+func (s *Service) runOne(ctx context.Context, sp limitSpec, rkey string, cost int64, v []int64) (cached bool, err error) {
+	l := sp.limits[0]
+	denied := int64(multiDenied)
+	if l.Shadow {
+		denied = multiWouldDeny
+	}
+	ck := denyKey{key: rkey, limit: l.Limit.Limit, burst: l.Burst}
+	now := time.Now()
+	if sp.cache {
+		if e, ok := s.cache.get(ck, cost, now); ok {
+			s.cacheHits.Inc()
+			v[0], v[1] = denied, e.remaining
+			v[2] = ceilMillis(max(e.reset.Sub(now), 0))
+			v[3] = ceilMillis(max(e.until.Sub(now), time.Millisecond))
+			return true, nil
+		}
+	}
+	r, err := s.runLimit(ctx, sp, rkey, cost)
+	if err != nil {
+		return false, err
+	}
+	v[0], v[1], v[2], v[3] = multiCounted, r[1], r[2], r[3]
+	if r[0] != decisionAllowed {
+		v[0] = denied
+		if sp.cache {
+			s.cache.put(ck, denyEntry{until: now.Add(time.Duration(r[3]) * time.Millisecond),
+				reset: now.Add(time.Duration(r[2]) * time.Millisecond), cost: cost, remaining: r[1]}, now)
+		}
+	}
+	return false, nil
+}
+
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// runLimit decides one request under sp's one limit with its algorithm's
+// script, bounded by the decision timeout: through the algorithm's batcher,
+// or in a call of its own when batching is off. The reply is {allowed,
+// remaining, reset_ms, retry_after_ms}.
+func (s *Service) runLimit(ctx context.Context, sp limitSpec, key string, cost int64) ([4]int64, error) {
+	args, n := sp.argv, sp.nargv
+	args[n-1] = cost // ARGV[3i] or ARGV[4i]: the cost, each request's last (requestArgs)
+	alg := sp.limits[0].Algorithm
+	if b := s.batchers[alg]; b != nil {
+		return b.decide(ctx, key, args[:n]...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	sc := limitScripts[alg]
+	res, err := s.st.Run(ctx, sc, []string{key}, append([]any(nil), args[:n]...)...) // a copy: args stays on the stack
+
+	if err != nil {
+		return [4]int64{}, err
+	}
+	arr, _ := res.([]any)
+	return s.decisionReply(sc, arr)
 }
 
 // peeked is the answer to a peek: as count's, counting nothing.

@@ -66,6 +66,139 @@ func limitKeys(pol Policy, req Request) (keyList, error) {
 	return keyList{many: keys}, nil
 }
 
+// Complete returns req, a request under p, completed from its From as
+// Check completes it: when req gives no key (Key is "" and Keys nil), the
+// key or each limit's from From as p's key spec says (see Source); when
+// its Cost is 0, the cost p's cost header gives (see HeaderCost). The
+// request returned is decided under p (Using) and has no From. Returns a
+// *ValidationError (ErrInvalid) naming the client address, the header or
+// the path that gives no valid key or cost.
+func (p Policy) Complete(req Request) (Request, error) {
+	src := req.From
+	req.Using, req.From = p, nil
+	if src == nil {
+		return req, nil
+	}
+	if req.Key == "" && req.Keys == nil {
+		keys, err := p.sourceKeys(src)
+		if err != nil {
+			return req, err
+		}
+		req.Key, req.Keys = keys.one, keys.many
+	}
+	if req.Cost == 0 {
+		cost, err := p.sourceCost(src)
+		if err != nil {
+			return req, err
+		}
+		req.Cost = cost
+	}
+	return req, nil
+}
+
+// sourceKeys returns the keys of a decision under p taken from src as p's
+// key spec says: a single-limit policy's one key, the client's address or
+// a header's value; a multi-limit policy's key of each limit, which may
+// also be ConstKey or the gate path's remainder (the client's address is
+// found once for all). Returns a *ValidationError (ErrInvalid) naming the
+// client address, the header or the path that gives no valid key.
+func (p Policy) sourceKeys(src Source) (keyList, error) {
+	if !p.Multi() {
+		h := p.KeyHeader()
+		if h == "" {
+			k, err := clientKey(src)
+			return keyList{one: k}, err
+		}
+		k, err := headerKey(src, h)
+		if err == nil && k == "" {
+			err = invalid(h, "required", "policy %s takes its key from the %s header, which is missing", p.Name, h)
+		}
+		return keyList{one: k}, err
+	}
+	keys := make([]string, len(p.Limits))
+	var ip string
+	for i, l := range p.Limits {
+		var err error
+		switch l.Key {
+		case KeyConst:
+			keys[i] = ConstKey
+		case KeyIP:
+			if ip == "" {
+				ip, err = clientKey(src)
+			}
+			keys[i] = ip
+		case KeyPath:
+			keys[i], err = pathKey(src, p, l)
+		default:
+			h := l.KeyHeader()
+			keys[i], err = headerKey(src, h)
+			if err == nil && keys[i] == "" {
+				err = invalid(h, "required", "limit %s of policy %s takes its key from the %s header, which is missing", l.Name, p.Name, h)
+			}
+		}
+		if err != nil {
+			return keyList{}, err
+		}
+	}
+	return keyList{many: keys}, nil
+}
+
+// clientKey is the client's address of src as a key. Returns a
+// *ValidationError naming the client address when src cannot find it.
+func clientKey(src Source) (string, error) {
+	k, err := src.ClientKey()
+	if err != nil {
+		return "", invalid("client", "address", "%s", err.Error())
+	}
+	return k, nil
+}
+
+// headerKey is the key src sends in header h, "" when it sends none or an
+// empty one. Returns a *ValidationError naming h when it is sent more than
+// once (no value of it is picked) or its value is not a valid key.
+func headerKey(src Source, h string) (string, error) {
+	vs := src.Header(h)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", onceError(h, len(vs))
+	}
+	if vs[0] == "" {
+		return "", nil
+	}
+	if err := ValidateRateLimitKey(h, vs[0]); err != nil {
+		return "", err
+	}
+	return vs[0], nil
+}
+
+// onceError refuses header h, sent n times: every header is read once.
+func onceError(h string, n int) error {
+	return invalid(h, "once", "the %s header must be sent once, got %d values", h, n)
+}
+
+// pathKey is the key limit l of p takes from the gate path's remainder.
+// Returns a *ValidationError for a request that is not one to the gate
+// (its body must give the key), or naming the path when it has no
+// remainder or not a valid key.
+func pathKey(src Source, p Policy, l NamedLimit) (string, error) {
+	rest, gate := src.GatePath()
+	if !gate {
+		return "", invalid("key", "required", "limit %s of policy %s takes its key from the gate path (/v1/ratelimit/gate/%s/KEY): give key in the body",
+			l.Name, p.Name, p.Name)
+	}
+	if rest == "" {
+		return "", invalid("path", "required", "limit %s of policy %s takes its key from the path after /v1/ratelimit/gate/%s/, which is missing",
+			l.Name, p.Name, p.Name)
+	}
+	if err := ValidateRateLimitKey("path", rest); err != nil {
+		return "", err
+	}
+	return rest, nil
+}
+
 // redisKeys returns the Redis keys of a decision under pol for the keys of
 // its limits, under prefix, the key prefix of the tenant it is for; on a
 // cluster (buckets set) a single-limit decision's key carries its bucket's

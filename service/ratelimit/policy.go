@@ -127,9 +127,13 @@ const MaxLimitsPerPolicy = 8
 
 // KeyHeader returns the header a "header:NAME" limit takes its key from,
 // or "" for another source.
-func (l NamedLimit) KeyHeader() string {
-	h, _ := strings.CutPrefix(l.Key, "header:")
-	if h == l.Key {
+func (l NamedLimit) KeyHeader() string { return keyHeader(l.Key) }
+
+// keyHeader is the header NAME of a "header:NAME" key source, "" for
+// another source.
+func keyHeader(key string) string {
+	h, ok := strings.CutPrefix(key, "header:")
+	if !ok {
 		return ""
 	}
 	return h
@@ -153,13 +157,7 @@ func (p Policy) maxCost() int64 {
 
 // KeyHeader returns the header a "header:NAME" policy takes its key from,
 // or "" for an "ip" policy.
-func (p Policy) KeyHeader() string {
-	h, _ := strings.CutPrefix(p.Key, "header:")
-	if h == p.Key {
-		return ""
-	}
-	return h
-}
+func (p Policy) KeyHeader() string { return keyHeader(p.Key) }
 
 // InlinePolicyName is the policy name reported for inline limits.
 const InlinePolicyName = "inline"

@@ -270,8 +270,12 @@ type limitSpec struct {
 	limits []NamedLimit
 	args   []any
 	// one is set for one unleased limit of a policy of one (short form or
-	// "limits:"): decided by its algorithm's script, batched.
-	one bool
+	// "limits:"): decided by its algorithm's script, batched, with its
+	// nargv entries of that script's ARGV in argv (requestArgs), boxed
+	// once here: a decision sets only the last, its cost.
+	one   bool
+	argv  [4]any
+	nargv int
 	// cache is set for a single-limit policy: its denials are cached.
 	cache     bool
 	leased    bool // a limit has a lease
@@ -297,6 +301,7 @@ func newLimitSpec(pol Policy) limitSpec {
 	sp.cache = !pol.Multi() && !sp.calendar
 	sp.one = len(ls) == 1 && !sp.leased && !sp.calendar
 	if sp.one {
+		sp.argv, sp.nargv = requestArgs(ls[0].Limit, 1)
 		return sp
 	}
 	sp.args = make([]any, 0, 5*len(ls))

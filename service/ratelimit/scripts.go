@@ -35,8 +35,10 @@ var limitScripts = map[Algorithm]*store.Script{
 }
 
 // requestArgs is one request's entries of its algorithm's script ARGV (the
-// first n of args), as the scripts' header comments list them.
-func requestArgs(l Limit, cost int64) (args [4]int64, n int) {
+// first n of args), as the scripts' header comments list them. The cost is
+// the last entry of either; the rest depend on the limit only, so a
+// policy's are boxed once, in its spec (limitSpec.argv).
+func requestArgs(l Limit, cost int64) (args [4]any, n int) {
 	if l.Algorithm == TokenBucket {
 		return tokenBucketArgs(l, cost), 4
 	}
@@ -45,8 +47,8 @@ func requestArgs(l Limit, cost int64) (args [4]int64, n int) {
 
 // windowArgs is request i's ARGV of ratelimit_fixed_window.lua and
 // ratelimit_sliding_window.lua, which take the same three entries.
-func windowArgs(l Limit, cost int64) [4]int64 {
-	return [4]int64{
+func windowArgs(l Limit, cost int64) [4]any {
+	return [4]any{
 		l.Limit,                 // ARGV[3i-2] limit per window
 		l.Window.Milliseconds(), // ARGV[3i-1] window, ms
 		cost,                    // ARGV[3i]   cost
@@ -54,12 +56,12 @@ func windowArgs(l Limit, cost int64) [4]int64 {
 }
 
 // tokenBucketArgs is request i's ARGV of ratelimit_token_bucket.lua.
-func tokenBucketArgs(l Limit, cost int64) [4]int64 {
+func tokenBucketArgs(l Limit, cost int64) [4]any {
 	burst := l.Burst
 	if burst == 0 {
 		burst = l.Limit
 	}
-	return [4]int64{
+	return [4]any{
 		l.Limit,                 // ARGV[4i-3] limit: tokens added per window
 		l.Window.Milliseconds(), // ARGV[4i-2] window, ms
 		burst,                   // ARGV[4i-1] burst: bucket capacity

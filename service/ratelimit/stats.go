@@ -37,25 +37,6 @@ const minuteSlots = 7
 // allowed decision counts it as near the limit: 1/5, 20 %.
 const NearLimitShare = 5
 
-// Check decides whether req.Key may spend req.Cost under the named
-// policy or the inline limit, and counts it when allowed; the decision is
-// also counted in this instance's views of the policy (PolicyStats,
-// TopDenied and the near-limit counter). With req.Peek it decides and
-// counts nothing; a negative req.Cost gives units back (fixed windows
-// only) and answers what is left. Neither is counted in the views.
-//
-// Returns a *ValidationError (ErrInvalid) for a bad key, cost or inline
-// limit, or for inline limits when they are disabled; a *PolicyNotFoundError
-// (ErrNotFound); an error wrapping ErrUnavailable (fail-closed policies and
-// inline limits); or the caller's context error.
-func (s *Service) Check(ctx context.Context, req Request) (Decision, error) {
-	d, err := s.decide(ctx, req)
-	if err == nil && !req.Peek && req.Cost >= 0 { // a peek or a refund decides nothing
-		s.views.record(ctx, d)
-	}
-	return d, err
-}
-
 // views are what this instance saw of the decisions of each tenant's
 // policies. An entry is made on a policy's first decision for a tenant and
 // dropped when the policy leaves the active set, so there are at most as
