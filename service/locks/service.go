@@ -80,6 +80,10 @@ type Service struct {
 
 	listSecret listSecret     // signs listing cursors (list.go)
 	sampled    *sampleMetrics // what the sampler saw in Redis (sampler.go)
+
+	// onRecheck, when set, learns every re-check time a wait sets (see
+	// Service.pause); nil but in tests (export_test.go), set before any wait.
+	onRecheck func(after time.Duration, byNotice bool)
 }
 
 // New returns a Service on st and registers its scripts with it. It does no

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +18,10 @@ import (
 // force-release hintForced, a departing fair waiter hintLeft, a renew that
 // shortened the lease hintShortened; hintResubscribed is delivered after the
 // subscriber connection was re-established, because messages published
-// while it was down are lost.
+// while it was down are lost. Every grant publishes a notice that starts
+// with hintAcquired (see parseAcquired): not a hint to try again, as the new
+// lease blocks the waiters too, but when that lease ends, which an expiry
+// does not publish.
 const (
 	hintReleased     = "released"
 	hintForced       = "forced"
@@ -24,7 +29,87 @@ const (
 	hintShortened    = "shortened"
 	hintResubscribed = "resubscribed"
 	hintHandedOn     = "handed-on"
+	hintAcquired     = "acquired"
+	// hintGranted wakes a semaphore's waiter whose count fits in the
+	// permits a grant left free (semWakes): the grant's notice, made a
+	// hint to try.
+	hintGranted = "granted"
 )
+
+// grantNotice is what a grant's notice says of the lease it granted.
+type grantNotice struct {
+	fence     int64
+	ttl       time.Duration // the lease's TTL from its grant
+	available int64         // a semaphore's permits left free; -1 for a lock's notice
+}
+
+// parseAcquired reads a grant's notice, as acquire.lua and rw_acquire.lua
+// publish it, "acquired:<fence>:<ttl_ms>", and sem_acquire.lua,
+// "acquired:<fence>:<ttl_ms>:<available>". It reports false for any other
+// message, a hint.
+func parseAcquired(msg string) (grantNotice, bool) {
+	rest, ok := strings.CutPrefix(msg, hintAcquired+":")
+	if !ok {
+		return grantNotice{}, false
+	}
+	fields := strings.Split(rest, ":")
+	if len(fields) < 2 || len(fields) > 3 {
+		return grantNotice{}, false
+	}
+	v := [3]int64{2: -1}
+	for i, f := range fields {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 {
+			return grantNotice{}, false
+		}
+		v[i] = n
+	}
+	return grantNotice{fence: v[0], ttl: time.Duration(v[1]) * time.Millisecond, available: v[2]}, true
+}
+
+// isNotice reports whether msg is a grant's notice rather than a hint.
+func isNotice(msg string) bool {
+	_, ok := parseAcquired(msg)
+	return ok
+}
+
+// offer puts msg in c (buffered 1), or in place of the message c holds
+// when msg replaces it (see replaces), and reports whether it did. Called
+// with the lock that every sender to c holds.
+func offer(c chan string, msg string) bool {
+	select {
+	case c <- msg:
+		return true
+	default:
+	}
+	taken := true
+	select {
+	case old := <-c:
+		if !replaces(msg, old) {
+			msg, taken = old, false // it stays
+		}
+	default: // received meanwhile
+	}
+	select {
+	case c <- msg:
+	default:
+	}
+	return taken
+}
+
+// replaces reports whether msg takes the place of old, pending for a
+// listener: a hint replaces a notice, so a notice never costs a waiter its
+// wake-up (the attempt's reply then says when to look again); a notice
+// replaces a notice of a longer lease, so the waiter looks again when the
+// first of them may end; nothing replaces a pending hint.
+func replaces(msg, old string) bool {
+	o, oldNotice := parseAcquired(old)
+	if !oldNotice {
+		return false
+	}
+	n, notice := parseAcquired(msg)
+	return !notice || n.ttl < o.ttl
+}
 
 // subscriber is the process's pub/sub connection: one on a single node, one
 // per primary on a Redis Cluster, where channels are subscribed with
@@ -86,7 +171,7 @@ type listener struct {
 	sub       *subscriber
 	channel   string
 	broadcast bool
-	c         chan string   // buffered 1; a full buffer already holds a pending hint
+	c         chan string   // buffered 1; a full buffer already holds a pending hint or notice (see offer)
 	ready     chan struct{} // the channel's: closed once the subscription is confirmed
 }
 
@@ -352,28 +437,21 @@ func (l *listener) leave(handOn bool) {
 }
 
 // wakeOne gives a hint to the longest-waiting shared listener that has none
-// pending. Called with the subscriber's lock held.
+// pending (a pending notice gives way, see offer). Called with the
+// subscriber's lock held.
 func (ch *subChannel) wakeOne(hint string) {
 	for _, l := range ch.listeners {
-		if l.broadcast {
-			continue
-		}
-		select {
-		case l.c <- hint:
+		if !l.broadcast && offer(l.c, hint) {
 			return
-		default:
 		}
 	}
 }
 
-// wakeAll gives a hint to every listener that has none pending. Called with
-// the subscriber's lock held.
-func (ch *subChannel) wakeAll(hint string) {
+// wakeAll gives a hint, or a notice, to every listener that has none
+// pending (see offer). Called with the subscriber's lock held.
+func (ch *subChannel) wakeAll(msg string) {
 	for _, l := range ch.listeners {
-		select {
-		case l.c <- hint:
-		default:
-		}
+		offer(l.c, msg)
 	}
 }
 
@@ -435,8 +513,9 @@ func (s *subscriber) confirmed(channel string) {
 	}
 }
 
-// deliver hands one message to the listeners of its channel: every broadcast
-// listener gets it, and one shared listener.
+// deliver hands one message to the listeners of its channel: a hint to every
+// broadcast listener and one shared listener, a grant's notice to every
+// listener (it sends none of them to Redis, see acquireWaiting).
 func (s *subscriber) deliver(channel, payload string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -444,12 +523,13 @@ func (s *subscriber) deliver(channel, payload string) {
 	if ch == nil {
 		return
 	}
+	if isNotice(payload) {
+		ch.wakeAll(payload)
+		return
+	}
 	for _, l := range ch.listeners {
 		if l.broadcast {
-			select {
-			case l.c <- payload:
-			default:
-			}
+			offer(l.c, payload)
 		}
 	}
 	ch.wakeOne(payload)
