@@ -17,7 +17,15 @@ import (
 // no re-check timer can grant it); keep-alive leases taken before the fault
 // on the primaries that did not fail are still held with their fences. No
 // request is answered 500.
+//
+// The leases' TTLs leave room for what a fault costs by design: a renewal
+// round that reaches a stopped primary waits one Redis timeout (2s here)
+// before it renews the others, so a keep-alive lease needs a TTL above its
+// renewal's lead (a third of it) plus that timeout, with room for a busy
+// machine; a hold's first event is checked against its primary's clock
+// after it arrived, so its TTL covers the delivery too.
 func TestClusterHoldsWakeUpsAndKeepaliveAcrossFaults(t *testing.T) {
+	const faultKeptTTL, holdTTL = 12 * time.Second, 8 * time.Second
 	cl := ownCluster(t)
 	a, b, nodes, _ := newClusterPair(t, cl)
 	for addr, rdb := range nodes {
@@ -49,7 +57,7 @@ func TestClusterHoldsWakeUpsAndKeepaliveAcrossFaults(t *testing.T) {
 		var ks []kept
 		for i, p := range prims {
 			name := names(p, fmt.Sprintf("kept%d", round), 1)[0]
-			l := envs[i%2].acquire(t, name, `{"ttl":"`+keptTTL.String()+`","keepalive":true}`)
+			l := envs[i%2].acquire(t, name, `{"ttl":"`+faultKeptTTL.String()+`","keepalive":true}`)
 			ks = append(ks, kept{name, l.Token, l.Fence, p})
 		}
 		return ks
@@ -77,7 +85,7 @@ func TestClusterHoldsWakeUpsAndKeepaliveAcrossFaults(t *testing.T) {
 		for i, p := range prims {
 			e, other := envs[i%2], envs[(i+1)%2]
 			hold, waited := names(p, fmt.Sprintf("hold%d", round), 2)[0], names(p, fmt.Sprintf("wait%d", round), 1)[0]
-			h := e.openHold(t, hold, `{"ttl":"2s"}`)
+			h := e.openHold(t, hold, `{"ttl":"`+holdTTL.String()+`"}`)
 			if h.Status != http.StatusOK {
 				t.Errorf("hold %s on %s: %d %s", hold, p.Addr, h.Status, h.Body)
 			} else {
