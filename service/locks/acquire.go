@@ -48,6 +48,9 @@ type AcquireRequest struct {
 	// Mode is the lease asked of a read/write lock (AcquireRW); other
 	// primitives take none.
 	Mode RWMode
+	// Value is the value an election's leader leads with (Campaign); other
+	// primitives take none.
+	Value string
 }
 
 // Lease is a granted lock lease.
@@ -61,6 +64,7 @@ type Lease struct {
 	Reentrant bool       // true when an existing lease was re-entered
 	Keepalive *Keepalive // set when the service keeps the lease alive
 	Mode      RWMode     // a read/write lock's lease: read or write; else empty
+	Value     string     // an election's leadership: the leader's value; else empty
 }
 
 // acquisition is one acquire on its way through the machine: the primitive
@@ -91,6 +95,7 @@ type attemptResult struct {
 	refused   error         // a primitive's own refusal (ErrConflict), when status is acquireRefused
 	permits   int64         // a semaphore's capacity
 	available int64         // a semaphore's permits free after the attempt
+	leader    *Leader       // an election's leader when not granted (nil: vacant)
 }
 
 // granted reports a grant, new or reentrant.

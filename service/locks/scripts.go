@@ -32,6 +32,7 @@ var (
 	mutexScripts = newLeaseScripts("")     // mutex.go
 	rwScripts    = newLeaseScripts("rw_")  // rwlock.go
 	semScripts   = newLeaseScripts("sem_") // semaphore.go, and semSetPermitsScript
+	// elScripts, the election's, are election.go's, with elProclaimScript.
 )
 
 // leaseScripts are a lease primitive's scripts, one per operation.
@@ -55,6 +56,7 @@ func newLeaseScripts(prefix string) leaseScripts {
 func lockScripts() []*store.Script {
 	return slices.Concat(mutexScripts.all(), []*store.Script{keepaliveDueScript},
 		semScripts.all(), []*store.Script{semSetPermitsScript}, rwScripts.all(),
+		elScripts.all(), []*store.Script{elProclaimScript},
 		[]*store.Script{quotaTakeScript, quotaSetScript, quotaReleaseScript})
 }
 

@@ -68,6 +68,7 @@ type Service struct {
 	sub       *subscriber
 	mutex     primitive // the exclusive lock (mutex.go)
 	rwlock    primitive // the read/write lock (rwlock.go)
+	election  primitive // the election (election.go)
 	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
 	shards    shardKeys     // on a cluster: the registry's shard of every slot (shards.go)
@@ -96,7 +97,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	sc := st.Config()
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
-	s.mutex, s.rwlock = mutex{leaseBase{s, &mutexScripts}}, s.rwLock()
+	s.mutex, s.rwlock, s.election = mutex{leaseBase{s, &mutexScripts}}, s.rwLock(), s.elect()
 	if sc.Cluster {
 		s.shards, s.dir = newShardKeys(sc.KeyPrefix), newShardDir(sc.KeyPrefix)
 		st.Register(dirScripts...)
