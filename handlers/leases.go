@@ -43,6 +43,9 @@ type primitive[A, H leaseBody[R], R, L any] struct {
 	// answer writes a lease: granted (a new or reentrant one, with its
 	// token) or renewed.
 	answer func(w http.ResponseWriter, l L, granted bool)
+	// holdEvent is the data of a hold stream's "acquired" (withToken) and
+	// "renewed" events; nil is a lock's lease (toLeaseResponse).
+	holdEvent func(l locks.Lease, withToken bool) any
 	// release, force and inspect return the body of their answer.
 	release func(ctx context.Context, name, token string, mode locks.RWMode) (any, error)
 	force   func(ctx context.Context, name string) error
@@ -105,7 +108,11 @@ func (p *primitive[A, H, R, L]) handleHold(w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return err
 	}
-	return p.a.streamHold(w, r, name, p.location(name), body.wait(),
+	event := p.holdEvent
+	if event == nil {
+		event = func(l locks.Lease, withToken bool) any { return toLeaseResponse(l, withToken) }
+	}
+	return p.a.streamHold(w, r, name, p.location(name), body.wait(), event,
 		func(ctx context.Context) (*locks.Hold, error) { return p.hold(ctx, name, req) })
 }
 

@@ -47,7 +47,8 @@ func (a *api) handleListSemaphores(w http.ResponseWriter, r *http.Request) error
 
 // lostKinds are the listings of lost leases: /v1/lost/<path> lists the
 // primitive the lock service calls label.
-var lostKinds = []struct{ path, label string }{{"locks", "lock"}, {"rwlocks", "rwlock"}, {"semaphores", "semaphore"}}
+var lostKinds = []struct{ path, label string }{{"locks", "lock"}, {"rwlocks", "rwlock"}, {"semaphores", "semaphore"},
+	{"elections", "election"}}
 
 // lostStateResponse is one name of a listing of lost leases: the leases it
 // lost that are still remembered, newest first, never a token.

@@ -65,6 +65,7 @@ type Lease struct {
 	Keepalive *Keepalive // set when the service keeps the lease alive
 	Mode      RWMode     // a read/write lock's lease: read or write; else empty
 	Value     string     // an election's leadership: the leader's value; else empty
+	Owner     string     // an election's leadership: the owner text it was granted with; else empty
 }
 
 // acquisition is one acquire on its way through the machine: the primitive
@@ -95,7 +96,7 @@ type attemptResult struct {
 	refused   error         // a primitive's own refusal (ErrConflict), when status is acquireRefused
 	permits   int64         // a semaphore's capacity
 	available int64         // a semaphore's permits free after the attempt
-	leader    *Leader       // an election's leader when not granted (nil: vacant)
+	leader    *Leader       // an election's leader: the caller's when granted, else the other's (nil: vacant)
 }
 
 // granted reports a grant, new or reentrant.

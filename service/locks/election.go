@@ -107,7 +107,7 @@ func (e election) acquireCall(a acquisition, waiterTimeout time.Duration) (*stor
 
 // readAttempt reads el_acquire.lua's reply: the nine fields of
 // acquire.lua's, then the leader's owner, since (µs) and value, which
-// make the refusal's leader.
+// make the leader: the caller's when granted, else the refusal's.
 func (election) readAttempt(_ acquisition, res any) (attemptResult, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 12 {
@@ -177,11 +177,14 @@ func (s *Service) Campaign(ctx context.Context, name string, req AcquireRequest)
 		return Lease{}, err
 	}
 	req.Fair, req.Mode = true, ""
-	lease, _, err := s.acquire(ctx, s.election, name, req)
+	lease, r, err := s.acquire(ctx, s.election, name, req)
 	if err != nil {
 		return Lease{}, err
 	}
 	lease.Value = req.Value
+	if r.leader != nil {
+		lease.Owner = r.leader.Owner // a re-entry's is the first grant's
+	}
 	return lease, nil
 }
 
