@@ -2,8 +2,9 @@ package handlers
 
 // The one path of each operation on a lease (acquire, inspect, renew,
 // release and its admin force-release, hold), whatever the primitive: the
-// exclusive lock (locks.go), the read/write lock (rwlocks.go) and the
-// semaphore (semaphores.go) each supply only a description of what differs
+// exclusive lock (locks.go), the read/write lock (rwlocks.go), the
+// semaphore (semaphores.go) and the election (elections.go) each supply
+// only a description of what differs
 // (primitive). A hold's stream is hold.go's.
 
 import (

@@ -27,7 +27,8 @@ import (
 //
 // Every lease primitive has one script per operation of leaseScripts, in
 // files named alike: the exclusive lock's acquire.lua, the read/write
-// lock's rw_acquire.lua, the semaphore's sem_acquire.lua.
+// lock's rw_acquire.lua, the semaphore's sem_acquire.lua, the election's
+// el_acquire.lua.
 var (
 	mutexScripts = newLeaseScripts("")     // mutex.go
 	rwScripts    = newLeaseScripts("rw_")  // rwlock.go

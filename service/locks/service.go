@@ -8,7 +8,9 @@
 // are its own. Each primitive supplies only what differs (primitive.go),
 // each in one file with its scripts' own ARGV and replies: the exclusive
 // lock in mutex.go, the read/write lock in rwlock.go (its scripts are
-// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go. What serves every primitive beside it: the service
+// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go, the
+// election in election.go (its scripts are el_*.lua). What serves every
+// primitive beside it: the service
 // and its config, the checks of every request's input (check.go), the key
 // layout and the keep-alive registry's members (keys.go), the pub/sub
 // subscriber (subscriber.go; sharded pub/sub on a Redis Cluster in
