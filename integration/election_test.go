@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/service/locks"
+	"github.com/redis/go-redis/v9"
 )
 
 // electionLeaseJSON is the ElectionLease schema of api/openapi.yaml.
@@ -116,10 +118,9 @@ func TestElectionRoutes(t *testing.T) {
 		t.Errorf("renew = %+v, want term %d and 30s", rl, l.Term)
 	}
 
-	r = e.do(t, http.MethodGet, "/v1/elections?prefix=d", "")
-	wantStatus(t, r, http.StatusOK)
-	if !strings.Contains(string(r.Body), `"name":"db"`) || strings.Contains(string(r.Body), l.Token) {
-		t.Errorf("listing = %s, want db and never a token", r.Body)
+	items := e.listAll(t, "/v1/elections", url.Values{"prefix": {"d"}})
+	if names := namesOf(items); len(names) != 1 || names[0] != "db" || items[0]["leader"] == nil || items[0]["token"] != nil {
+		t.Errorf("listing = %v, want db with its leader and never a token", items)
 	}
 
 	wantStatus(t, e.do(t, http.MethodDelete, electionPath("db"), "", "Lock-Token", l.Token), http.StatusOK)
@@ -138,10 +139,9 @@ func TestElectionRoutes(t *testing.T) {
 	if st := e.election(t, "db", "Lock-Token", next.Token); st.Leader != nil || st.LostReason != "force_released" {
 		t.Errorf("after force: %+v, want vacant and force_released for the evicted token", st)
 	}
-	r = e.do(t, http.MethodGet, "/v1/lost/elections", "")
-	wantStatus(t, r, http.StatusOK)
-	if !strings.Contains(string(r.Body), `"reason":"force_released"`) {
-		t.Errorf("lost elections = %s, want db force_released", r.Body)
+	lost := e.listAll(t, "/v1/lost/elections", nil)
+	if len(lost) != 1 || lost[0]["name"] != "db" || !strings.Contains(fmt.Sprint(lost[0]["leases"]), "force_released") {
+		t.Errorf("lost elections = %v, want db force_released", lost)
 	}
 }
 
@@ -338,4 +338,73 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 		st := e1.election(t, "inv")
 		return st.Leader == nil && st.Candidates == 0
 	})
+}
+
+// TestElectionTenantsAndScopes: an election is in its tenant's namespace,
+// takes a place in the tenant's lease quota as a lock does, and needs the
+// lock scopes (locks:write to campaign, admin to remove a leader); every
+// refusal leaves Redis as it was.
+func TestElectionTenantsAndScopes(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile("leases: 2, waiters: 2"))))
+	a, b, admin := bearer(secretA), bearer(secretB), bearer(secretAdminA)
+	la := e.campaign(t, "db", `{"value": "a-1", "ttl": "1m"}`, a...)
+	lb := e.campaign(t, "db", `{"value": "b-1", "ttl": "1m"}`, b...)
+	if st := e.election(t, "db", a...); st.Leader == nil || st.Leader.Value != "a-1" {
+		t.Errorf("tenant a sees %+v, want its own leader a-1", st.Leader)
+	}
+	if st := e.election(t, "db", b...); st.Leader == nil || st.Leader.Value != "b-1" || lb.Term <= 0 {
+		t.Errorf("tenant b sees %+v, want its own leader b-1", st.Leader)
+	}
+	e.acquire(t, "lock", `{"ttl":"1m"}`, a...) // a's second lease: its quota is full
+	as := func(pairs ...string) []string { return append(append([]string{}, a...), pairs...) }
+	wantRefusalsChangeNothing(t, e, []refusal{
+		{"campaign past the quota", "POST", electionPath("other"), `{"ttl":"1m"}`, a, http.StatusTooManyRequests, "quota-exceeded"},
+		{"campaign with a read-only key", "POST", electionPath("other"), `{"ttl":"1m"}`, admin, http.StatusForbidden, "forbidden"},
+		{"proclaim with a read-only key", "PUT", electionPath("db") + "/value", `{"value":"x"}`, append(append([]string{}, admin...), "Lock-Token", la.Token), http.StatusForbidden, "forbidden"},
+		{"force without admin", "DELETE", electionPath("db") + "?force=true", "", a, http.StatusForbidden, "forbidden"},
+		{"another tenant's leader", "DELETE", electionPath("db"), "", append(append([]string{}, b...), "Lock-Token", la.Token), http.StatusConflict, "not-owner"},
+		{"proclaim past the value bound", "PUT", electionPath("db") + "/value", `{"value":"` + strings.Repeat("x", locks.MaxValueBytes+1) + `"}`, as("Lock-Token", la.Token), http.StatusBadRequest, "invalid-request"},
+	})
+	wantStatus(t, e.do(t, "DELETE", electionPath("db")+"?force=true", "", admin...), http.StatusNoContent)
+	if st := e.election(t, "db", b...); st.Leader == nil {
+		t.Error("forcing tenant a's election removed tenant b's leader")
+	}
+	e.campaign(t, "other", `{"ttl":"1m"}`, a...) // the forced leadership's place was given back
+}
+
+// TestTermsAfterDataLoss: terms stay above every earlier term of the name
+// when Redis lost the term counter (deleted, as after a restart that lost
+// data) or kept it behind the terms handed out (a partial loss), and a
+// removed leader's term is stale, on real Redis.
+func TestTermsAfterDataLoss(t *testing.T) {
+	e := newTestEnv(t)
+	keys := locks.ElectionKeysOf(e.Prefix, "db")
+	term := func() int64 {
+		l := e.campaign(t, "db", `{"ttl":"10s"}`)
+		wantStatus(t, e.do(t, http.MethodDelete, electionPath("db"), "", "Lock-Token", l.Token), http.StatusOK)
+		return l.Term
+	}
+	first, second := term(), term()
+	if second <= first {
+		t.Fatalf("terms %d then %d, want increasing", first, second)
+	}
+	if err := e.RDB.Del(t.Context(), keys.Fence).Err(); err != nil {
+		t.Fatal(err)
+	}
+	third := term()
+	if third <= second {
+		t.Errorf("term after the counter was lost = %d, want above %d", third, second)
+	}
+	if err := e.RDB.SetArgs(t.Context(), keys.Fence, first, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fourth := term()
+	if fourth <= third {
+		t.Errorf("term after the counter went back to %d = %d, want above %d", first, fourth, third)
+	}
+	held := e.campaign(t, "db", `{"ttl":"1h"}`)
+	wantStatus(t, e.do(t, http.MethodDelete, electionPath("db")+"?force=true", "", "Authorization", "Bearer "+testAdminKey), http.StatusNoContent)
+	if next := term(); next <= held.Term {
+		t.Errorf("term after the leader was removed = %d, want above the removed %d", next, held.Term)
+	}
 }
