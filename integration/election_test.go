@@ -408,3 +408,61 @@ func TestTermsAfterDataLoss(t *testing.T) {
 		t.Errorf("term after the leader was removed = %d, want above the removed %d", next, held.Term)
 	}
 }
+
+// TestElectionVacancyAfterTheLeadersInstanceDies: a keep-alive leader whose
+// instance dies and who sends no heartbeat loses the leadership (the other
+// instance's renewer stops at the missed heartbeat, and the lease runs out),
+// a candidate waiting on the other instance is elected with a greater term,
+// and the loss is recorded as a lock's is.
+func TestElectionVacancyAfterTheLeadersInstanceDies(t *testing.T) {
+	e1 := newTestEnv(t, withRenewer(0))
+	e2 := newTestEnv(t, beside(e1), withRenewer(0))
+	leader := e1.campaign(t, "svc", `{"value": "on-e1", "ttl": "1s", "keepalive": true, "heartbeat": "1s", "max_hold": "1m"}`)
+	got := make(chan response, 1)
+	go func() {
+		got <- e2.send(t.Context(), http.MethodPost, electionPath("svc"), `{"value": "on-e2", "wait": "50s"}`)
+	}()
+	eventually(t, time.Minute, "the candidate waits", func() bool { return e2.election(t, "svc").Candidates == 1 })
+	e1.kill()
+	var r response
+	select {
+	case r = <-got:
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatal("the candidate was not elected after the leader's instance died")
+	}
+	wantStatus(t, r, http.StatusCreated)
+	if next := decodeAs[electionLeaseJSON](t, r); next.Term <= leader.Term || *next.Value != "on-e2" {
+		t.Errorf("elected %+v, want on-e2 above term %d", next, leader.Term)
+	}
+	if st := e2.election(t, "svc", "Lock-Token", leader.Token); st.LostReason != "heartbeat_missed" {
+		t.Errorf("the dead leader's lost reason = %q, want heartbeat_missed", st.LostReason)
+	}
+	lost := e2.listAll(t, "/v1/lost/elections", nil)
+	if len(lost) != 1 || !strings.Contains(fmt.Sprint(lost[0]["leases"]), "heartbeat_missed") {
+		t.Errorf("lost elections = %v, want svc heartbeat_missed", lost)
+	}
+}
+
+// TestElectionHoldLostToForce: a held leadership removed by an
+// administrator ends its stream with "lost", reason force_released.
+func TestElectionHoldLostToForce(t *testing.T) {
+	e := newTestEnv(t)
+	h := e.openHoldAt(t, electionPath("svc")+"/hold", `{"value": "worker-1", "ttl": "30s"}`)
+	if h.Status != http.StatusOK {
+		t.Fatalf("hold = %d %s", h.Status, h.Body)
+	}
+	if ev := h.next(t, time.Minute, false); ev.Name != "acquired" {
+		t.Fatalf("first event = %+v, want acquired", ev)
+	}
+	wantStatus(t, e.do(t, http.MethodDelete, electionPath("svc")+"?force=true", "", "Authorization", "Bearer "+testAdminKey), http.StatusNoContent)
+	ev := h.next(t, time.Minute, false)
+	for ev.Name == "renewed" {
+		ev = h.next(t, time.Minute, false)
+	}
+	if ev.Name != "lost" || ev.Data["reason"] != "force_released" {
+		t.Errorf("event after the force = %+v, want lost force_released", ev)
+	}
+	if !h.ended(time.Minute) {
+		t.Error("the stream did not end after lost")
+	}
+}
