@@ -473,13 +473,13 @@ func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, a acquis
 }
 
 // waitOutcome names the outcome of any primitive's wait, as its metric
-// counts it: acquired, timeout (still held, or too few permits free, when
-// the wait ended), canceled, conflict or error.
+// counts it: acquired, timeout (still held, too few permits free, or
+// another leader, when the wait ended), canceled, conflict or error.
 func waitOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "acquired"
-	case errors.As(err, new(*HeldError)), errors.As(err, new(*PermitsUnavailableError)):
+	case errors.As(err, new(*HeldError)), errors.As(err, new(*PermitsUnavailableError)), errors.As(err, new(*ElectionHeldError)):
 		return "timeout"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "canceled"

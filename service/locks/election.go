@@ -8,6 +8,7 @@ import (
 
 	"github.com/latchkey/latchkey/scripts/lua"
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Elections: a leader's lease is one more primitive on the acquire machine
@@ -90,6 +91,30 @@ type election struct{ leaseBase }
 // elect is the election as a primitive, on its scripts.
 func (s *Service) elect() election { return election{leaseBase{s, &elScripts}} }
 
+// elMetrics are the election's Prometheus collectors.
+type elMetrics struct {
+	grants    *prometheus.CounterVec // kind: new, reentrant
+	conflicts prometheus.Counter
+	releases  *prometheus.CounterVec // kind: resigned, forced
+	waits     *prometheus.CounterVec // outcome: acquired, timeout, canceled, conflict, error
+}
+
+func newElMetrics(reg prometheus.Registerer) *elMetrics {
+	m := &elMetrics{
+		grants:    counterVec(reg, "latchkey_election_grants_total", "Leaderships granted, by kind (new: elected, reentrant: the leader campaigned again).", "kind"),
+		conflicts: counter(reg, "latchkey_election_conflicts_total", "Campaign attempts refused because another token led or a candidate ahead took the leadership."),
+		releases:  counterVec(reg, "latchkey_election_releases_total", "Leaderships ended through the API, by kind (resigned, forced).", "kind"),
+		waits:     counterVec(reg, "latchkey_election_waits_total", "Campaigns that waited, by outcome (acquired, timeout, canceled, conflict, error).", "outcome"),
+	}
+	for _, k := range []string{"new", "reentrant"} {
+		m.grants.WithLabelValues(k)
+	}
+	for _, k := range []string{"resigned", "forced"} {
+		m.releases.WithLabelValues(k)
+	}
+	return m
+}
+
 func (election) kind() kind { return kindEl }
 
 // listen: every candidate of the process hears every wake-up, as only the
@@ -129,7 +154,8 @@ func (election) readAttempt(_ acquisition, res any) (attemptResult, error) {
 
 // refusal: another token leads, or a candidate ahead takes the vacant
 // leadership (*ElectionHeldError).
-func (election) refusal(name string, r attemptResult) error {
+func (e election) refusal(name string, r attemptResult) error {
+	e.s.el.conflicts.Inc()
 	retry := r.ttl
 	if retry <= 0 {
 		retry = r.recheck
@@ -140,10 +166,15 @@ func (election) refusal(name string, r attemptResult) error {
 	return &ElectionHeldError{Name: name, RetryAfter: retry, Leader: r.leader}
 }
 
-// Elections have no metrics of their own: their grants and waits are not
-// counted as a lock's.
-func (election) countGrant(bool) {}
-func (election) countWait(error) {}
+func (e election) countGrant(reentrant bool) {
+	if reentrant {
+		e.s.el.grants.WithLabelValues("reentrant").Inc()
+	} else {
+		e.s.el.grants.WithLabelValues("new").Inc()
+	}
+}
+
+func (e election) countWait(err error) { e.s.el.waits.WithLabelValues(waitOutcome(err)).Inc() }
 
 func (e election) lostReason(ctx context.Context, k lockKeys, token string) string {
 	st, _ := e.inspect(ctx, k, token) // a failed inspect has no reason
@@ -266,6 +297,7 @@ func (e election) release(ctx context.Context, k lockKeys, token string) (Releas
 	if _, err := ownerReply("el_release", 2, res, err); err != nil {
 		return Released{}, err
 	}
+	s.el.releases.WithLabelValues("resigned").Inc()
 	s.released(ctx, k, token, 0)
 	return Released{Released: true}, nil
 }
@@ -287,6 +319,7 @@ func (s *Service) ForceResign(ctx context.Context, name string) (bool, error) {
 	status, _ := res.(int64)
 	removed := status == forceRemoved
 	if removed {
+		s.el.releases.WithLabelValues("forced").Inc()
 		s.evictPlaces(ctx, k)
 	}
 	return removed, nil

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/storetest"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func mustCampaign(t *testing.T, svc *locks.Service, name string, req locks.AcquireRequest) locks.Lease {
@@ -375,5 +377,41 @@ func TestElectionIsApartFromTheLock(t *testing.T) {
 	mustCampaign(t, svc, "primary", locks.AcquireRequest{})
 	if ek, lk := locks.ElectionKeysOf("p:", "x"), locks.KeysOf("p:", "x"); ek.Lock == lk.Lock || !strings.HasSuffix(ek.Lock, "{x}") {
 		t.Errorf("election key %q, lock key %q: want apart, under the name's hash tag", ek.Lock, lk.Lock)
+	}
+}
+
+// The election's metrics count its grants, refusals, waits and ends, and
+// nothing of it is counted as a lock's.
+func TestElectionMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	svc, _ := newTestService(t, locks.Config{Registerer: reg})
+	mustCampaign(t, svc, "primary", locks.AcquireRequest{Token: tokenA})
+	mustCampaign(t, svc, "primary", locks.AcquireRequest{Token: tokenA})
+	if _, err := svc.Campaign(t.Context(), "primary", locks.AcquireRequest{Token: tokenB, Wait: 20 * time.Millisecond}); err == nil {
+		t.Fatal("a second token was elected while another led")
+	}
+	if _, err := svc.Resign(t.Context(), "primary", tokenA); err != nil {
+		t.Fatal(err)
+	}
+	mustCampaign(t, svc, "primary", locks.AcquireRequest{Token: tokenB})
+	if _, err := svc.ForceResign(t.Context(), "primary"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"latchkey_election_grants_total", []string{"kind", "new"}, 2},
+		{"latchkey_election_grants_total", []string{"kind", "reentrant"}, 1},
+		{"latchkey_election_conflicts_total", nil, 1},
+		{"latchkey_election_waits_total", []string{"outcome", "timeout"}, 1},
+		{"latchkey_election_releases_total", []string{"kind", "resigned"}, 1},
+		{"latchkey_election_releases_total", []string{"kind", "forced"}, 1},
+		{"latchkey_lock_grants_total", []string{"kind", "new"}, 0},
+	} {
+		if got := storetest.CounterValue(t, reg, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
 	}
 }

@@ -79,6 +79,7 @@ type Service struct {
 	opTimeout time.Duration // the store's bound on a Redis call
 
 	semMetrics *semMetrics // the semaphore's (semaphore.go)
+	el         *elMetrics  // the election's (election.go)
 	semWakes   *semWakes
 
 	listSecret listSecret     // signs listing cursors (list.go)
@@ -108,6 +109,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
+	s.el = newElMetrics(cfg.Registerer)
 	st.Register(lockScripts()...)
 	st.Register(listSecretScript, lostListScript)
 	s.sampled = newSampleMetrics(cfg.Registerer)
