@@ -160,7 +160,7 @@ func (e election) refusal(name string, r attemptResult) error {
 	if retry <= 0 {
 		retry = r.recheck
 	}
-	if !r.granted() && r.status != acquireNotGranted {
+	if r.status != acquireNotGranted { // el_acquire.lua answers no other refusal
 		return fmt.Errorf("locks: election %s: unexpected status %d: %w", name, r.status, store.ErrConflict)
 	}
 	return &ElectionHeldError{Name: name, RetryAfter: retry, Leader: r.leader}
