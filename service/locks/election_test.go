@@ -415,3 +415,65 @@ func TestElectionMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A candidate that gives up leaves the queue at once: the one behind it is
+// elected on the next resignation, not after the first one's deadline.
+func TestAbandonedCandidateLeavesTheQueue(t *testing.T) {
+	svc, _ := newTestService(t, locks.Config{})
+	t.Cleanup(func() { _ = svc.Close() })
+	leader := mustCampaign(t, svc, "primary", locks.AcquireRequest{})
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := svc.Campaign(ctx, "primary", locks.AcquireRequest{Value: "quitter", Wait: time.Minute})
+		gaveUp <- err
+	}()
+	waitCandidates(t, svc, "primary", 1)
+	elected := make(chan locks.Lease, 1)
+	go func() {
+		l, err := svc.Campaign(t.Context(), "primary", locks.AcquireRequest{Value: "stayer", Wait: time.Minute})
+		if err != nil {
+			t.Errorf("the second candidate = %v", err)
+		}
+		elected <- l
+	}()
+	waitCandidates(t, svc, "primary", 2)
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the candidate that gave up = %v, want context.Canceled", err)
+	}
+	waitCandidates(t, svc, "primary", 1)
+	if _, err := svc.Resign(t.Context(), "primary", leader.Token); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-elected:
+		if l.Value != "stayer" {
+			t.Errorf("elected %q, want stayer", l.Value)
+		}
+	case <-time.After(time.Minute): // a hang guard: the candidate's wait is a minute too
+		t.Fatal("the candidate behind one that gave up was not elected")
+	}
+}
+
+// A held leadership carries the value, and closing the hold resigns.
+func TestHoldElection(t *testing.T) {
+	svc, _ := newTestService(t, locks.Config{})
+	t.Cleanup(func() { _ = svc.Close() })
+	h, err := svc.HoldElection(t.Context(), "primary", locks.AcquireRequest{Value: "held", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatalf("HoldElection = %v", err)
+	}
+	if l := h.Lease(); l.Value != "held" || l.Fence <= 0 {
+		t.Errorf("held lease = %+v, want the value and a term", l)
+	}
+	if st := mustInspectElection(t, svc, "primary", h.Lease().Token); !st.Owned || st.Leader.Value != "held" {
+		t.Errorf("while held: %+v, want led with the value", st)
+	}
+	if rel, err := h.Close(t.Context()); err != nil || !rel.Released {
+		t.Fatalf("Close = %+v, %v; want resigned", rel, err)
+	}
+	if st := mustInspectElection(t, svc, "primary", ""); st.Leader != nil {
+		t.Errorf("after the hold closed: leader %+v, want vacant", st.Leader)
+	}
+}
