@@ -13,8 +13,8 @@ import (
 // listParams are the query parameters of a listing.
 var listParams = []string{"cursor", "limit", "prefix"}
 
-// listResponse is the answer to GET /v1/locks, /v1/rwlocks and
-// /v1/semaphores: a page of items, each as GET on its name answers it, and
+// listResponse is the answer to GET /v1/locks, /v1/rwlocks, /v1/semaphores
+// and /v1/elections: a page of items, each as GET on its name answers it, and
 // the cursor of the next page, absent on the last.
 type listResponse[R any] struct {
 	Items      []R    `json:"items"`
@@ -66,8 +66,8 @@ type lostLeaseResponse struct {
 	Owner  string    `json:"owner,omitempty"`
 }
 
-// handleListLost implements operationIds listLostLocks, listLostRWLocks and
-// listLostSemaphores: the names of the primitive label that lost a lease
+// handleListLost implements operationIds listLostLocks, listLostRWLocks,
+// listLostSemaphores and listLostElections: the names of the primitive label that lost a lease
 // recently. Returns the errors of reading the query and of
 // locks.Service.ListLost.
 func (a *api) handleListLost(label string) func(http.ResponseWriter, *http.Request) error {
