@@ -13,7 +13,7 @@ import (
 	"github.com/latchkey/latchkey/service/locks"
 )
 
-// forcePrimitives are the resources of the three lease primitives, each of
+// forcePrimitives are the resources of the lease primitives, each of
 // which a release with ?force=true force-releases.
 var forcePrimitives = []struct {
 	path, release, force string // the path and the service calls of a release and a force-release
@@ -21,9 +21,10 @@ var forcePrimitives = []struct {
 	{"/v1/locks/orders", "Release", "ForceRelease"},
 	{"/v1/rwlocks/orders", "ReleaseRW", "ForceReleaseRW"},
 	{"/v1/semaphores/orders", "ReleaseSemaphore", "ForceReleaseSemaphore"},
+	{"/v1/elections/orders", "Resign", "ForceResign"},
 }
 
-// releasingService answers every release and force-release of the three
+// releasingService answers every release and force-release of the lease
 // primitives with a success, and records which was called.
 func releasingService() (*fakeService, func() []string) {
 	var mu sync.Mutex
@@ -47,6 +48,11 @@ func releasingService() (*fakeService, func() []string) {
 	fake.ForceReleaseRWFn = func(context.Context, string) (bool, error) { called("ForceReleaseRW"); return true, nil }
 	fake.ReleaseSemaphoreFn = func(context.Context, string, string) (int64, error) { called("ReleaseSemaphore"); return 1, nil }
 	fake.ForceReleaseSemaphoreFn = func(context.Context, string) (int64, error) { called("ForceReleaseSemaphore"); return 1, nil }
+	fake.ResignFn = func(context.Context, string, string) (locks.Released, error) {
+		called("Resign")
+		return locks.Released{Released: true}, nil
+	}
+	fake.ForceResignFn = func(context.Context, string) (bool, error) { called("ForceResign"); return true, nil }
 	return fake, func() []string {
 		mu.Lock()
 		defer mu.Unlock()

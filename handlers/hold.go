@@ -30,11 +30,12 @@ type releasedEvent struct {
 // the service renews it while the connection is open and the stream
 // reports "acquired", "renewed", "lost" and "released", with comment lines
 // between them so proxies keep the connection open; location names the
-// resource. When the client goes away the lease is released at once.
+// resource; event makes the data of "acquired" (withToken) and "renewed".
+// When the client goes away the lease is released at once.
 // Returns the errors of hold (an *interruptedError when a shutdown cut its
 // wait short); once the stream has started it returns nil.
 func (a *api) streamHold(w http.ResponseWriter, r *http.Request, name, location string, wait time.Duration,
-	hold func(context.Context) (*locks.Hold, error)) error {
+	event func(l locks.Lease, withToken bool) any, hold func(context.Context) (*locks.Hold, error)) error {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // the body is read; a hold outlives any read timeout
 	_ = rc.SetWriteDeadline(time.Now().Add(wait + a.cfg.StreamWriteTimeout))
@@ -64,7 +65,7 @@ func (a *api) streamHold(w http.ResponseWriter, r *http.Request, name, location 
 		}
 		_ = s.event("released", releasedEvent{Name: name, Fence: lease.Fence, Released: rel.Released, HoldCount: rel.HoldCount})
 	}
-	if err := s.event("acquired", toLeaseResponse(lease, true)); err != nil {
+	if err := s.event("acquired", event(lease, true)); err != nil {
 		release()
 		return nil
 	}
@@ -84,7 +85,7 @@ func (a *api) streamHold(w http.ResponseWriter, r *http.Request, name, location 
 				release()
 				return nil
 			case ev.Kind == locks.HoldRenewed:
-				err = s.event("renewed", toLeaseResponse(ev.Lease, false))
+				err = s.event("renewed", event(ev.Lease, false))
 			case ev.Kind == locks.HoldLost:
 				_, _ = h.Close(ctx)
 				_ = s.event("lost", lostEvent{Name: name, Fence: lease.Fence, Reason: ev.Reason})

@@ -2,8 +2,9 @@ package handlers
 
 // The one path of each operation on a lease (acquire, inspect, renew,
 // release and its admin force-release, hold), whatever the primitive: the
-// exclusive lock (locks.go), the read/write lock (rwlocks.go) and the
-// semaphore (semaphores.go) each supply only a description of what differs
+// exclusive lock (locks.go), the read/write lock (rwlocks.go), the
+// semaphore (semaphores.go) and the election (elections.go) each supply
+// only a description of what differs
 // (primitive). A hold's stream is hold.go's.
 
 import (
@@ -43,6 +44,9 @@ type primitive[A, H leaseBody[R], R, L any] struct {
 	// answer writes a lease: granted (a new or reentrant one, with its
 	// token) or renewed.
 	answer func(w http.ResponseWriter, l L, granted bool)
+	// holdEvent is the data of a hold stream's "acquired" (withToken) and
+	// "renewed" events; nil is a lock's lease (toLeaseResponse).
+	holdEvent func(l locks.Lease, withToken bool) any
 	// release, force and inspect return the body of their answer.
 	release func(ctx context.Context, name, token string, mode locks.RWMode) (any, error)
 	force   func(ctx context.Context, name string) error
@@ -72,8 +76,8 @@ func forced[T any](force func(ctx context.Context, name string) (T, error)) func
 // location is the resource of the lease name.
 func (p *primitive[A, H, R, L]) location(name string) string { return p.base + url.PathEscape(name) }
 
-// handleAcquire implements operationIds acquireLock, acquireRWLock and
-// acquireSemaphore: it takes the lease the body asks for, waiting when it
+// handleAcquire implements operationIds acquireLock, acquireRWLock,
+// acquireSemaphore and campaignElection: it takes the lease the body asks for, waiting when it
 // says so, and answers it with its token and location. Returns the errors
 // of decoding the request and of the primitive's acquire, or an
 // *interruptedError when a shutdown cut its wait short.
@@ -93,8 +97,8 @@ func (p *primitive[A, H, R, L]) handleAcquire(w http.ResponseWriter, r *http.Req
 	return nil
 }
 
-// handleHold implements operationIds holdLock, holdRWLock and
-// holdSemaphore: a connection-scoped lease streamed as Server-Sent Events
+// handleHold implements operationIds holdLock, holdRWLock, holdSemaphore
+// and holdElection: a connection-scoped lease streamed as Server-Sent Events
 // (see streamHold). The lease is taken (after an optional wait) before the
 // stream starts, so failures are ordinary problem answers. Returns the
 // errors of decoding the request and of the primitive's hold (an
@@ -105,7 +109,11 @@ func (p *primitive[A, H, R, L]) handleHold(w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return err
 	}
-	return p.a.streamHold(w, r, name, p.location(name), body.wait(),
+	event := p.holdEvent
+	if event == nil {
+		event = func(l locks.Lease, withToken bool) any { return toLeaseResponse(l, withToken) }
+	}
+	return p.a.streamHold(w, r, name, p.location(name), body.wait(), event,
 		func(ctx context.Context) (*locks.Hold, error) { return p.hold(ctx, name, req) })
 }
 
@@ -121,7 +129,8 @@ func readLease[B leaseBody[R], R any](a *api, w http.ResponseWriter, r *http.Req
 	return lockName(r), body, body.serviceRequest(token), nil
 }
 
-// handleGet implements operationIds getLock, getRWLock and getSemaphore.
+// handleGet implements operationIds getLock, getRWLock, getSemaphore and
+// getElection.
 // Returns the errors of reading the optional Lock-Token and of the
 // primitive's inspect, which checks the name and the token.
 func (p *primitive[A, H, R, L]) handleGet(w http.ResponseWriter, r *http.Request) error {
@@ -137,8 +146,8 @@ func (p *primitive[A, H, R, L]) handleGet(w http.ResponseWriter, r *http.Request
 	return nil
 }
 
-// handleRenew implements operationIds renewLock, renewRWLock and
-// renewSemaphore: it extends the lease the Lock-Token owns (the one the
+// handleRenew implements operationIds renewLock, renewRWLock,
+// renewSemaphore and renewElection: it extends the lease the Lock-Token owns (the one the
 // target names) by the body's optional ttl (absent: the lease's own).
 // Returns the errors of reading the request and of the primitive's renew.
 func (p *primitive[A, H, R, L]) handleRenew(w http.ResponseWriter, r *http.Request) error {
@@ -162,8 +171,8 @@ func (p *primitive[A, H, R, L]) handleRenew(w http.ResponseWriter, r *http.Reque
 	return nil
 }
 
-// handleRelease implements operationIds releaseLock, releaseRWLock and
-// releaseSemaphore, and with ?force=true the admin force-release of every
+// handleRelease implements operationIds releaseLock, releaseRWLock,
+// releaseSemaphore and resignElection, and with ?force=true the admin force-release of every
 // holder. Returns the errors of reading the request, a forbidden error
 // without the admin credential, and the errors of the primitive's release
 // and force. A force-release checks the credential first: without it the

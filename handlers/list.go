@@ -13,8 +13,8 @@ import (
 // listParams are the query parameters of a listing.
 var listParams = []string{"cursor", "limit", "prefix"}
 
-// listResponse is the answer to GET /v1/locks, /v1/rwlocks and
-// /v1/semaphores: a page of items, each as GET on its name answers it, and
+// listResponse is the answer to GET /v1/locks, /v1/rwlocks, /v1/semaphores
+// and /v1/elections: a page of items, each as GET on its name answers it, and
 // the cursor of the next page, absent on the last.
 type listResponse[R any] struct {
 	Items      []R    `json:"items"`
@@ -47,7 +47,8 @@ func (a *api) handleListSemaphores(w http.ResponseWriter, r *http.Request) error
 
 // lostKinds are the listings of lost leases: /v1/lost/<path> lists the
 // primitive the lock service calls label.
-var lostKinds = []struct{ path, label string }{{"locks", "lock"}, {"rwlocks", "rwlock"}, {"semaphores", "semaphore"}}
+var lostKinds = []struct{ path, label string }{{"locks", "lock"}, {"rwlocks", "rwlock"}, {"semaphores", "semaphore"},
+	{"elections", "election"}}
 
 // lostStateResponse is one name of a listing of lost leases: the leases it
 // lost that are still remembered, newest first, never a token.
@@ -65,8 +66,8 @@ type lostLeaseResponse struct {
 	Owner  string    `json:"owner,omitempty"`
 }
 
-// handleListLost implements operationIds listLostLocks, listLostRWLocks and
-// listLostSemaphores: the names of the primitive label that lost a lease
+// handleListLost implements operationIds listLostLocks, listLostRWLocks,
+// listLostSemaphores and listLostElections: the names of the primitive label that lost a lease
 // recently. Returns the errors of reading the query and of
 // locks.Service.ListLost.
 func (a *api) handleListLost(label string) func(http.ResponseWriter, *http.Request) error {

@@ -27,6 +27,9 @@ type Problem struct {
 	Instance  string       `json:"instance,omitempty"`
 	RequestID string       `json:"request_id,omitempty"`
 	Errors    []FieldError `json:"errors,omitempty"`
+	// Leader is the leader an election-held answer found (absent when the
+	// election is vacant and a candidate that came first takes it).
+	Leader *leaderResponse `json:"leader,omitempty"`
 }
 
 // FieldError names one request field and the rule it broke.
@@ -45,6 +48,7 @@ type problemType int
 const (
 	policyNotFound problemType = iota
 	quotaExceeded
+	electionHeld
 	lockHeld
 	permitsMismatch
 	permitsUnavailable
@@ -83,6 +87,8 @@ type problemRow struct {
 	detail func(error) string
 	// header sets the headers this type's answers carry; nil sets none.
 	header func(http.Header, error)
+	// extend adds the type's extension members to p; nil adds none.
+	extend func(p *Problem, err error)
 }
 
 // problemTypes is the one mapping from errors to problem answers: one row
@@ -90,6 +96,9 @@ type problemRow struct {
 var problemTypes = [...]problemRow{
 	policyNotFound: {typ: "policy-not-found", title: "Rate-limit policy not found", status: http.StatusNotFound,
 		match: as[*ratelimit.PolicyNotFoundError](), detail: policyNotFoundDetail},
+	electionHeld: {typ: "election-held", title: "Election has a leader", status: http.StatusConflict,
+		match: as[*locks.ElectionHeldError](), detail: electionHeldDetail, header: electionRetryAfter,
+		extend: electionLeader},
 	lockHeld: {typ: "lock-held", title: "Lock is held by another owner", status: http.StatusConflict,
 		match: as[*locks.HeldError](), detail: fixed("the lock is held by another owner"), header: heldRetryAfter},
 	permitsMismatch: {typ: "permits-mismatch", title: "Semaphore has another number of permits", status: http.StatusConflict,
@@ -217,6 +226,9 @@ func problemOf(err error) (problemRow, Problem) {
 	} else {
 		p.Detail = ownDetail(err)
 	}
+	if row.extend != nil {
+		row.extend(&p, err)
+	}
 	return row, p
 }
 
@@ -323,6 +335,30 @@ func unavailableDetail(err error) string {
 		return "the store refused the connection; try again"
 	}
 	return "the store did not answer in time; try again"
+}
+
+// electionHeldDetail says who leads, without the value (it is in leader).
+func electionHeldDetail(err error) string {
+	var eh *locks.ElectionHeldError
+	if errors.As(err, &eh) && eh.Leader != nil {
+		return "the election has a leader (term " + strconv.FormatInt(eh.Leader.Term, 10) + ")"
+	}
+	return "the election is vacant, and a candidate that came first takes it"
+}
+
+// electionRetryAfter tells a candidate when the leadership may be vacant.
+func electionRetryAfter(h http.Header, err error) {
+	var eh *locks.ElectionHeldError
+	errors.As(err, &eh)
+	h.Set("Retry-After", retryAfterSeconds(eh.RetryAfter))
+}
+
+// electionLeader puts the leader an election-held answer found in p.
+func electionLeader(p *Problem, err error) {
+	var eh *locks.ElectionHeldError
+	if errors.As(err, &eh) {
+		p.Leader = toLeaderResponse(eh.Leader)
+	}
 }
 
 // heldRetryAfter tells a client when the lock it found held may be free.

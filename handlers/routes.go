@@ -126,10 +126,13 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	leaseRoutes(a, r, a.lockPrimitive())
 	leaseRoutes(a, r, a.rwLockPrimitive())
 	leaseRoutes(a, r, a.semaphorePrimitive())
+	leaseRoutes(a, r, a.electionPrimitive())
+	r.Put("/v1/elections/{name}/value", a.handleParams(a.handleProclaim))
 	r.Put("/v1/semaphores/{name}", a.handleParams(a.handleSetSemaphorePermits))
 	r.Get("/v1/locks", a.handleParams(a.handleListLocks, listParams...))
 	r.Get("/v1/rwlocks", a.handleParams(a.handleListRWLocks, listParams...))
 	r.Get("/v1/semaphores", a.handleParams(a.handleListSemaphores, listParams...))
+	r.Get("/v1/elections", a.handleParams(a.handleListElections, listParams...))
 	for _, kind := range lostKinds {
 		r.Get("/v1/lost/"+kind.path, a.handleParams(a.handleListLost(kind.label), listParams...))
 	}

@@ -23,7 +23,21 @@ type Locks interface {
 	Ready(ctx context.Context) error
 
 	Semaphores
+	Elections
 	Listings
+}
+
+// Elections is what the HTTP layer needs of elections. *locks.Service
+// satisfies it; Locks embeds it.
+type Elections interface {
+	Campaign(ctx context.Context, name string, req locks.AcquireRequest) (locks.Lease, error)
+	// HoldElection campaigns and leads until Close.
+	HoldElection(ctx context.Context, name string, req locks.AcquireRequest) (*locks.Hold, error)
+	Proclaim(ctx context.Context, name, token, value string) (locks.Lease, error)
+	RenewElection(ctx context.Context, name, token string, ttl time.Duration) (locks.Lease, error)
+	Resign(ctx context.Context, name, token string) (locks.Released, error)
+	ForceResign(ctx context.Context, name string) (bool, error)
+	InspectElection(ctx context.Context, name, token string) (locks.ElectionState, error)
 }
 
 // Listings is what the HTTP layer needs to list what is held, one page at
@@ -32,6 +46,7 @@ type Listings interface {
 	ListLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.LockState], error)
 	ListRWLocks(ctx context.Context, req locks.ListRequest) (locks.Page[locks.RWState], error)
 	ListSemaphores(ctx context.Context, req locks.ListRequest) (locks.Page[locks.SemaphoreState], error)
+	ListElections(ctx context.Context, req locks.ListRequest) (locks.Page[locks.ElectionState], error)
 	ListLost(ctx context.Context, kind string, req locks.ListRequest) (locks.Page[locks.LostState], error)
 }
 

@@ -44,7 +44,8 @@ type fakeService struct {
 	ResetKeyFn func(ctx context.Context, policy, key string) (int64, error)
 
 	fakeSemaphores
-	fakeListings // the listings (list_test.go)
+	fakeElections // elections_fake_test.go, with their listing
+	fakeListings  // the listings (list_test.go)
 
 	mu    sync.Mutex
 	calls []string

@@ -16,6 +16,7 @@ var forcePrimitives = []forcePrimitive{
 	{"/v1/locks/", `{"ttl":"1m"}`},
 	{"/v1/rwlocks/", `{"mode":"write","ttl":"1m"}`},
 	{"/v1/semaphores/", `{"permits":2,"ttl":"1m"}`},
+	{"/v1/elections/", `{"value":"v","ttl":"1m"}`},
 }
 
 // badForces are the ?force= spellings a release refuses with a 400 naming

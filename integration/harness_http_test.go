@@ -174,6 +174,7 @@ type problemJSON struct {
 		Rule   string `json:"rule"`
 		Detail string `json:"detail"`
 	} `json:"errors"`
+	Leader map[string]any `json:"leader"` // an election-held answer's
 }
 
 // decodeAs decodes a response body strictly into T.

@@ -31,8 +31,11 @@ type holdStream struct {
 	Header http.Header
 	Body   string // the problem body when Status is not 200
 	Events chan sseEvent
-	cancel context.CancelFunc
-	done   chan struct{}
+	// schemas names the schema of each event's data (holdEventSchemas, or
+	// electionHoldEventSchemas on an election's hold).
+	schemas map[string]string
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // openHold starts a hold of name with body. The stream is read in the
@@ -51,7 +54,11 @@ func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...str
 		cancel()
 		t.Fatalf("hold %s: %v", path, err)
 	}
-	h := &holdStream{Status: resp.StatusCode, Header: resp.Header, Events: make(chan sseEvent, 64), cancel: cancel, done: make(chan struct{})}
+	h := &holdStream{Status: resp.StatusCode, Header: resp.Header, Events: make(chan sseEvent, 64), cancel: cancel, done: make(chan struct{}),
+		schemas: holdEventSchemas}
+	if strings.HasPrefix(path, "/v1/elections/") {
+		h.schemas = electionHoldEventSchemas
+	}
 	t.Cleanup(h.close)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
@@ -107,7 +114,7 @@ func (h *holdStream) next(t testing.TB, d time.Duration, withComments bool) sseE
 				continue
 			}
 			if ev.Comment == "" {
-				wantEventSchema(t, ev)
+				wantEventSchema(t, ev, h.schemas)
 			}
 			return ev
 		case <-timer.C:
@@ -137,11 +144,18 @@ var holdEventSchemas = map[string]string{
 	"acquired": "HoldAcquiredEvent", "renewed": "Lease", "lost": "HoldLostEvent", "released": "HoldReleasedEvent",
 }
 
+// electionHoldEventSchemas are holdEventSchemas of an election's hold,
+// whose leases are ElectionLease.
+var electionHoldEventSchemas = map[string]string{
+	"acquired": "ElectionLease", "renewed": "ElectionLease", "lost": "HoldLostEvent", "released": "HoldReleasedEvent",
+}
+
 // wantEventSchema checks a hold event's data against its schema in
-// api/openapi.yaml (the harness checks a stream's headers only).
-func wantEventSchema(t testing.TB, ev sseEvent) {
+// api/openapi.yaml, as schemas names it (the harness checks a stream's
+// headers only).
+func wantEventSchema(t testing.TB, ev sseEvent, schemas map[string]string) {
 	t.Helper()
-	name, ok := holdEventSchemas[ev.Name]
+	name, ok := schemas[ev.Name]
 	if !ok {
 		t.Errorf("hold event %q is not documented in api/openapi.yaml", ev.Name)
 		return

@@ -130,8 +130,8 @@ func sendExample(t *testing.T, e *testEnv, method, path string, op *openapi3.Ope
 }
 
 // exampleLease takes a lease for an example that needs one, of the
-// primitive its path names: a semaphore's, a read/write lock's (read) or a
-// lock's.
+// primitive its path names: a semaphore's, a read/write lock's (read), an
+// election's leadership or a lock's.
 func exampleLease(t *testing.T, e *testEnv, path, name string) string {
 	switch {
 	case strings.HasPrefix(path, "/v1/semaphores/"):
@@ -140,6 +140,8 @@ func exampleLease(t *testing.T, e *testEnv, path, name string) string {
 		r := e.do(t, "POST", "/v1/rwlocks/"+name, `{"mode":"read","ttl":"30s"}`)
 		wantStatus(t, r, 201)
 		return r.Token()
+	case strings.HasPrefix(path, "/v1/elections/"):
+		return e.campaign(t, name, `{"ttl":"30s"}`).Token
 	}
 	return e.acquire(t, name, `{"ttl":"30s"}`).Token
 }

@@ -95,6 +95,15 @@ func (b *bench) scenarios() []scenario {
 			},
 		},
 		{
+			name: "election",
+			description: "POST /v1/elections/{random name} with a value, then DELETE with its token: campaign/resign " +
+				"cycles, to compare with lock's (not in the default list)",
+			op: func(ctx context.Context, w *worker) {
+				b.acquireReleaseAt(ctx, w, "/v1/elections/"+fmt.Sprintf("bench-%d", w.next()%uint64(b.names)),
+					`{"value":"10.0.0.7:5432","ttl":"10s"}`)
+			},
+		},
+		{
 			name:        "contended",
 			description: "many clients, few names: POST /v1/locks/{hot name} with wait, then DELETE",
 			op: func(ctx context.Context, w *worker) {

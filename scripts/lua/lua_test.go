@@ -29,6 +29,9 @@ var scripts = map[string]string{
 	"sem_inspect.lua": lua.Source("sem_inspect"), "sem_force_release.lua": lua.Source("sem_force_release"),
 	"sem_set_permits.lua": lua.Source("sem_set_permits"), "sem_leave.lua": lua.Source("sem_leave"), "sem_renew_batch.lua": lua.Source("sem_renew_batch"),
 	"list_secret.lua": lua.Source("list_secret"), "lost_list.lua": lua.Source("lost_list"),
+	"el_acquire.lua": lua.Source("el_acquire"), "el_release.lua": lua.Source("el_release"), "el_renew.lua": lua.Source("el_renew"),
+	"el_inspect.lua": lua.Source("el_inspect"), "el_force_release.lua": lua.Source("el_force_release"), "el_leave.lua": lua.Source("el_leave"),
+	"el_renew_batch.lua": lua.Source("el_renew_batch"), "el_proclaim.lua": lua.Source("el_proclaim"),
 }
 
 // TestEveryScriptIsListed: the tests here see every script file.

@@ -48,6 +48,9 @@ type AcquireRequest struct {
 	// Mode is the lease asked of a read/write lock (AcquireRW); other
 	// primitives take none.
 	Mode RWMode
+	// Value is the value an election's leader leads with (Campaign); other
+	// primitives take none.
+	Value string
 }
 
 // Lease is a granted lock lease.
@@ -61,6 +64,8 @@ type Lease struct {
 	Reentrant bool       // true when an existing lease was re-entered
 	Keepalive *Keepalive // set when the service keeps the lease alive
 	Mode      RWMode     // a read/write lock's lease: read or write; else empty
+	Value     string     // an election's leadership: the leader's value; else empty
+	Owner     string     // an election's leadership: the owner text it was granted with; else empty
 }
 
 // acquisition is one acquire on its way through the machine: the primitive
@@ -91,6 +96,7 @@ type attemptResult struct {
 	refused   error         // a primitive's own refusal (ErrConflict), when status is acquireRefused
 	permits   int64         // a semaphore's capacity
 	available int64         // a semaphore's permits free after the attempt
+	leader    *Leader       // an election's leader: the caller's when granted, else the other's (nil: vacant)
 }
 
 // granted reports a grant, new or reentrant.
@@ -513,13 +519,13 @@ func (s *Service) leaveWaiters(ctx context.Context, deadline time.Time, a acquis
 }
 
 // waitOutcome names the outcome of any primitive's wait, as its metric
-// counts it: acquired, timeout (still held, or too few permits free, when
-// the wait ended), canceled, conflict or error.
+// counts it: acquired, timeout (still held, too few permits free, or
+// another leader, when the wait ended), canceled, conflict or error.
 func waitOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "acquired"
-	case errors.As(err, new(*HeldError)), errors.As(err, new(*PermitsUnavailableError)):
+	case errors.As(err, new(*HeldError)), errors.As(err, new(*PermitsUnavailableError)), errors.As(err, new(*ElectionHeldError)):
 		return "timeout"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "canceled"

@@ -18,6 +18,7 @@ const (
 	kindMutex kind = ""    // the exclusive lock (mutex.go)
 	kindRW    kind = "rw"  // the read/write lock (rwlock.go)
 	kindSem   kind = "sem" // the semaphore (semaphore.go)
+	kindEl    kind = "el"  // the election (election.go)
 )
 
 // lockKeys names the keys of one name of one primitive. All share the hash

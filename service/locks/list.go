@@ -169,8 +169,8 @@ type LostState struct {
 
 var lostListScript = store.NewScript("lost_list", lua.Source("lost_list"))
 
-// ListLost returns a page of the names of primitive kind ("lock", "rwlock"
-// or "semaphore") that lost a lease recently: a keep-alive lease that ran
+// ListLost returns a page of the names of primitive kind ("lock", "rwlock",
+// "semaphore" or "election") that lost a lease recently: a keep-alive lease that ran
 // out (expired, max_hold, heartbeat_missed) or a force-release, within the
 // lost-reason retention (Config.LostTTL). A plain lease that reached its
 // TTL leaves no record. Walked as ListLocks walks held names, over the
@@ -179,7 +179,7 @@ var lostListScript = store.NewScript("lost_list", lua.Source("lost_list"))
 func (s *Service) ListLost(ctx context.Context, kind string, req ListRequest) (Page[LostState], error) {
 	k, ok := kindOfLabel(kind)
 	if !ok {
-		return Page[LostState]{}, invalid("kind", "oneof", "kind must be lock, rwlock or semaphore")
+		return Page[LostState]{}, invalid("kind", "oneof", "kind must be lock, rwlock, semaphore or election")
 	}
 	l := listing{kind: k, what: "lost", key: func(lk lockKeys) string { return lk.lost }}
 	return listNames(ctx, s, l, req, func(ctx context.Context, name string) (LostState, bool, error) {
@@ -216,7 +216,7 @@ func (s *Service) lost(ctx context.Context, k kind, name string) (LostState, err
 
 // kindOfLabel is the primitive a label names.
 func kindOfLabel(label string) (kind, bool) {
-	for _, k := range []kind{kindMutex, kindRW, kindSem} {
+	for _, k := range []kind{kindMutex, kindRW, kindSem, kindEl} {
 		if k.label() == label {
 			return k, true
 		}
@@ -278,6 +278,8 @@ func (k kind) label() string {
 		return "rwlock"
 	case kindSem:
 		return "semaphore"
+	case kindEl:
+		return "election"
 	}
 	return "lock"
 }

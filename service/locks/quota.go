@@ -98,6 +98,8 @@ func placeLabel(k kind) string {
 		return "rwlocks"
 	case kindSem:
 		return "semaphores"
+	case kindEl:
+		return "elections"
 	}
 	return "locks"
 }

@@ -167,6 +167,8 @@ func (s *Service) renewal(k kind) (p primitive, script *store.Script, ok bool) {
 		return s.semaphore(), semScripts.renewBatch, true
 	case kindRW:
 		return s.rwlock, rwScripts.renewBatch, true
+	case kindEl:
+		return s.election, elScripts.renewBatch, true
 	}
 	return nil, nil, false
 }

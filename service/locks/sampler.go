@@ -34,21 +34,21 @@ const (
 // sampleMetrics are the gauges the sampler sets (latchkey_keepalive_leases
 // is the renewer's collector, keepaliveMetrics.tracked).
 type sampleMetrics struct {
-	held    *prometheus.GaugeVec // kind: lock, rwlock, semaphore
-	waiters *prometheus.GaugeVec // kind: lock, rwlock, semaphore
+	held    *prometheus.GaugeVec // kind: lock, rwlock, semaphore, election
+	waiters *prometheus.GaugeVec // kind: lock, rwlock, semaphore, election
 	passes  prometheus.Counter
 }
 
 // sampleKinds are the primitives the gauges count, by their label.
-var sampleKinds = [...]kind{kindMutex, kindRW, kindSem}
+var sampleKinds = [...]kind{kindMutex, kindRW, kindSem, kindEl}
 
 func newSampleMetrics(reg prometheus.Registerer) *sampleMetrics {
 	m := &sampleMetrics{
 		held: gaugeVec(reg, "latchkey_leases_held",
-			"Leases held in Redis by every instance, by kind (lock, rwlock, semaphore): a read/write lock's readers and writer and a semaphore's holders count one each. "+
+			"Leases held in Redis by every instance, by kind (lock, rwlock, semaphore, election): a read/write lock's readers and writer and a semaphore's holders count one each. "+
 				"Sampled by a walk of the keyspace of at most 2,000 keys a second; as of the last complete walk.", "kind"),
 		waiters: gaugeVec(reg, "latchkey_waiters",
-			"Waiters of every instance whose wait has not ended, for names that are held, by kind (lock, rwlock, semaphore). "+
+			"Waiters of every instance whose wait has not ended, for names that are held, by kind (lock, rwlock, semaphore, election). "+
 				"Sampled by a walk of the keyspace of at most 2,000 keys a second; as of the last complete walk.", "kind"),
 		passes: counter(reg, "latchkey_sample_passes_total",
 			"Complete walks of the keyspace by this instance's sampler, each setting latchkey_leases_held, latchkey_waiters and latchkey_keepalive_leases."),
@@ -206,6 +206,13 @@ func (s *Service) countName(ctx context.Context, n sampleName) (sampleCounts, bo
 	case kindSem:
 		st, err := s.InspectSemaphore(ctx, n.name, "")
 		c.leases, c.waiters = st.Holders, st.Waiters
+		return c, true, err
+	case kindEl:
+		st, err := s.InspectElection(ctx, n.name, "")
+		if st.Leader != nil {
+			c.leases = 1
+		}
+		c.waiters = st.Candidates
 		return c, true, err
 	}
 	st, err := s.Inspect(ctx, n.name, "")

@@ -35,6 +35,11 @@ func TestSamplerCountsEveryTenant(t *testing.T) {
 	if _, err := svc.AcquireSemaphore(b, "pool", locks.SemaphoreRequest{AcquireRequest: locks.AcquireRequest{TTL: time.Minute}, Permits: 3, Count: 2}); err != nil {
 		t.Fatal(err)
 	}
+	for _, ctx := range []context.Context{a, b} {
+		if _, err := svc.Campaign(ctx, "primary", locks.AcquireRequest{TTL: time.Minute, Value: "v"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -54,6 +59,7 @@ func TestSamplerCountsEveryTenant(t *testing.T) {
 		{"latchkey_leases_held", "lock", 4},
 		{"latchkey_leases_held", "rwlock", 2},
 		{"latchkey_leases_held", "semaphore", 1},
+		{"latchkey_leases_held", "election", 2},
 		{"latchkey_keepalive_leases", "", 1},
 	} {
 		var labels []string

@@ -27,11 +27,13 @@ import (
 //
 // Every lease primitive has one script per operation of leaseScripts, in
 // files named alike: the exclusive lock's acquire.lua, the read/write
-// lock's rw_acquire.lua, the semaphore's sem_acquire.lua.
+// lock's rw_acquire.lua, the semaphore's sem_acquire.lua, the election's
+// el_acquire.lua.
 var (
 	mutexScripts = newLeaseScripts("")     // mutex.go
 	rwScripts    = newLeaseScripts("rw_")  // rwlock.go
 	semScripts   = newLeaseScripts("sem_") // semaphore.go, and semSetPermitsScript
+	// elScripts, the election's, are election.go's, with elProclaimScript.
 )
 
 // leaseScripts are a lease primitive's scripts, one per operation.
@@ -55,6 +57,7 @@ func newLeaseScripts(prefix string) leaseScripts {
 func lockScripts() []*store.Script {
 	return slices.Concat(mutexScripts.all(), []*store.Script{keepaliveDueScript},
 		semScripts.all(), []*store.Script{semSetPermitsScript}, rwScripts.all(),
+		elScripts.all(), []*store.Script{elProclaimScript},
 		[]*store.Script{quotaTakeScript, quotaSetScript, quotaReleaseScript})
 }
 

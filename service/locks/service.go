@@ -8,7 +8,9 @@
 // are its own. Each primitive supplies only what differs (primitive.go),
 // each in one file with its scripts' own ARGV and replies: the exclusive
 // lock in mutex.go, the read/write lock in rwlock.go (its scripts are
-// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go. What serves every primitive beside it: the service
+// rw_*.lua, run with lib/rw.lua), the semaphore in semaphore.go, the
+// election in election.go (its scripts are el_*.lua). What serves every
+// primitive beside it: the service
 // and its config, the checks of every request's input (check.go), the key
 // layout and the keep-alive registry's members (keys.go), the pub/sub
 // subscriber (subscriber.go; sharded pub/sub on a Redis Cluster in
@@ -68,6 +70,7 @@ type Service struct {
 	sub       *subscriber
 	mutex     primitive // the exclusive lock (mutex.go)
 	rwlock    primitive // the read/write lock (rwlock.go)
+	election  primitive // the election (election.go)
 	rw        *rwMetrics
 	regKey    string        // the keep-alive registry's key, named once
 	shards    shardKeys     // on a cluster: the registry's shard of every slot (shards.go)
@@ -76,6 +79,7 @@ type Service struct {
 	opTimeout time.Duration // the store's bound on a Redis call
 
 	semMetrics *semMetrics // the semaphore's (semaphore.go)
+	el         *elMetrics  // the election's (election.go)
 	semWakes   *semWakes
 
 	listSecret listSecret     // signs listing cursors (list.go)
@@ -100,7 +104,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	sc := st.Config()
 	s := &Service{st: st, cfg: cfg, metrics: m, regKey: RegistryKey(sc.KeyPrefix),
 		prefix: sc.KeyPrefix, opTimeout: sc.OpTimeout}
-	s.mutex, s.rwlock = mutex{leaseBase{s, &mutexScripts}}, s.rwLock()
+	s.mutex, s.rwlock, s.election = mutex{leaseBase{s, &mutexScripts}}, s.rwLock(), s.elect()
 	if sc.Cluster {
 		s.shards, s.dir = newShardKeys(sc.KeyPrefix), newShardDir(sc.KeyPrefix)
 		st.Register(dirScripts...)
@@ -109,6 +113,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	s.ka = newKeepaliveMetrics(cfg.Registerer)
 	s.sub = newSubscriber(st.Client(), sc.Cluster, sc.OpTimeout, cfg.SubscriberPing, m)
 	s.semMetrics, s.semWakes = newSemMetrics(cfg.Registerer), &semWakes{sub: s.sub}
+	s.el = newElMetrics(cfg.Registerer)
 	st.Register(lockScripts()...)
 	st.Register(listSecretScript, lostListScript)
 	s.sampled = newSampleMetrics(cfg.Registerer)
