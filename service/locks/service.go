@@ -53,7 +53,7 @@ package locks
 import (
 	"context"
 	"fmt"
-
+	"sync"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
@@ -80,6 +80,11 @@ type Service struct {
 
 	listSecret listSecret     // signs listing cursors (list.go)
 	sampled    *sampleMetrics // what the sampler saw in Redis (sampler.go)
+
+	watchMu      sync.Mutex
+	hubs         map[string]*watchHub // watched names by channel (watch.go)
+	watchClosed  bool
+	watchMetrics *watchMetrics
 }
 
 // New returns a Service on st and registers its scripts with it. It does no
@@ -108,6 +113,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	st.Register(lockScripts()...)
 	st.Register(listSecretScript, lostListScript)
 	s.sampled = newSampleMetrics(cfg.Registerer)
+	s.hubs, s.watchMetrics = map[string]*watchHub{}, newWatchMetrics(cfg.Registerer)
 	return s, nil
 }
 
@@ -117,11 +123,12 @@ func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
 // semaphore is the semaphore as a primitive, on its scripts.
 func (s *Service) semaphore() semaphore { return semaphore{leaseBase: leaseBase{s, &semScripts}} }
 
-// Close closes the shared pub/sub connections. Waiters still waiting fall
+// Close ends every watch (see Watch) and closes the shared pub/sub connections. Waiters still waiting fall
 // back to timed re-checks; new waits fail with ErrUnavailable. On a cluster
 // the shard marks not sent yet are dropped (see markShard). It does not
 // close rdb.
 func (s *Service) Close() error {
+	s.closeWatches()
 	if s.dir != nil {
 		s.dir.close()
 	}
