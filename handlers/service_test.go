@@ -45,6 +45,7 @@ type fakeService struct {
 
 	fakeSemaphores
 	fakeListings // the listings (list_test.go)
+	fakeWatches  // watch streams (list_test.go)
 
 	mu    sync.Mutex
 	calls []string

@@ -1,0 +1,244 @@
+package integration
+
+import (
+	"bytes"
+	"maps"
+	"net/http"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/handlers"
+)
+
+// withWatchResync reads watched names again every d without a message.
+func withWatchResync(d time.Duration) envOption {
+	return withServiceConfig(func(c *serviceConfig) { c.WatchResync = d })
+}
+
+// watchEvent is the next event of w that is not a comment; not within a
+// minute fails.
+func watchEvent(t *testing.T, w *holdStream) sseEvent {
+	t.Helper()
+	return w.next(t, time.Minute, false)
+}
+
+// wantWatchEvent is the next event of w, which must be name about fence
+// (any fence when 0); it must carry an id.
+func wantWatchEvent(t *testing.T, w *holdStream, name string, fence int64) sseEvent {
+	t.Helper()
+	ev := watchEvent(t, w)
+	got, _ := ev.Data["fence"].(float64)
+	if ev.Name != name || fence != 0 && int64(got) != fence {
+		t.Fatalf("event %s (fence %d, data %v), want %s (fence %d)", ev.Name, int64(got), ev.Data, name, fence)
+	}
+	if ev.ID == "" {
+		t.Errorf("%s event has no id", name)
+	}
+	return ev
+}
+
+// watchGoroutines counts the goroutines of watch hubs and watch handlers
+// in this process.
+func watchGoroutines(t *testing.T) int {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(b.String(), "locks.(*watchHub).run") + strings.Count(b.String(), "handleWatch")
+}
+
+// TestWatchSeesEachChangeInOrder: a watcher of a lock sees its state, then
+// acquired, released, acquired, force-released, acquired and expired, each
+// with the lease's fence, the fences increasing.
+func TestWatchSeesEachChangeInOrder(t *testing.T) {
+	e := newTestEnv(t, withWatchResync(50*time.Millisecond))
+	w := e.openWatch(t, "/v1/locks/watched/events", "LockState")
+	if w.Status != http.StatusOK {
+		t.Fatalf("watch: status %d body %s", w.Status, w.Body)
+	}
+	if ct := w.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type = %q, want text/event-stream", ct)
+	}
+	if st := wantWatchEvent(t, w, "state", 0); st.Data["held"] != false || st.Data["name"] != "watched" {
+		t.Fatalf("first state = %v, want the free lock watched", st.Data)
+	}
+
+	a := e.acquire(t, "watched", `{"ttl":"30s","owner":"worker-a"}`)
+	if ev := wantWatchEvent(t, w, "acquired", a.Fence); ev.Data["owner"] != "worker-a" {
+		t.Errorf("acquired data = %v, want worker-a's lease", ev.Data)
+	}
+	e.release(t, "watched", a.Token)
+	wantWatchEvent(t, w, "released", a.Fence)
+
+	b := e.acquire(t, "watched", `{"ttl":"30s"}`)
+	wantWatchEvent(t, w, "acquired", b.Fence)
+	wantStatus(t, e.do(t, "DELETE", "/v1/locks/watched?force=true", "", "Authorization", "Bearer "+testAdminKey), http.StatusNoContent)
+	wantWatchEvent(t, w, "force-released", b.Fence)
+
+	c := e.acquire(t, "watched", `{"ttl":"300ms"}`)
+	wantWatchEvent(t, w, "acquired", c.Fence)
+	wantWatchEvent(t, w, "expired", c.Fence)
+	if !(a.Fence < b.Fence && b.Fence < c.Fence) {
+		t.Errorf("fences %d, %d, %d, want increasing", a.Fence, b.Fence, c.Fence)
+	}
+	for _, ev := range []string{"released", "expired"} {
+		if n := metricValue(t, e, `latchkey_watch_events_total{event="`+ev+`",kind="lock"}`); n != 1 {
+			t.Errorf("latchkey_watch_events_total of %s = %v, want 1", ev, n)
+		}
+	}
+}
+
+// TestWatchSemaphoreAndRWLock: the other primitives' streams start with
+// their GET's state and report their leases with their permits or mode.
+func TestWatchSemaphoreAndRWLock(t *testing.T) {
+	e := newTestEnv(t, withWatchResync(50*time.Millisecond))
+	sem := e.openWatch(t, "/v1/semaphores/pool/events", "SemaphoreState")
+	wantWatchEvent(t, sem, "state", 0)
+	r := e.do(t, "POST", "/v1/semaphores/pool", `{"permits":4,"count":3,"ttl":"30s"}`)
+	wantStatus(t, r, http.StatusCreated)
+	if ev := wantWatchEvent(t, sem, "acquired", r.Fence()); ev.Data["count"] != float64(3) {
+		t.Errorf("acquired data = %v, want 3 permits", ev.Data)
+	}
+	wantStatus(t, e.do(t, "DELETE", "/v1/semaphores/pool", "", "Lock-Token", r.Token()), http.StatusOK)
+	wantWatchEvent(t, sem, "released", r.Fence())
+
+	rw := e.openWatch(t, "/v1/rwlocks/docs/events", "RWLockState")
+	wantWatchEvent(t, rw, "state", 0)
+	r = e.do(t, "POST", "/v1/rwlocks/docs", `{"mode":"write","ttl":"30s"}`)
+	wantStatus(t, r, http.StatusCreated)
+	if ev := wantWatchEvent(t, rw, "acquired", r.Fence()); ev.Data["mode"] != "write" {
+		t.Errorf("acquired data = %v, want the write lease", ev.Data)
+	}
+}
+
+// TestWatchersShareOneSubscriptionAndLeaveNothing: two watchers of a name
+// on one instance cost one subscription of its channel; when both go away
+// no subscription, no watch and no watch goroutine is left.
+func TestWatchersShareOneSubscriptionAndLeaveNothing(t *testing.T) {
+	e := newTestEnv(t)
+	before := watchGoroutines(t)
+	w1 := e.openWatch(t, "/v1/locks/shared/events", "LockState")
+	w2 := e.openWatch(t, "/v1/locks/shared/events", "LockState")
+	wantWatchEvent(t, w1, "state", 0)
+	wantWatchEvent(t, w2, "state", 0)
+	eventually(t, time.Minute, "the channel is subscribed", func() bool { return e.channelSubscribers(t, "shared") == 1 })
+	if names, watches := e.Svc.Watches(); names != 1 || watches != 2 {
+		t.Errorf("Watches() = %d names, %d watches; want 1 and 2", names, watches)
+	}
+	if got := e.channelSubscribers(t, "shared"); got != 1 {
+		t.Errorf("subscribers of the channel = %d, want 1 for two watchers", got)
+	}
+	if n := metricValue(t, e, "latchkey_watch_streams"); n != 2 {
+		t.Errorf("latchkey_watch_streams = %v, want 2", n)
+	}
+	w1.close()
+	w2.close()
+	eventually(t, time.Minute, "no watch is left", func() bool { n, w := e.Svc.Watches(); return n == 0 && w == 0 })
+	eventually(t, time.Minute, "the channel is unsubscribed", func() bool { return e.channelSubscribers(t, "shared") == 0 })
+	eventually(t, time.Minute, "no watch goroutine is left", func() bool { return watchGoroutines(t) <= before })
+	if channels, listeners := e.Svc.Subscriptions(); channels != 0 || listeners != 0 {
+		t.Errorf("Subscriptions() = %d channels, %d listeners; want none", channels, listeners)
+	}
+}
+
+// TestWatchResumesFromLastEventID: a watcher reconnecting with the id of
+// the last event it read gets no state again, only the next change; one
+// with an older id gets the current state first.
+func TestWatchResumesFromLastEventID(t *testing.T) {
+	e := newTestEnv(t, withWatchResync(50*time.Millisecond))
+	w := e.openWatch(t, "/v1/locks/resumed/events", "LockState")
+	first := wantWatchEvent(t, w, "state", 0)
+	l := e.acquire(t, "resumed", `{"ttl":"30s"}`)
+	last := wantWatchEvent(t, w, "acquired", l.Fence)
+	w.close()
+
+	current := e.openWatch(t, "/v1/locks/resumed/events", "LockState", "Last-Event-ID", last.ID)
+	stale := e.openWatch(t, "/v1/locks/resumed/events", "LockState", "Last-Event-ID", first.ID)
+	if st := wantWatchEvent(t, stale, "state", l.Fence); st.ID != last.ID || st.Data["held"] != true {
+		t.Errorf("state after a stale id = %v (id %s), want the held lock (id %s)", st.Data, st.ID, last.ID)
+	}
+	e.release(t, "resumed", l.Token)
+	if ev := wantWatchEvent(t, current, "released", l.Fence); ev.ID == last.ID {
+		t.Errorf("released event has the id of the state before it, %s", ev.ID)
+	}
+	wantWatchEvent(t, stale, "released", l.Fence)
+}
+
+// TestWatchHealsAKilledPubSubConnection: the shared pub/sub connection is
+// killed (CLIENT KILL TYPE pubsub) while a watcher watches; with no periodic
+// re-read to lean on, the watcher still reaches the final state after the
+// next change.
+func TestWatchHealsAKilledPubSubConnection(t *testing.T) {
+	_, url := startRedisContainer(t) // CLIENT KILL would hit other tests' subscribers
+	rdb := newClient(t, url)
+	e := newTestEnv(t, withRedisClient(rdb, url), withWatchResync(time.Hour))
+	w := e.openWatch(t, "/v1/locks/healed/events", "LockState")
+	wantWatchEvent(t, w, "state", 0)
+	eventually(t, time.Minute, "the channel is subscribed", func() bool { return e.channelSubscribers(t, "healed") == 1 })
+	if n, err := rdb.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Result(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want 1 connection killed", n, err)
+	}
+	eventually(t, time.Minute, "the channel is subscribed again", func() bool { return e.channelSubscribers(t, "healed") == 1 })
+	l := e.acquire(t, "healed", `{"ttl":"30s"}`)
+	e.release(t, "healed", l.Token)
+	final := e.inspect(t, "healed")
+	for {
+		ev := watchEvent(t, w)
+		fence, _ := ev.Data["fence"].(float64)
+		held, _ := ev.Data["held"].(bool)
+		if int64(fence) == final.Fence && (ev.Name == "released" || ev.Name == "state" && !held) {
+			return // the final state: free, with the last fence
+		}
+	}
+}
+
+// TestWatchCapsRefuse: a client at its cap of streams is answered 429
+// watch-streams-per-client, and an instance at its cap 503
+// watch-streams-exhausted with Retry-After; refusals change nothing in
+// Redis, and a refused client may watch once one of its streams closed.
+func TestWatchCapsRefuse(t *testing.T) {
+	e := newTestEnv(t, withTrustedProxies("127.0.0.1/32", "::1/128"), withRouterConfig(func(c *handlers.Config) {
+		c.WatchMaxPerClient, c.WatchMaxStreams = 2, 3
+	}))
+	before := e.dumps(t)
+	from := func(ip string) []string { return []string{"X-Forwarded-For", ip} }
+	a1 := e.openWatch(t, "/v1/locks/capped/events", "LockState", from("192.0.2.1")...)
+	e.openWatch(t, "/v1/locks/capped/events", "LockState", from("192.0.2.1")...)
+	r := e.send(t.Context(), "GET", "/v1/locks/capped/events", "", from("192.0.2.1")...)
+	wantProblem(t, r, http.StatusTooManyRequests, "watch-streams-per-client")
+	e.openWatch(t, "/v1/locks/other/events", "LockState", from("192.0.2.2")...)
+	r = e.send(t.Context(), "GET", "/v1/locks/capped/events", "", from("192.0.2.3")...)
+	wantProblem(t, r, http.StatusServiceUnavailable, "watch-streams-exhausted")
+	if retryAfter(t, r) < 1 {
+		t.Errorf("Retry-After of watch-streams-exhausted missing")
+	}
+	if after := e.dumps(t); !maps.Equal(after, before) {
+		t.Errorf("Redis after refusals = %v, want %v unchanged (a watch writes nothing)", after, before)
+	}
+	a1.close()
+	eventually(t, time.Minute, "the closed stream is given back", func() bool {
+		_, w := e.Svc.Watches()
+		return w == 2
+	})
+	again := e.openWatch(t, "/v1/locks/capped/events", "LockState", from("192.0.2.1")...)
+	if again.Status != http.StatusOK {
+		t.Fatalf("watch after closing one: status %d body %s", again.Status, again.Body)
+	}
+}
+
+// TestWatchRefusesABadName: a bad name or Last-Event-ID is a 400 naming
+// the field, and watches nothing.
+func TestWatchRefusesABadName(t *testing.T) {
+	e := newTestEnv(t)
+	wantProblem(t, e.do(t, "GET", "/v1/locks/%7D/events", ""), http.StatusBadRequest, "invalid-request")
+	r := e.do(t, "GET", "/v1/semaphores/pool/events", "", "Last-Event-ID", strings.Repeat("x", 129))
+	if p := wantProblem(t, r, http.StatusBadRequest, "invalid-request"); len(p.Errors) != 1 || p.Errors[0].Field != "Last-Event-ID" {
+		t.Errorf("errors = %+v, want Last-Event-ID named", p.Errors)
+	}
+	if names, _ := e.Svc.Watches(); names != 0 {
+		t.Errorf("names watched = %d, want 0", names)
+	}
+}
