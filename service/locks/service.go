@@ -15,7 +15,8 @@
 // subscriber_cluster.go), keep-alive leases and their renewer
 // (keepalive.go, renewer.go with its scripts; on a cluster the registry's
 // shards and their marks, shards.go, and the directory's renewer,
-// renewer_cluster.go), connection-held leases (hold.go), the lease
+// renewer_cluster.go), connection-held leases (hold.go), watching a name
+// without holding it (watch.go), the lease
 // scripts with the ARGV and replies the primitives share (scripts.go), the
 // listings of what is held (list.go) and the sampler behind the gauges of
 // it (sampler.go).
@@ -44,6 +45,9 @@
 //     shapes);
 //   - its case in Service.renewal (renewer.go), so the renewer dispatches
 //     its due registry entries to its batch script;
+//   - its entry in watchables (watch.go): its state reader, so Watch
+//     streams its changes, and a diff of its own when its events are not
+//     a lease's (acquired, released, expired, lost, force-released);
 //   - exported methods that validate their own input and call the shared
 //     machinery with it: acquire (s.acquire: trying once or waiting,
 //     handing out or giving back a grant), hold (a connection-held lease),
