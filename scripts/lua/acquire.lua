@@ -19,6 +19,11 @@
 -- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason); a new
 --          grant drops its token's reason, which was an earlier lease's
+-- KEYS[7]  pub/sub channel of the lock's wake-ups: every grant, new or a
+--          re-entry, publishes "acquired:<fence>:<ttl_ms>" on it, the
+--          lease's fence and its TTL from the grant, so a waiter told to
+--          re-check later learns when this lease ends (an expiry publishes
+--          nothing) and every watcher sees the acquisition
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence retention in milliseconds: how long the counter outlives
@@ -158,6 +163,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     -- a re-entry is a grant: the counter outlives the lease it extends
     redis.call('PEXPIRE', KEYS[2], math.max(pttl, untl - now_ms) + tonumber(ARGV[3]))
     redis.call('PEXPIRE', KEYS[1], ms(pttl))
+    redis.call('PUBLISH', KEYS[7], 'acquired:' .. v[3] .. ':' .. ms(pttl))
     return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[4] == '1' and 1 or 0, untl, hb}
   end
   local pttl = redis.call('PTTL', KEYS[1])
@@ -225,4 +231,5 @@ if ARGV[6] == '1' then
   pttl, untl, hb = keepalive(true)
 end
 redis.call('PEXPIRE', KEYS[1], ms(pttl))
+redis.call('PUBLISH', KEYS[7], 'acquired:' .. fence .. ':' .. ms(pttl))
 return {1, 1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb}

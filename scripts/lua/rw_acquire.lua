@@ -22,6 +22,12 @@
 -- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
 -- KEYS[7]  readers zset: member = reader token, score = its lease's expiry (ms)
+-- KEYS[8]  pub/sub channel of the lock's wake-ups: every grant, read or
+--          write, new or a re-entry, publishes "acquired:<fence>:<ttl_ms>"
+--          on it, the lease's fence and its TTL from the grant, so a waiter
+--          told to re-check later (a queued writer ahead of it) learns when
+--          this lease ends (an expiry publishes nothing) and every watcher
+--          sees the acquisition
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence retention in milliseconds: how long the counter outlives
@@ -51,7 +57,7 @@
 -- removed before anything is decided, so it never blocks anyone.
 --#include lib/rw.lua
 --#include lib/lost.lua
-local S, F, W, Q, R, L, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local S, F, W, Q, R, L, H, C = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local tok, mode, fair = ARGV[1], ARGV[13], ARGV[4] == '1'
 local ttl = tonumber(ARGV[2])
 local writer, readers = rw_prune(S, H)
@@ -83,6 +89,11 @@ if redis.call('EXISTS', W) == 1 then
 end
 
 local function settle() rw_settle(S, H, W) end
+
+-- acquired publishes a grant of the lease fenced fence for pttl ms
+local function acquired(fence, pttl)
+  redis.call('PUBLISH', C, 'acquired:' .. fence .. ':' .. pttl)
+end
 
 -- keepalive: the lease's TTL capped at its max-hold deadline, its registry
 -- entry due at the earlier of its next renewal and the token's other lease's
@@ -116,6 +127,7 @@ if mode == 'w' and writer == tok then
   redis.call('HSET', S, 'wl', lttl, 'wx', now_ms + pttl)
   rw_keep(F, math.max(pttl, (untl or 0) - now_ms) + tonumber(ARGV[3]))
   settle()
+  acquired(v[3], pttl)
   return {2, count, tonumber(v[3]), pttl, now_ms, 0, v[6] == '1' and 1 or 0, untl or 0, hb}
 end
 if mode == 'r' and rv then
@@ -133,6 +145,7 @@ if mode == 'r' and rv then
   redis.call('ZADD', H, now_ms + pttl, tok)
   rw_keep(F, math.max(pttl, r.ku - now_ms) + tonumber(ARGV[3]))
   settle()
+  acquired(r.f, pttl)
   return {2, r.n, tonumber(r.f), pttl, now_ms, 0, v[6] == '1' and 1 or 0, r.ku > 0 and r.ku or 0, r.kh}
 end
 if mode == 'w' and rv then
@@ -225,4 +238,5 @@ else
   redis.call('ZADD', H, now_ms + pttl, tok)
 end
 settle()
+acquired(fence, pttl)
 return {1, 1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb}

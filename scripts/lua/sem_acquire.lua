@@ -21,9 +21,13 @@
 -- KEYS[5]  fair queue list: tokens of fair waiters in arrival order
 -- KEYS[6]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[7]  lost-lease reasons of this semaphore (hash: token -> reason)
--- KEYS[8]  pub/sub channel that waiters of this semaphore listen on: a
---          grant that leaves permits free while others wait says how many
---          ("granted:<available>")
+-- KEYS[8]  pub/sub channel that waiters of this semaphore listen on: every
+--          grant publishes "acquired:<fence>:<ttl_ms>:<available>" on it,
+--          the lease's fence, its TTL from the grant and the permits left
+--          free (0 when none, or fewer than none), so waiters whose counts
+--          fit in what is left try for it, a waiter told to re-check later
+--          learns when this lease ends (an expiry publishes nothing), and
+--          every watcher sees the acquisition
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  fence retention in milliseconds: how long the capacity record
@@ -166,8 +170,6 @@ keep_for(KEYS[1], span + tonumber(ARGV[3]))
 keep_for(KEYS[2], span)
 keep_for(KEYS[3], span)
 available = available - count
-if available > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
-  -- permits remain: the next waiters may take them
-  redis.call('PUBLISH', KEYS[8], 'granted:' .. available)
-end
+-- every grant says so; when permits remain, the next waiters may take them
+redis.call('PUBLISH', KEYS[8], 'acquired:' .. fence .. ':' .. pttl .. ':' .. math.max(available, 0))
 return {1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb, n, available}

@@ -312,6 +312,11 @@ type waiting struct {
 //     remaining wait) (fair mode: the queue head's deadline when the lock is
 //     free), so an expired lease, a lost message or a dead subscriber
 //     connection never strands it;
+//   - every grant publishes a notice of the new lease's TTL: the waiter
+//     brings its re-check forward to that lease's end when that is sooner,
+//     without an attempt (see pause), so a queue head granted a lease that
+//     expires unreleased does not strand the waiters behind it until its
+//     queue deadline;
 //   - when ctx ends (the client went away) it stops at once, takes nothing
 //     and leaves the fair queue;
 //   - when an attempt's reply is lost, a lease it may have granted under a
@@ -382,14 +387,55 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 			return lease, r, err
 		}
 		w.registered = true
-		timer.Reset(recheckAfter(r.recheck, remaining))
+		if err := s.pause(ctx, l, ready, timer, recheckAfter(r.recheck, remaining), waitEnd); err != nil {
+			return Lease{}, r, err
+		}
+	}
+}
+
+// pause waits, after an attempt of a wait ending at waitEnd that was not
+// granted, until the next attempt is due: a wake-up on l, the
+// subscription's confirmation (ready: the attempt may have missed a
+// release), or the re-check, after from now (on timer). A grant's notice is
+// no reason to try, as the lease it names blocks this waiter too; it brings
+// the re-check forward to that lease's end (recheckAfter its TTL) when that
+// is sooner, with no call to Redis: a waiter told to re-check at a queue
+// head's deadline is not stranded there when the head's lease expires
+// unreleased, which publishes nothing. Returns ctx's error when ctx ends
+// first (the client went away).
+func (s *Service) pause(ctx context.Context, l wakeups, ready <-chan struct{}, timer *time.Timer, after time.Duration, waitEnd time.Time) error {
+	due := time.Now().Add(after)
+	timer.Reset(after)
+	s.rechecking(after, false)
+	for {
 		select {
 		case <-ctx.Done():
-			return Lease{}, r, ctx.Err()
-		case <-l.C():
-		case <-ready: // the attempt may have missed a release: try again
+			return ctx.Err()
+		case msg := <-l.C():
+			n, notice := parseAcquired(msg)
+			if !notice {
+				return nil
+			}
+			after := recheckAfter(n.ttl, time.Until(waitEnd))
+			if at := time.Now().Add(after); at.Before(due) {
+				due = at
+				timer.Reset(after)
+				s.rechecking(after, true)
+			}
+		case <-ready:
+			return nil
 		case <-timer.C:
+			return nil
 		}
+	}
+}
+
+// rechecking tells the test hook, when one is set (onRecheck), that a
+// wait's next re-check is due after from now, set after an attempt or
+// brought forward by a grant's notice (byNotice).
+func (s *Service) rechecking(after time.Duration, byNotice bool) {
+	if s.onRecheck != nil {
+		s.onRecheck(after, byNotice)
 	}
 }
 

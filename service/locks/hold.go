@@ -173,7 +173,8 @@ func RenewInterval(ttl time.Duration) time.Duration { return max(ttl/3, time.Mil
 // run renews the lease, valid by our clock since valid, every TTL/3, and at
 // once on a wake-up hint (a
 // release or force-release of this lock, or a renew through the API that
-// shortened the lease), until ctx ends or the lease is gone. Each renewal
+// shortened the lease; not a grant's notice, nor a waiter that left), until
+// ctx ends or the lease is gone. Each renewal
 // keeps the lease's own TTL, which a renew through the API may have changed:
 // the next one is due a third of that TTL later.
 func (h *Hold) run(ctx context.Context, valid time.Time) {
@@ -197,7 +198,11 @@ func (h *Hold) run(ctx context.Context, valid time.Time) {
 		case hint = <-h.l.C():
 			// a semaphore's hints say how many permits are free: "released:3"
 			hint, _, _ = strings.Cut(hint, ":")
-			if hint == hintLeft {
+			if hint == hintLeft || hint == hintAcquired {
+				// A grant ends no lease: another reader's or another
+				// semaphore lease's leaves this one as it was, and the
+				// lock's own is granted only once this one is gone (its
+				// renewals find that out).
 				continue
 			}
 		}

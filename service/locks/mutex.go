@@ -65,10 +65,10 @@ func (m mutex) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 	return m.join(k, req.Fair)
 }
 
-// acquireCall is acquire.lua on the lock's keys.
+// acquireCall is acquire.lua on the lock's keys and its channel.
 func (m mutex) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := m.s, a.k
-	return mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost},
+	return mutexScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
 		acquireArgs(s.cfg, kindMutex, a.req, k.regName(), waiterTimeout, a.keepTTL, 0)
 }
 

@@ -169,7 +169,7 @@ func TestAcquireHeldByAnother(t *testing.T) {
 func TestRelease(t *testing.T) {
 	svc, _ := newTestService(t, locks.Config{})
 	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{})
-	mustAcquire(t, svc, "orders", locks.AcquireRequest{Token: l.Token})
+	mustAcquire(t, svc, "orders", locks.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})
 
 	steps := []struct {
 		want     locks.Released
@@ -521,7 +521,8 @@ func TestValidBoundsAreAccepted(t *testing.T) {
 // TestWakeUps checks that only a lock becoming free publishes a wake-up for
 // its waiters, on a channel in the lock's hash slot: the last release and a
 // force-release of a held lock do; a partial release, a refused release and
-// a force-release of a free lock do not.
+// a force-release of a free lock do not. Every grant, new or a re-entry,
+// publishes its notice on the same channel: the lease's fence and TTL.
 func TestWakeUps(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	svc := mustNew(t, rdb, locks.Config{})
@@ -532,7 +533,7 @@ func TestWakeUps(t *testing.T) {
 	}
 
 	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{})
-	mustAcquire(t, svc, "orders", locks.AcquireRequest{Token: l.Token})
+	mustAcquire(t, svc, "orders", locks.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})
 	if _, err := svc.Release(t.Context(), "orders", tokenB); !errors.Is(err, locks.ErrNotOwner) {
 		t.Fatalf("release by another token = %v", err)
 	}
@@ -541,7 +542,7 @@ func TestWakeUps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustAcquire(t, svc, "orders", locks.AcquireRequest{})
+	next := mustAcquire(t, svc, "orders", locks.AcquireRequest{})
 	for range 2 { // a held lock, then a free one
 		if _, err := svc.ForceRelease(t.Context(), "orders"); err != nil {
 			t.Fatal(err)
@@ -567,7 +568,14 @@ func TestWakeUps(t *testing.T) {
 		}
 		got = append(got, msg.Payload)
 	}
-	if want := []string{"released", "forced"}; !slices.Equal(got, want) {
-		t.Errorf("wake-ups = %q, want %q (final release, force-release)", got, want)
+	want := []string{
+		fmt.Sprintf("acquired:%d:30000", l.Fence), // the grant, with the default TTL
+		fmt.Sprintf("acquired:%d:5000", l.Fence),  // the re-entry, with its own
+		"released",
+		fmt.Sprintf("acquired:%d:30000", next.Fence),
+		"forced",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("messages = %q, want %q (grant, re-entry, final release, grant, force-release)", got, want)
 	}
 }

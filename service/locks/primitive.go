@@ -17,7 +17,9 @@ import (
 // The shared machinery relies on these rules of a primitive's scripts:
 //   - acquire registers a caller that may wait in the waiters zset (and the
 //     fair queue) with a deadline from the Redis clock, and replies with the
-//     fields of attemptResult;
+//     fields of attemptResult; every grant, new or a re-entry, publishes
+//     its notice "acquired:<fence>:<ttl_ms>" on the channel (a semaphore's
+//     adds ":<available>", see parseAcquired);
 //   - release and force-release publish "released" and "forced" on the
 //     channel; a renewal that ends a lease sooner publishes "shortened";
 //     leave publishes "left" when a waiter behind the one leaving may now go
@@ -70,7 +72,8 @@ type primitive interface {
 // wakeups is what a waiter hears wake-ups on: a listener of the
 // subscriber, or a primitive's own share of one.
 type wakeups interface {
-	// C delivers hints to try again.
+	// C delivers hints to try again, and grants' notices (see
+	// parseAcquired), which are none.
 	C() <-chan string
 	// Ready is closed once Redis confirmed the channel's subscription.
 	Ready() <-chan struct{}

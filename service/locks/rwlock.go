@@ -57,10 +57,11 @@ func (rwlock) kind() kind { return kindRW }
 // listen: a release may let many readers in at once.
 func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l.join(k, true) }
 
-// acquireCall is rw_acquire.lua on the lock's keys and its holders.
+// acquireCall is rw_acquire.lua on the lock's keys, its holders and its
+// channel.
 func (l rwlock) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := l.s, a.k
-	return rwScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders},
+	return rwScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders, k.channel},
 		rwAcquireArgs(s.cfg, a.req, k.regName(), waiterTimeout, a.keepTTL)
 }
 

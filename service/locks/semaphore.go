@@ -486,12 +486,14 @@ func newSemMetrics(reg prometheus.Registerer) *semMetrics {
 
 // semWakes shares out a semaphore's wake-ups among the waiters of this
 // process. A message that says how many permits are free ("released:2"
-// after a release, "granted:1" after a grant that left some) wakes, in
-// arrival order, the waiters whose counts fit in that many (as Redisson's
-// semaphore wakes as many waiters as permits were released); expired leases
-// publish nothing, which the waiters' timed re-checks cover, and
-// any other hint (a force-release, a change of permits, a waiter that left,
-// a re-subscription) wakes them all, and so does every hint in fair mode:
+// after a release; a grant's notice, "acquired:<fence>:<ttl_ms>:1", says
+// how many it left) wakes, in arrival order, the waiters whose counts fit
+// in that many (as Redisson's semaphore wakes as many waiters as permits
+// were released); a grant's notice reaches the others as a notice, which
+// tells them when that lease ends (an expiry publishes nothing) without
+// sending them to Redis; any other hint (a force-release, a change of
+// permits, a waiter that left, a re-subscription) wakes them all, and so
+// does every hint in fair mode, and every notice that leaves permits free:
 // only the queue's head may take permits, and this process cannot tell which
 // of its waiters that is. So a release does not send every waiter
 // of the process to Redis, while a waiter that fits is never passed over
@@ -568,37 +570,47 @@ func (w *semWakes) leave(channel string, sw *semWaiter) {
 	}
 }
 
-// dispatch shares out the hints of g's listener until g is left.
+// dispatch shares out the hints and notices of g's listener until g is
+// left.
 func (w *semWakes) dispatch(g *semGroup) {
 	for {
-		var hint string
+		var msg string
 		select {
 		case <-g.done:
 			return
-		case hint = <-g.l.C():
+		case msg = <-g.l.C():
 		}
-		budget, counted := permitsIn(hint)
+		budget, counted := permitsIn(msg)
+		notice := isNotice(msg)
 		w.mu.Lock()
 		for _, sw := range g.waiters {
+			wake := true
 			switch {
 			case sw.fair: // only the queue's head may take them, wherever it waits
+				wake = !notice || budget > 0
 			case counted && sw.count > budget:
-				continue
+				wake = false
 			default:
 				budget -= sw.count
 			}
-			select {
-			case sw.c <- hint:
-			default:
+			switch {
+			case wake && notice:
+				offer(sw.c, hintGranted) // permits it fits are free: a hint to try
+			case wake, notice:
+				offer(sw.c, msg)
 			}
 		}
 		w.mu.Unlock()
 	}
 }
 
-// permitsIn reads the permits a "released:n" or "granted:n" hint frees.
-func permitsIn(hint string) (int64, bool) {
-	_, n, ok := strings.Cut(hint, ":")
+// permitsIn reads the permits a "released:n" hint frees, or a grant's
+// notice leaves free.
+func permitsIn(msg string) (int64, bool) {
+	if n, ok := parseAcquired(msg); ok {
+		return n.available, n.available >= 0
+	}
+	_, n, ok := strings.Cut(msg, ":")
 	if !ok {
 		return 0, false
 	}

@@ -89,6 +89,10 @@ type Service struct {
 	hubs         map[string]*watchHub // watched names by channel (watch.go)
 	watchClosed  bool
 	watchMetrics *watchMetrics
+
+	// onRecheck, when set, learns every re-check time a wait sets (see
+	// Service.pause); nil but in tests (export_test.go), set before any wait.
+	onRecheck func(after time.Duration, byNotice bool)
 }
 
 // New returns a Service on st and registers its scripts with it. It does no

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/google/go-cmp/cmp"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/store"
@@ -18,11 +19,18 @@ import (
 var t0 = time.Date(2026, 11, 23, 4, 0, 0, 0, time.UTC)
 
 // newTestRedis starts a miniredis with its clock at t0 and returns it with a
-// client that neither retries nor waits long.
+// client that neither retries nor waits long. It takes SPUBLISH as PUBLISH,
+// which miniredis lacks, so the scripts' Redis Cluster forms (lua.Sharded)
+// run on it too.
 func newTestRedis(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
+	if err := m.Server().Register("SPUBLISH", func(c *server.Peer, _ string, args []string) {
+		m.Server().Dispatch(c, append([]string{"PUBLISH"}, args...))
+	}); err != nil {
+		t.Fatal(err)
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return m, rdb

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +18,10 @@ import (
 // force-release hintForced, a departing fair waiter hintLeft, a renew that
 // shortened the lease hintShortened; hintResubscribed is delivered after the
 // subscriber connection was re-established, because messages published
-// while it was down are lost.
+// while it was down are lost. Every grant publishes a notice that starts
+// with hintAcquired (see parseAcquired): not a hint to try again, as the new
+// lease blocks the waiters too, but when that lease ends, which an expiry
+// does not publish.
 const (
 	hintReleased     = "released"
 	hintForced       = "forced"
@@ -24,7 +29,81 @@ const (
 	hintShortened    = "shortened"
 	hintResubscribed = "resubscribed"
 	hintHandedOn     = "handed-on"
+	hintAcquired     = "acquired"
+	// hintGranted wakes a semaphore's waiter whose count fits in the
+	// permits a grant left free (semWakes): the grant's notice, made a
+	// hint to try.
+	hintGranted = "granted"
 )
+
+// grantNotice is what a grant's notice says of the lease it granted.
+type grantNotice struct {
+	fence     int64
+	ttl       time.Duration // the lease's TTL from its grant
+	available int64         // a semaphore's permits left free; -1 for a lock's notice
+}
+
+// parseAcquired reads a grant's notice, as acquire.lua and rw_acquire.lua
+// publish it, "acquired:<fence>:<ttl_ms>", and sem_acquire.lua,
+// "acquired:<fence>:<ttl_ms>:<available>". It reports false for any other
+// message, a hint.
+func parseAcquired(msg string) (grantNotice, bool) {
+	rest, ok := strings.CutPrefix(msg, hintAcquired+":")
+	if !ok {
+		return grantNotice{}, false
+	}
+	fields := strings.Split(rest, ":")
+	if len(fields) < 2 || len(fields) > 3 {
+		return grantNotice{}, false
+	}
+	v := [3]int64{2: -1}
+	for i, f := range fields {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 {
+			return grantNotice{}, false
+		}
+		v[i] = n
+	}
+	return grantNotice{fence: v[0], ttl: time.Duration(v[1]) * time.Millisecond, available: v[2]}, true
+}
+
+// isNotice reports whether msg is a grant's notice rather than a hint.
+func isNotice(msg string) bool { return strings.HasPrefix(msg, hintAcquired+":") }
+
+// offer puts msg in c (buffered 1) unless c holds a message already, and
+// reports whether it did. A notice never displaces a pending message (a
+// hint makes the waiter try, and the attempt's reply says when to look
+// again; an older notice names a lease that ends no later for it), and a
+// hint displaces a pending notice, so a notice never costs a waiter its
+// wake-up. Called with the lock that every sender to c holds.
+func offer(c chan string, msg string) bool {
+	select {
+	case c <- msg:
+		return true
+	default:
+	}
+	if isNotice(msg) {
+		return false
+	}
+	select {
+	case old := <-c:
+		if isNotice(old) {
+			break
+		}
+		select { // a hint was pending: it stays
+		case c <- old:
+		default:
+		}
+		return false
+	default: // taken meanwhile
+	}
+	select {
+	case c <- msg:
+		return true
+	default:
+		return false
+	}
+}
 
 // subscriber is the process's pub/sub connection: one on a single node, one
 // per primary on a Redis Cluster, where channels are subscribed with
@@ -86,7 +165,7 @@ type listener struct {
 	sub       *subscriber
 	channel   string
 	broadcast bool
-	c         chan string   // buffered 1; a full buffer already holds a pending hint
+	c         chan string   // buffered 1; a full buffer already holds a pending hint or notice (see offer)
 	ready     chan struct{} // the channel's: closed once the subscription is confirmed
 }
 
@@ -352,28 +431,21 @@ func (l *listener) leave(handOn bool) {
 }
 
 // wakeOne gives a hint to the longest-waiting shared listener that has none
-// pending. Called with the subscriber's lock held.
+// pending (a pending notice gives way, see offer). Called with the
+// subscriber's lock held.
 func (ch *subChannel) wakeOne(hint string) {
 	for _, l := range ch.listeners {
-		if l.broadcast {
-			continue
-		}
-		select {
-		case l.c <- hint:
+		if !l.broadcast && offer(l.c, hint) {
 			return
-		default:
 		}
 	}
 }
 
-// wakeAll gives a hint to every listener that has none pending. Called with
-// the subscriber's lock held.
-func (ch *subChannel) wakeAll(hint string) {
+// wakeAll gives a hint, or a notice, to every listener that has none
+// pending (see offer). Called with the subscriber's lock held.
+func (ch *subChannel) wakeAll(msg string) {
 	for _, l := range ch.listeners {
-		select {
-		case l.c <- hint:
-		default:
-		}
+		offer(l.c, msg)
 	}
 }
 
@@ -435,8 +507,9 @@ func (s *subscriber) confirmed(channel string) {
 	}
 }
 
-// deliver hands one message to the listeners of its channel: every broadcast
-// listener gets it, and one shared listener.
+// deliver hands one message to the listeners of its channel: a hint to every
+// broadcast listener and one shared listener, a grant's notice to every
+// listener (it sends none of them to Redis, see acquireWaiting).
 func (s *subscriber) deliver(channel, payload string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -444,12 +517,13 @@ func (s *subscriber) deliver(channel, payload string) {
 	if ch == nil {
 		return
 	}
+	if isNotice(payload) {
+		ch.wakeAll(payload)
+		return
+	}
 	for _, l := range ch.listeners {
 		if l.broadcast {
-			select {
-			case l.c <- payload:
-			default:
-			}
+			offer(l.c, payload)
 		}
 	}
 	ch.wakeOne(payload)

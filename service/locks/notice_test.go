@@ -1,0 +1,130 @@
+package locks
+
+import (
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestParseAcquired: a grant's notice is read as the acquire scripts
+// publish it, a lock's with two fields and a semaphore's with three; any
+// other message is a hint, not a notice.
+func TestParseAcquired(t *testing.T) {
+	tests := []struct {
+		msg    string
+		want   grantNotice
+		ok     bool
+		notice bool // isNotice: the notice's prefix, even when malformed
+	}{
+		{"acquired:1795406400000000:30000", grantNotice{fence: 1795406400000000, ttl: 30 * time.Second, available: -1}, true, true},
+		{"acquired:7:100:2", grantNotice{fence: 7, ttl: 100 * time.Millisecond, available: 2}, true, true},
+		{"acquired:7:100:0", grantNotice{fence: 7, ttl: 100 * time.Millisecond, available: 0}, true, true},
+		{"acquired:7", grantNotice{}, false, true},
+		{"acquired:7:100:2:1", grantNotice{}, false, true},
+		{"acquired:7:-100", grantNotice{}, false, true},
+		{"acquired:7:1e5", grantNotice{}, false, true},
+		{"acquired:", grantNotice{}, false, true},
+		{"acquired", grantNotice{}, false, false},
+		{hintReleased, grantNotice{}, false, false},
+		{"released:2", grantNotice{}, false, false},
+		{hintGranted, grantNotice{}, false, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseAcquired(tt.msg)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseAcquired(%q) = %+v, %t; want %+v, %t", tt.msg, got, ok, tt.want, tt.ok)
+		}
+		if got := isNotice(tt.msg); got != tt.notice {
+			t.Errorf("isNotice(%q) = %t, want %t", tt.msg, got, tt.notice)
+		}
+	}
+}
+
+// TestOfferNeverLosesAWakeUpToANotice: a listener's one pending message is
+// a hint whenever a hint came: a hint displaces a pending notice, and a
+// notice never displaces a pending hint (nor one hint another).
+func TestOfferNeverLosesAWakeUpToANotice(t *testing.T) {
+	const notice, newer = "acquired:1:100", "acquired:2:50"
+	steps := []struct {
+		msg     string
+		taken   bool
+		pending string
+	}{
+		{notice, true, notice},
+		{newer, false, notice},
+		{hintReleased, true, hintReleased},
+		{notice, false, hintReleased},
+		{hintForced, false, hintReleased},
+	}
+	c := make(chan string, 1)
+	for i, s := range steps {
+		if got := offer(c, s.msg); got != s.taken {
+			t.Fatalf("step %d: offer(%q) = %t, want %t", i, s.msg, got, s.taken)
+		}
+		got := <-c
+		if got != s.pending {
+			t.Fatalf("step %d: pending %q after offering %q, want %q", i, got, s.msg, s.pending)
+		}
+		c <- got
+	}
+}
+
+// TestSemaphoreNoticeWakesWhoFits: a semaphore's grant notice wakes, as a
+// hint to try (hintGranted), the waiters of this process whose counts fit
+// in the permits it left free, in arrival order, and reaches the others as
+// the notice; a fair waiter is woken when permits are left, else it gets
+// the notice.
+func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
+	t.Cleanup(func() { _ = sub.close() })
+	w := &semWakes{sub: sub}
+	join := func(channel string, count int64, fair bool) *semWaiter {
+		t.Helper()
+		sw, err := w.join(channel, count, fair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sw.leave(false) })
+		return sw
+	}
+	heard := func(sw *semWaiter) string {
+		t.Helper()
+		select {
+		case msg := <-sw.C():
+			return msg
+		case <-time.After(time.Minute): // a hang guard
+			t.Fatal("no message within a minute")
+			return ""
+		}
+	}
+
+	two, three, one := join("plain", 2, false), join("plain", 3, false), join("plain", 1, false)
+	const left3 = "acquired:9:1000:3"
+	sub.deliver("plain", left3)
+	for _, c := range []struct {
+		sw   *semWaiter
+		want string
+	}{{two, hintGranted}, {three, left3}, {one, hintGranted}} {
+		if got := heard(c.sw); got != c.want {
+			t.Errorf("waiter for %d of 3 free: %q, want %q", c.sw.count, got, c.want)
+		}
+	}
+
+	fair := join("fair", 1, true)
+	for _, msg := range []string{"acquired:9:1000:0", "acquired:10:1000:1"} {
+		sub.deliver("fair", msg)
+		want := msg
+		if msg == "acquired:10:1000:1" {
+			want = hintGranted
+		}
+		if got := heard(fair); got != want {
+			t.Errorf("fair waiter on %q: %q, want %q", msg, got, want)
+		}
+	}
+}
