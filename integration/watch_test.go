@@ -15,7 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// withWatchResync reads watched names again every d without a message.
+// withWatchResync reads watched names again every d without a message: an
+// hour in the tests whose events must come from the scripts' messages and
+// the holders' expiry alone.
 func withWatchResync(d time.Duration) envOption {
 	return withServiceConfig(func(c *serviceConfig) { c.WatchResync = d })
 }
@@ -57,7 +59,7 @@ func watchGoroutines(t *testing.T) int {
 // acquired, released, acquired, force-released, acquired and expired, each
 // with the lease's fence, the fences increasing.
 func TestWatchSeesEachChangeInOrder(t *testing.T) {
-	e := newTestEnv(t, withWatchResync(50*time.Millisecond))
+	e := newTestEnv(t, withWatchResync(time.Hour))
 	w := e.openWatch(t, "/v1/locks/watched/events", "LockState")
 	if w.Status != http.StatusOK {
 		t.Fatalf("watch: status %d body %s", w.Status, w.Body)
@@ -97,7 +99,7 @@ func TestWatchSeesEachChangeInOrder(t *testing.T) {
 // TestWatchSemaphoreAndRWLock: the other primitives' streams start with
 // their GET's state and report their leases with their permits or mode.
 func TestWatchSemaphoreAndRWLock(t *testing.T) {
-	e := newTestEnv(t, withWatchResync(50*time.Millisecond))
+	e := newTestEnv(t, withWatchResync(time.Hour))
 	sem := e.openWatch(t, "/v1/semaphores/pool/events", "SemaphoreState")
 	wantWatchEvent(t, sem, "state", 0)
 	r := e.do(t, "POST", "/v1/semaphores/pool", `{"permits":4,"count":3,"ttl":"30s"}`)
@@ -151,7 +153,7 @@ func TestWatchersShareOneSubscriptionAndLeaveNothing(t *testing.T) {
 // the last event it read gets no state again, only the next change; one
 // with an older id gets the current state first.
 func TestWatchResumesFromLastEventID(t *testing.T) {
-	e := newTestEnv(t, withWatchResync(50*time.Millisecond))
+	e := newTestEnv(t, withWatchResync(time.Hour))
 	w := e.openWatch(t, "/v1/locks/resumed/events", "LockState")
 	first := wantWatchEvent(t, w, "state", 0)
 	l := e.acquire(t, "resumed", `{"ttl":"30s"}`)
