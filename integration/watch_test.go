@@ -259,3 +259,37 @@ func TestWatchRefusesABadName(t *testing.T) {
 		t.Errorf("names watched = %d, want 0", names)
 	}
 }
+
+// TestWatchSeesAKeepaliveLeaseLost: a keep-alive lease whose holder stops
+// its heartbeats is lost, and the watcher is told why, with its fence.
+func TestWatchSeesAKeepaliveLeaseLost(t *testing.T) {
+	e := newTestEnv(t, withRenewer(instancePoll), withWatchResync(time.Hour))
+	w := e.openWatch(t, "/v1/locks/ka-watched/events", "LockState")
+	wantWatchEvent(t, w, "state", 0)
+	r := e.do(t, "POST", "/v1/locks/ka-watched", `{"ttl":"1s","keepalive":true,"heartbeat":"500ms"}`)
+	wantStatus(t, r, http.StatusCreated)
+	wantWatchEvent(t, w, "acquired", r.Fence())
+	if ev := wantWatchEvent(t, w, "lost", r.Fence()); ev.Data["reason"] != "heartbeat_missed" {
+		t.Errorf("lost data = %v, want reason heartbeat_missed", ev.Data)
+	}
+}
+
+// TestWatchSeesItsTenantsNamesOnly: tenant a's watcher of "orders" sees
+// a's lease of it, never b's lease of b's "orders".
+func TestWatchSeesItsTenantsNamesOnly(t *testing.T) {
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, tenantsFile(""))), withWatchResync(time.Hour))
+	a, b := bearer(secretA), bearer(secretB)
+	w := e.openWatch(t, "/v1/locks/orders/events", "LockState", a...)
+	if w.Status != http.StatusOK {
+		t.Fatalf("a's watch: status %d body %s", w.Status, w.Body)
+	}
+	wantWatchEvent(t, w, "state", 0)
+	lb := e.acquire(t, "orders", `{"ttl":"1m"}`, b...)
+	la := e.acquire(t, "orders", `{"ttl":"1m"}`, a...)
+	if ev := wantWatchEvent(t, w, "acquired", la.Fence); int64(ev.Data["fence"].(float64)) == lb.Fence {
+		t.Errorf("a's watcher saw b's lease %d", lb.Fence)
+	}
+	e.release(t, "orders", lb.Token, b...)
+	e.release(t, "orders", la.Token, a...)
+	wantWatchEvent(t, w, "released", la.Fence)
+}
