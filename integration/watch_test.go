@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/client"
 	"github.com/latchkey/latchkey/handlers"
 	"github.com/redis/go-redis/v9"
 )
@@ -292,4 +293,42 @@ func TestWatchSeesItsTenantsNamesOnly(t *testing.T) {
 	e.release(t, "orders", lb.Token, b...)
 	e.release(t, "orders", la.Token, a...)
 	wantWatchEvent(t, w, "released", la.Fence)
+}
+
+// TestClientWatchFollowsALock: the Go client's Watch gets the lock's
+// state, then its acquisition and release with the lease's fence.
+func TestClientWatchFollowsALock(t *testing.T) {
+	e := newClientEnv(t, withWatchResync(time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	events := e.c.Watch(ctx, client.KindLock, "client-watched")
+	next := func() client.Event {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev.Err != nil {
+				t.Fatalf("watch: %v", ev.Err)
+			}
+			return ev
+		case <-time.After(time.Minute):
+			t.Fatal("no watch event within a minute")
+		}
+		return client.Event{}
+	}
+	if ev := next(); ev.Type != client.EventState {
+		t.Fatalf("first event %+v, want the state", ev)
+	}
+	l, err := e.c.Lock(t.Context(), "client-watched", client.LockOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != client.EventAcquired || ev.Fence != l.Fence {
+		t.Fatalf("event %+v, want acquired with fence %d", ev, l.Fence)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != client.EventReleased || ev.Fence != l.Fence {
+		t.Fatalf("event %+v, want released with fence %d", ev, l.Fence)
+	}
 }
