@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,6 +163,10 @@ var holdEventSchemas = map[string]string{
 	"acquired": "HoldAcquiredEvent", "renewed": "Lease", "lost": "HoldLostEvent", "released": "HoldReleasedEvent",
 }
 
+// eventSpec is api/openapi.yaml, loaded once for the checks of every
+// stream's events: a watch test reads hundreds.
+var eventSpec = sync.OnceValues(func() (*openapi3.T, error) { return openapi3.NewLoader().LoadFromData(api.Spec) })
+
 // wantEventSchema checks an event's data against its schema in
 // api/openapi.yaml, as schemas name it (the harness checks a stream's
 // headers only).
@@ -172,7 +177,7 @@ func wantEventSchema(t testing.TB, schemas map[string]string, ev sseEvent) {
 		t.Errorf("stream event %q is not documented in api/openapi.yaml", ev.Name)
 		return
 	}
-	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	doc, err := eventSpec()
 	if err != nil {
 		t.Fatalf("api/openapi.yaml: %v", err)
 	}

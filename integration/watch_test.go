@@ -332,3 +332,36 @@ func TestClientWatchFollowsALock(t *testing.T) {
 		t.Fatalf("event %+v, want released with fence %d", ev, l.Fence)
 	}
 }
+
+// TestWatchersOfANameCostOneReadPerChange: 50 watchers of one name on one
+// instance each get a change, and the instance read the name's state once
+// or twice for it (its subscription's confirmation may come with the
+// change), never once per watcher; they send heartbeat comments between
+// events.
+func TestWatchersOfANameCostOneReadPerChange(t *testing.T) {
+	const watchers = 50
+	e := newTestEnv(t, withWatchResync(time.Hour), withRouterConfig(func(c *handlers.Config) {
+		c.WatchMaxPerClient, c.WatchPing = watchers, 20*time.Millisecond
+	}))
+	var ws []*holdStream
+	for range watchers {
+		w := e.openWatch(t, "/v1/locks/crowded/events", "LockState")
+		wantWatchEvent(t, w, "state", 0)
+		ws = append(ws, w)
+	}
+	eventually(t, time.Minute, "the channel is subscribed", func() bool { return e.channelSubscribers(t, "crowded") == 1 })
+	if n := ws[0].next(t, time.Minute, true); n.Comment != "ping" {
+		t.Errorf("between events: %+v, want a ping comment", n)
+	}
+	before := metricValue(t, e, "latchkey_watch_reads_total")
+	l := e.acquire(t, "crowded", `{"ttl":"30s"}`)
+	for _, w := range ws {
+		wantWatchEvent(t, w, "acquired", l.Fence)
+	}
+	if reads := metricValue(t, e, "latchkey_watch_reads_total") - before; reads < 1 || reads > 2 {
+		t.Errorf("state reads for one change seen by %d watchers = %v, want 1 (2 with a late confirmation)", watchers, reads)
+	}
+	if got := e.channelSubscribers(t, "crowded"); got != 1 {
+		t.Errorf("subscribers of the channel = %d, want 1 for %d watchers", got, watchers)
+	}
+}
