@@ -90,7 +90,10 @@ func (p *primitive[A, H, R, L]) handleWatch(w http.ResponseWriter, r *http.Reque
 	if err := locks.ValidateName(name); err != nil {
 		return err
 	}
-	lastID := r.Header.Get("Last-Event-ID")
+	lastID, err := singleHeader(r, "Last-Event-ID")
+	if err != nil {
+		return err
+	}
 	if len(lastID) > maxEventID {
 		return badRequest("Last-Event-ID", "max", fmt.Sprintf("Last-Event-ID must be at most %d characters", maxEventID))
 	}

@@ -247,14 +247,18 @@ func TestWatchCapsRefuse(t *testing.T) {
 	}
 }
 
-// TestWatchRefusesABadName: a bad name or Last-Event-ID is a 400 naming
-// the field, and watches nothing.
+// TestWatchRefusesABadName: a bad name, a Last-Event-ID too long or sent
+// twice is a 400 naming the field, and watches nothing.
 func TestWatchRefusesABadName(t *testing.T) {
 	e := newTestEnv(t)
 	wantProblem(t, e.do(t, "GET", "/v1/locks/%7D/events", ""), http.StatusBadRequest, "invalid-request")
 	r := e.do(t, "GET", "/v1/semaphores/pool/events", "", "Last-Event-ID", strings.Repeat("x", 129))
 	if p := wantProblem(t, r, http.StatusBadRequest, "invalid-request"); len(p.Errors) != 1 || p.Errors[0].Field != "Last-Event-ID" {
 		t.Errorf("errors = %+v, want Last-Event-ID named", p.Errors)
+	}
+	r = e.do(t, "GET", "/v1/locks/pool/events", "", "Last-Event-ID", "1-0-a", "Last-Event-ID", "1-0-a")
+	if p := wantProblem(t, r, http.StatusBadRequest, "invalid-request"); len(p.Errors) != 1 || p.Errors[0].Rule != "once" {
+		t.Errorf("errors of two Last-Event-IDs = %+v, want Last-Event-ID once", p.Errors)
 	}
 	if names, _ := e.Svc.Watches(); names != 0 {
 		t.Errorf("names watched = %d, want 0", names)
