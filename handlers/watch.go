@@ -153,7 +153,7 @@ func (p *primitive[A, H, R, L]) handleWatch(w http.ResponseWriter, r *http.Reque
 // maxEventID bounds the Last-Event-ID a watch reads: an id is far shorter.
 const maxEventID = 128
 
-func toWatchLeaseEvent(name string, ev locks.WatchEvent) watchLeaseEvent {
+func toWatchLeaseEvent(name string, ev *locks.WatchEvent) watchLeaseEvent {
 	out := watchLeaseEvent{Name: name, Fence: ev.Fence, Reason: ev.Reason}
 	if h := ev.Holder; h != nil {
 		out.Owner, out.Mode, out.Count, out.TTLMS = h.Owner, string(h.Mode), h.Count, h.TTL.Milliseconds()

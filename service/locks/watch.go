@@ -44,11 +44,19 @@ const (
 	WatchForceReleased = "force-released"
 )
 
-// watchBuffer is how many events a watch may have waiting for its reader;
-// a watch that falls further behind is ended (Done closes with Overflowed
+// watchBuffer is how many events a watch may have waiting for its reader
+// (a pointer each: an event is shared by every watch of its name, so a
+// watch costs its buffer's 512 bytes, not a copy of each event); a watch
+// that falls further behind is ended (Events closes, Overflowed reports
 // true), and its client, reconnecting with the last id it read, gets a
 // fresh state.
 const watchBuffer = 64
+
+// maxEventsPerChange is the most events one read of a name's state is told
+// as: a change of more leases at once (a force-release of a semaphore's
+// many holders) is told as one WatchState, so a burst never overflows a
+// watch that keeps up.
+const maxEventsPerChange = 16
 
 // WatchHolder is a lease as a watch stream describes it: never its token.
 type WatchHolder struct {
@@ -101,10 +109,11 @@ var watchables = map[string]watchable{
 }
 
 // Watch is one watch of a name: its events, in order, until Close, the
-// service's Close, or its reader falling watchBuffer events behind.
+// service's Close, or its reader falling watchBuffer events behind. The
+// events are shared with the other watches of the name: read them only.
 type Watch struct {
 	hub        *watchHub
-	c          chan WatchEvent
+	c          chan *WatchEvent
 	lastID     string // the id the client last saw: no first state when it is current
 	started    bool   // the first state was sent (or skipped as current)
 	overflowed bool
@@ -112,7 +121,7 @@ type Watch struct {
 }
 
 // Events delivers the watch's events; it is closed when the watch ends.
-func (w *Watch) Events() <-chan WatchEvent { return w.c }
+func (w *Watch) Events() <-chan *WatchEvent { return w.c }
 
 // Overflowed reports, once Events is closed, whether the watch ended
 // because its reader fell behind.
@@ -168,7 +177,7 @@ func (s *Service) Watch(ctx context.Context, kind, name, lastID string) (*Watch,
 		s.watchMetrics.names.Inc()
 		go h.run(hctx)
 	}
-	w := &Watch{hub: h, c: make(chan WatchEvent, watchBuffer), lastID: lastID}
+	w := &Watch{hub: h, c: make(chan *WatchEvent, watchBuffer), lastID: lastID}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.watches[w] = struct{}{}
@@ -279,17 +288,23 @@ func (h *watchHub) refresh(ctx context.Context) (time.Duration, bool) {
 	}
 	h.mu.Lock()
 	prev := h.snap
-	var events []WatchEvent
+	var events []*WatchEvent
 	if prev != nil {
 		diff := h.wa.diff
 		if diff == nil {
 			diff = leaseDiff
 		}
-		events = diff(*prev, next, lostOf)
-		if id := stateID(next); len(events) == 0 && id != stateID(*prev) ||
-			len(events) > 0 && events[len(events)-1].ID != id {
+		evs := diff(*prev, next, lostOf)
+		for i := range evs {
+			events = append(events, &evs[i])
+		}
+		id := stateID(next)
+		switch {
+		case len(events) > maxEventsPerChange:
+			events = []*WatchEvent{{Type: WatchState, ID: id, State: next.state}}
+		case len(events) == 0 && id != stateID(*prev) || len(events) > 0 && events[len(events)-1].ID != id:
 			// Something changed that the events do not tell: say it all.
-			events = append(events, WatchEvent{Type: WatchState, ID: id, State: next.state})
+			events = append(events, &WatchEvent{Type: WatchState, ID: id, State: next.state})
 		}
 	}
 	h.snap = &next
@@ -321,13 +336,13 @@ func (h *watchHub) refresh(ctx context.Context) (time.Duration, bool) {
 func (h *watchHub) start(w *Watch) {
 	w.started = true
 	if id := stateID(*h.snap); id != w.lastID {
-		h.send(w, WatchEvent{Type: WatchState, ID: id, State: h.snap.state})
+		h.send(w, &WatchEvent{Type: WatchState, ID: id, State: h.snap.state})
 	}
 }
 
 // send gives w one event, ending it when its buffer is full. Called with
 // h.mu held.
-func (h *watchHub) send(w *Watch, ev WatchEvent) {
+func (h *watchHub) send(w *Watch, ev *WatchEvent) {
 	if w.closed {
 		return
 	}

@@ -35,7 +35,7 @@ func mustWatch(t *testing.T, svc *locks.Service, kind, name, lastID string) *loc
 }
 
 // nextEvent is the watch's next event; not within a minute fails.
-func nextEvent(t *testing.T, w *locks.Watch) locks.WatchEvent {
+func nextEvent(t *testing.T, w *locks.Watch) *locks.WatchEvent {
 	t.Helper()
 	select {
 	case ev, ok := <-w.Events():
@@ -46,10 +46,10 @@ func nextEvent(t *testing.T, w *locks.Watch) locks.WatchEvent {
 	case <-time.After(time.Minute):
 		t.Fatal("no watch event within a minute")
 	}
-	return locks.WatchEvent{}
+	return nil
 }
 
-func wantEvent(t *testing.T, w *locks.Watch, typ string, fence int64) locks.WatchEvent {
+func wantEvent(t *testing.T, w *locks.Watch, typ string, fence int64) *locks.WatchEvent {
 	t.Helper()
 	ev := nextEvent(t, w)
 	if ev.Type != typ || ev.Fence != fence {
@@ -244,4 +244,68 @@ func TestStateIDChangesWithALeaseUnseen(t *testing.T) {
 	if locks.LeaseDiff(free, after, nil) != nil {
 		t.Error("diff of holders unchanged has events")
 	}
+}
+
+// TestWatchAtScale: 10,000 watches of 100 names share 100 subscriptions and
+// 100 state readers, and every watch gets the change of its name, read
+// from the scripts' messages alone (no periodic read).
+func TestWatchAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 watches")
+	}
+	const names, perName = 100, 100
+	svc, _ := newTestService(t, locks.Config{WatchResync: time.Hour})
+	t.Cleanup(func() { _ = svc.Close() })
+	watches := make([][]*locks.Watch, names)
+	for n := range names {
+		for range perName {
+			watches[n] = append(watches[n], mustWatch(t, svc, "lock", fmt.Sprintf("name-%d", n), ""))
+		}
+	}
+	for n := range names {
+		for _, w := range watches[n] {
+			wantEvent(t, w, locks.WatchState, 0)
+		}
+	}
+	if hubs, ws := svc.Watches(); hubs != names || ws != names*perName {
+		t.Fatalf("Watches() = %d names, %d watches; want %d and %d", hubs, ws, names, names*perName)
+	}
+	waitFor(t, "every name's channel to be subscribed", func() bool {
+		channels, listeners := svc.Subscriptions()
+		return channels == names && listeners == names // one listener per name, not per watch
+	})
+	for n := range names {
+		l := mustAcquire(t, svc, fmt.Sprintf("name-%d", n), locks.AcquireRequest{TTL: time.Minute})
+		for _, w := range watches[n] {
+			wantEvent(t, w, locks.WatchAcquired, l.Fence)
+		}
+	}
+}
+
+// TestWatchTellsABurstAsOneState: a change of more leases than one read
+// tells as events (a force-release of 20 semaphore holders) is one state
+// event, so a watch that keeps up is never ended by a burst.
+func TestWatchTellsABurstAsOneState(t *testing.T) {
+	svc, _ := newWatchService(t)
+	w := mustWatch(t, svc, "semaphore", "crowd", "")
+	wantEvent(t, w, locks.WatchState, 0)
+	var last int64
+	for range 20 {
+		last = mustSem(t, svc, "crowd", semReq(20, 1, time.Minute)).Fence
+	}
+	for { // the 20 grants, as events or as states
+		ev := nextEvent(t, w)
+		if st, ok := ev.State.(locks.SemaphoreState); ev.Fence == last || ok && st.Holders == 20 {
+			break
+		}
+	}
+	if _, err := svc.ForceReleaseSemaphore(t.Context(), "crowd"); err != nil {
+		t.Fatal(err)
+	}
+	ev := nextEvent(t, w)
+	if st, ok := ev.State.(locks.SemaphoreState); ev.Type != locks.WatchState || !ok || st.Holders != 0 {
+		t.Fatalf("after 20 leases force-released: %s %+v, want one state with no holder", ev.Type, ev.State)
+	}
+	l := mustSem(t, svc, "crowd", semReq(20, 1, time.Minute))
+	wantEvent(t, w, locks.WatchAcquired, l.Fence)
 }
