@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"runtime/pprof"
@@ -363,5 +364,31 @@ func TestWatchersOfANameCostOneReadPerChange(t *testing.T) {
 	}
 	if got := e.channelSubscribers(t, "crowded"); got != 1 {
 		t.Errorf("subscribers of the channel = %d, want 1 for %d watchers", got, watchers)
+	}
+}
+
+// TestWatchNeedsTheLocksReadScope: a key without locks:read is refused a
+// watch (403 forbidden naming the scope), and one that may use only some
+// names is refused the others; no watch is opened.
+func TestWatchNeedsTheLocksReadScope(t *testing.T) {
+	const gateOnly, ordersOnly = "watch-gate-only-secret-0123456789", "watch-orders-only-secret-012345678"
+	keys := fmt.Sprintf(`tenants:
+  a:
+    keys:
+      - {id: a-gate, sha256: %s, scopes: [ratelimit:gate]}
+      - {id: a-orders, sha256: %s, scopes: [locks:read], names: ["orders-*"]}
+`, hashHex(gateOnly), hashHex(ordersOnly))
+	e := newTestEnv(t, withKeysFile(writeKeysFile(t, keys)))
+	r := e.do(t, "GET", "/v1/locks/orders-1/events", "", bearer(gateOnly)...)
+	wantProblem(t, r, http.StatusForbidden, "forbidden")
+	if h := r.Header.Get("WWW-Authenticate"); !strings.Contains(h, `scope="locks:read"`) {
+		t.Errorf("WWW-Authenticate = %q, want the locks:read scope named", h)
+	}
+	wantProblem(t, e.do(t, "GET", "/v1/semaphores/billing/events", "", bearer(ordersOnly)...), http.StatusForbidden, "forbidden")
+	if names, _ := e.Svc.Watches(); names != 0 {
+		t.Errorf("names watched after the refusals = %d, want 0", names)
+	}
+	if w := e.openWatch(t, "/v1/semaphores/orders-1/events", "SemaphoreState", bearer(ordersOnly)...); w.Status != http.StatusOK {
+		t.Errorf("a watch of a name the key may use: status %d body %s", w.Status, w.Body)
 	}
 }
