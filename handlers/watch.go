@@ -136,13 +136,7 @@ func (p *primitive[A, H, R, L]) handleWatch(w http.ResponseWriter, r *http.Reque
 			if !ok { // the service closed, or the client fell behind: it reconnects
 				return nil
 			}
-			var data any
-			if ev.Type == locks.WatchState {
-				data = p.watchState(ev.State)
-			} else {
-				data = toWatchLeaseEvent(name, ev)
-			}
-			err = s.eventWithID(ev.Type, ev.ID, data)
+			err = s.write(string(ev.Encoded(func() []byte { return p.watchFrame(name, ev) })))
 		}
 		if err != nil { // the client is gone or stuck
 			return nil
@@ -164,13 +158,15 @@ func toWatchLeaseEvent(name string, ev *locks.WatchEvent) watchLeaseEvent {
 	return out
 }
 
-// eventWithID writes one event with its id.
-func (s *sseWriter) eventWithID(name, id string, data any) error {
-	b, err := json.Marshal(data)
-	if err != nil {
-		return err
+// watchFrame is the Server-Sent Event of ev, with its id: written to every
+// watch of the name, it is made once (WatchEvent.Encoded).
+func (p *primitive[A, H, R, L]) watchFrame(name string, ev *locks.WatchEvent) []byte {
+	var data any = toWatchLeaseEvent(name, ev)
+	if ev.Type == locks.WatchState {
+		data = p.watchState(ev.State)
 	}
-	return s.write("id: " + id + "\nevent: " + name + "\ndata: " + string(b) + "\n\n")
+	b, _ := json.Marshal(data) // response types of plain fields: never an error
+	return []byte("id: " + ev.ID + "\nevent: " + ev.Type + "\ndata: " + string(b) + "\n\n")
 }
 
 // watchStates are the first event's bodies of each primitive: the body of

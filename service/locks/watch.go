@@ -80,6 +80,25 @@ type WatchEvent struct {
 	// State is the public state (LockState, RWState or SemaphoreState,
 	// read without a token) for WatchState.
 	State any
+
+	enc *eventEncoding // set on the events a hub sends (see Encoded)
+}
+
+// eventEncoding is an event's encoding, made once for all its watches.
+type eventEncoding struct {
+	once sync.Once
+	b    []byte
+}
+
+// Encoded returns encode's result, calling it once for every watch of the
+// event's name: an event is shared by them, so a change is encoded once
+// however many watch it. On an event not from a Watch, it calls encode.
+func (e *WatchEvent) Encoded(encode func() []byte) []byte {
+	if e.enc == nil {
+		return encode()
+	}
+	e.enc.once.Do(func() { e.enc.b = encode() })
+	return e.enc.b
 }
 
 // watchSnapshot is one read of a name's public state.
@@ -296,15 +315,16 @@ func (h *watchHub) refresh(ctx context.Context) (time.Duration, bool) {
 		}
 		evs := diff(*prev, next, lostOf)
 		for i := range evs {
+			evs[i].enc = &eventEncoding{}
 			events = append(events, &evs[i])
 		}
 		id := stateID(next)
 		switch {
 		case len(events) > maxEventsPerChange:
-			events = []*WatchEvent{{Type: WatchState, ID: id, State: next.state}}
+			events = []*WatchEvent{{Type: WatchState, ID: id, State: next.state, enc: &eventEncoding{}}}
 		case len(events) == 0 && id != stateID(*prev) || len(events) > 0 && events[len(events)-1].ID != id:
 			// Something changed that the events do not tell: say it all.
-			events = append(events, &WatchEvent{Type: WatchState, ID: id, State: next.state})
+			events = append(events, &WatchEvent{Type: WatchState, ID: id, State: next.state, enc: &eventEncoding{}})
 		}
 	}
 	h.snap = &next

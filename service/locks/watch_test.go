@@ -309,3 +309,19 @@ func TestWatchTellsABurstAsOneState(t *testing.T) {
 	l := mustSem(t, svc, "crowd", semReq(20, 1, time.Minute))
 	wantEvent(t, w, locks.WatchAcquired, l.Fence)
 }
+
+// TestWatchEventIsEncodedOncePerChange: the watches of a name share each
+// change's event, so its encoding is made once however many watch it.
+func TestWatchEventIsEncodedOncePerChange(t *testing.T) {
+	svc, _ := newWatchService(t)
+	w1, w2 := mustWatch(t, svc, "lock", "enc", ""), mustWatch(t, svc, "lock", "enc", "")
+	wantEvent(t, w1, locks.WatchState, 0)
+	wantEvent(t, w2, locks.WatchState, 0)
+	l := mustAcquire(t, svc, "enc", locks.AcquireRequest{TTL: time.Minute})
+	e1, e2 := wantEvent(t, w1, locks.WatchAcquired, l.Fence), wantEvent(t, w2, locks.WatchAcquired, l.Fence)
+	calls := 0
+	encode := func() []byte { calls++; return []byte("frame") }
+	if string(e1.Encoded(encode)) != "frame" || string(e2.Encoded(encode)) != "frame" || calls != 1 {
+		t.Errorf("encoded %d times for two watches, want once", calls)
+	}
+}
