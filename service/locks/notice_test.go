@@ -14,49 +14,50 @@ import (
 // other message is a hint, not a notice.
 func TestParseAcquired(t *testing.T) {
 	tests := []struct {
-		msg    string
-		want   grantNotice
-		ok     bool
-		notice bool // isNotice: the notice's prefix, even when malformed
+		msg  string
+		want grantNotice
+		ok   bool
 	}{
-		{"acquired:1795406400000000:30000", grantNotice{fence: 1795406400000000, ttl: 30 * time.Second, available: -1}, true, true},
-		{"acquired:7:100:2", grantNotice{fence: 7, ttl: 100 * time.Millisecond, available: 2}, true, true},
-		{"acquired:7:100:0", grantNotice{fence: 7, ttl: 100 * time.Millisecond, available: 0}, true, true},
-		{"acquired:7", grantNotice{}, false, true},
-		{"acquired:7:100:2:1", grantNotice{}, false, true},
-		{"acquired:7:-100", grantNotice{}, false, true},
-		{"acquired:7:1e5", grantNotice{}, false, true},
-		{"acquired:", grantNotice{}, false, true},
-		{"acquired", grantNotice{}, false, false},
-		{hintReleased, grantNotice{}, false, false},
-		{"released:2", grantNotice{}, false, false},
-		{hintGranted, grantNotice{}, false, false},
+		{"acquired:1795406400000000:30000", grantNotice{fence: 1795406400000000, ttl: 30 * time.Second, available: -1}, true},
+		{"acquired:7:100:2", grantNotice{fence: 7, ttl: 100 * time.Millisecond, available: 2}, true},
+		{"acquired:7:100:0", grantNotice{fence: 7, ttl: 100 * time.Millisecond, available: 0}, true},
+		{"acquired:7", grantNotice{}, false},
+		{"acquired:7:100:2:1", grantNotice{}, false},
+		{"acquired:7:-100", grantNotice{}, false},
+		{"acquired:7:1e5", grantNotice{}, false},
+		{"acquired:", grantNotice{}, false},
+		{"acquired", grantNotice{}, false},
+		{hintReleased, grantNotice{}, false},
+		{"released:2", grantNotice{}, false},
+		{hintGranted, grantNotice{}, false},
 	}
 	for _, tt := range tests {
 		got, ok := parseAcquired(tt.msg)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("parseAcquired(%q) = %+v, %t; want %+v, %t", tt.msg, got, ok, tt.want, tt.ok)
 		}
-		if got := isNotice(tt.msg); got != tt.notice {
-			t.Errorf("isNotice(%q) = %t, want %t", tt.msg, got, tt.notice)
+		if isNotice(tt.msg) != tt.ok {
+			t.Errorf("isNotice(%q) = %t, want %t", tt.msg, !tt.ok, tt.ok)
 		}
 	}
 }
 
 // TestOfferNeverLosesAWakeUpToANotice: a listener's one pending message is
-// a hint whenever a hint came: a hint displaces a pending notice, and a
-// notice never displaces a pending hint (nor one hint another).
+// a hint whenever a hint came since it last looked (a hint displaces a
+// pending notice, and nothing displaces a pending hint), else the notice
+// of the shortest lease.
 func TestOfferNeverLosesAWakeUpToANotice(t *testing.T) {
-	const notice, newer = "acquired:1:100", "acquired:2:50"
+	const long, short, shorter = "acquired:1:100", "acquired:2:50", "acquired:3:10"
 	steps := []struct {
 		msg     string
 		taken   bool
 		pending string
 	}{
-		{notice, true, notice},
-		{newer, false, notice},
+		{long, true, long},
+		{short, true, short},
+		{long, false, short},
 		{hintReleased, true, hintReleased},
-		{notice, false, hintReleased},
+		{shorter, false, hintReleased},
 		{hintForced, false, hintReleased},
 	}
 	c := make(chan string, 1)

@@ -37,7 +37,8 @@ type primitive interface {
 	// wake-up reaches is the primitive's: every waiter of the process when
 	// one release may let several in or their order matters (fair mode),
 	// else one waiter (see subscriber.join), or those a semaphore's freed
-	// permits fit (see semWakes). Returns an error only after Close.
+	// permits fit (see semWakes); a grant's notice, which sends no waiter
+	// to Redis, reaches every one. Returns an error only after Close.
 	listen(k lockKeys, req AcquireRequest) (wakeups, error)
 	// acquireCall names the primitive's acquire script for a, its keys and
 	// its ARGV, which the machine runs (runAttempt). waiterTimeout > 0

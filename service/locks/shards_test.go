@@ -237,12 +237,12 @@ func TestClusterRenewerVisitsDueShards(t *testing.T) {
 		t.Fatalf("directory: slot due at %v (%v), want the shard's next due %v", s, err, next)
 	}
 
-	// Released (as release.lua does; miniredis has no SPUBLISH, which the
-	// cluster form of release publishes with): the shard empties, and the
-	// next visit drops the slot.
-	m.Del(locks.KeysOf(prefix, "orders").Lock)
-	if _, err := m.ZRem(shard, member); err != nil {
+	// Released: the shard empties, and the next visit drops the slot.
+	if _, err := svc.Release(ctx, "orders", l.Token); err != nil {
 		t.Fatal(err)
+	}
+	if n, _ := m.ZMembers(shard); len(n) != 0 {
+		t.Fatalf("the shard holds %v after the release", n)
 	}
 	advance(m, &now, 1100*time.Millisecond)
 	locks.RenewShardsNow(ctx, svc)

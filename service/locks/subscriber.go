@@ -68,41 +68,47 @@ func parseAcquired(msg string) (grantNotice, bool) {
 }
 
 // isNotice reports whether msg is a grant's notice rather than a hint.
-func isNotice(msg string) bool { return strings.HasPrefix(msg, hintAcquired+":") }
+func isNotice(msg string) bool {
+	_, ok := parseAcquired(msg)
+	return ok
+}
 
-// offer puts msg in c (buffered 1) unless c holds a message already, and
-// reports whether it did. A notice never displaces a pending message (a
-// hint makes the waiter try, and the attempt's reply says when to look
-// again; an older notice names a lease that ends no later for it), and a
-// hint displaces a pending notice, so a notice never costs a waiter its
-// wake-up. Called with the lock that every sender to c holds.
+// offer puts msg in c (buffered 1), or in place of the message c holds
+// when msg replaces it (see replaces), and reports whether it did. Called
+// with the lock that every sender to c holds.
 func offer(c chan string, msg string) bool {
 	select {
 	case c <- msg:
 		return true
 	default:
 	}
-	if isNotice(msg) {
-		return false
-	}
+	taken := true
 	select {
 	case old := <-c:
-		if isNotice(old) {
-			break
+		if !replaces(msg, old) {
+			msg, taken = old, false // it stays
 		}
-		select { // a hint was pending: it stays
-		case c <- old:
-		default:
-		}
-		return false
-	default: // taken meanwhile
+	default: // received meanwhile
 	}
 	select {
 	case c <- msg:
-		return true
 	default:
+	}
+	return taken
+}
+
+// replaces reports whether msg takes the place of old, pending for a
+// listener: a hint replaces a notice, so a notice never costs a waiter its
+// wake-up (the attempt's reply then says when to look again); a notice
+// replaces a notice of a longer lease, so the waiter looks again when the
+// first of them may end; nothing replaces a pending hint.
+func replaces(msg, old string) bool {
+	o, oldNotice := parseAcquired(old)
+	if !oldNotice {
 		return false
 	}
+	n, notice := parseAcquired(msg)
+	return !notice || n.ttl < o.ttl
 }
 
 // subscriber is the process's pub/sub connection: one on a single node, one
