@@ -135,6 +135,8 @@ type request struct {
 	query  url.Values
 	body   any // JSON-encoded when non-nil
 	token  string
+	// lastEventID is the Last-Event-ID header of a watch's reconnect.
+	lastEventID string
 }
 
 // response is a finished API call.
@@ -177,6 +179,9 @@ func (c *Client) newHTTPRequest(ctx context.Context, req request) (*http.Request
 	}
 	if req.token != "" {
 		hr.Header.Set("Lock-Token", req.token)
+	}
+	if req.lastEventID != "" {
+		hr.Header.Set("Last-Event-ID", req.lastEventID)
 	}
 	return hr, nil
 }

@@ -129,7 +129,7 @@ func renewedUntil(received time.Time, ttl time.Duration) time.Time {
 }
 
 // sseEvent is one Server-Sent Event.
-type sseEvent struct{ name, data string }
+type sseEvent struct{ id, name, data string }
 
 // readEvent reads the next event from r, skipping comments (the server's
 // pings).
@@ -156,6 +156,8 @@ func readEvent(r *bufio.Reader) (sseEvent, error) {
 			field, value, _ := strings.Cut(line, ":")
 			value = strings.TrimPrefix(value, " ")
 			switch field {
+			case "id":
+				ev.id = value
 			case "event":
 				ev.name = value
 			case "data":

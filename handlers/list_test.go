@@ -180,3 +180,16 @@ func TestListLostAsksForEachKind(t *testing.T) {
 		}
 	}
 }
+
+// fakeWatches is the watch part of fakeService: a nil WatchFn answers
+// errUnexpectedCall.
+type fakeWatches struct {
+	WatchFn func(ctx context.Context, kind, name, lastID string) (*locks.Watch, error)
+}
+
+func (f *fakeWatches) Watch(ctx context.Context, kind, name, lastID string) (*locks.Watch, error) {
+	if f.WatchFn == nil {
+		return nil, errUnexpectedCall
+	}
+	return f.WatchFn(ctx, kind, name, lastID)
+}

@@ -16,6 +16,7 @@ func (a *api) lockPrimitive() *primitive[acquireRequest, holdRequest, locks.Acqu
 		acquire: a.svc.Acquire, hold: a.svc.Hold, answer: answerLease,
 		renew:   modeless(a.svc.Renew),
 		release: a.releaseLock, force: forced(a.svc.ForceRelease), inspect: a.inspectLock,
+		watchKind: "lock", watchState: lockWatchState,
 	}
 }
 

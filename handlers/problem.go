@@ -71,6 +71,8 @@ const (
 	routeNotFound
 	methodNotAllowed
 	rateLimited
+	watchClientStreams
+	watchInstanceStreams
 	internal
 )
 
@@ -143,6 +145,10 @@ var problemTypes = [...]problemRow{
 	methodNotAllowed: {typ: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed,
 		header: allow},
 	rateLimited: {typ: "rate-limited", title: "Too many requests", status: http.StatusTooManyRequests},
+	watchClientStreams: {typ: "watch-streams-per-client", title: "Too many watch streams for this client",
+		status: http.StatusTooManyRequests},
+	watchInstanceStreams: {typ: "watch-streams-exhausted", title: "This instance serves no more watch streams",
+		status: http.StatusServiceUnavailable, header: retryAfterOne},
 	internal: {typ: "internal", title: "Internal error", status: http.StatusInternalServerError,
 		detail: fixed("internal error")},
 }

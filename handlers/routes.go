@@ -36,6 +36,16 @@ type Config struct {
 	// to a waiting acquire, past its wait); the server's write timeout does
 	// not apply to them. Default 10s.
 	StreamWriteTimeout time.Duration
+	// WatchPing is how often a watch stream sends a comment line when no
+	// event came. Default 15s.
+	WatchPing time.Duration
+	// WatchMaxStreams caps the watch streams open on this instance; one
+	// more is answered 503 watch-streams-exhausted. Default 10000.
+	WatchMaxStreams int
+	// WatchMaxPerClient caps the watch streams one client (an API key, or
+	// a client address on an open API) has open on this instance; one more
+	// is answered 429 watch-streams-per-client. Default 100.
+	WatchMaxPerClient int
 	// Auth turns on API keys, scopes, tenants and their request rate (the
 	// lock service counts their leases and waiters); its zero value leaves
 	// the API open (AdminKey still guards force-release).
@@ -53,6 +63,7 @@ type api struct {
 	cfg      Config
 	log      *slog.Logger
 	validate *validator.Validate
+	watches  watchStreams // the watch streams open (watch.go)
 }
 
 // NewRouter returns the whole HTTP surface of Latchkey: the v1 routes, the
@@ -74,10 +85,20 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 	if cfg.HoldPing <= 0 {
 		cfg.HoldPing = 15 * time.Second
 	}
+	if cfg.WatchPing <= 0 {
+		cfg.WatchPing = 15 * time.Second
+	}
+	if cfg.WatchMaxStreams <= 0 {
+		cfg.WatchMaxStreams = 10000
+	}
+	if cfg.WatchMaxPerClient <= 0 {
+		cfg.WatchMaxPerClient = 100
+	}
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = 10 * time.Second
 	}
-	a := &api{svc: services{lk, rl}, cfg: cfg, log: cfg.Logger, validate: newValidator()}
+	a := &api{svc: services{lk, rl}, cfg: cfg, log: cfg.Logger, validate: newValidator(),
+		watches: watchStreams{perClient: map[string]int{}}}
 
 	r := chi.NewRouter()
 	r.Use(requestID)
@@ -173,8 +194,9 @@ func allowedMethods(r *http.Request, mux *chi.Mux) []string {
 }
 
 // leaseRoutes mounts a lease primitive's operations (see primitive) on
-// its resource, base+{name}: POST acquires, GET reads, DELETE releases, and
-// POST {name}/renew and {name}/hold renew and hold.
+// its resource, base+{name}: POST acquires, GET reads, DELETE releases,
+// POST {name}/renew and {name}/hold renew and hold, and GET {name}/events
+// watches, for a primitive that is watched (watchKind).
 func leaseRoutes[A, H leaseBody[R], R, L any](a *api, r chi.Router, p *primitive[A, H, R, L]) {
 	resource := p.base + "{name}"
 	r.Post(resource, a.handleParams(p.handleAcquire))
@@ -182,6 +204,9 @@ func leaseRoutes[A, H leaseBody[R], R, L any](a *api, r chi.Router, p *primitive
 	r.Delete(resource, a.handleParams(p.handleRelease, append([]string{"force"}, p.params...)...))
 	r.Post(resource+"/renew", a.handleParams(p.handleRenew, p.params...))
 	r.Post(resource+"/hold", a.handleParams(p.handleHold))
+	if p.watchKind != "" {
+		r.Get(resource+"/events", a.handleParams(p.handleWatch))
+	}
 }
 
 // handlerFunc is a handler that returns its error instead of answering it

@@ -86,6 +86,7 @@ func (a *api) rwLockPrimitive() *primitive[rwAcquireRequest, rwHoldRequest, lock
 		a: a, base: "/v1/rwlocks/", params: []string{"mode"}, target: modeParam,
 		acquire: a.svc.AcquireRW, hold: a.svc.HoldRW, renew: a.svc.RenewRW, answer: answerLease,
 		release: a.releaseRWLock, force: forced(a.svc.ForceReleaseRW), inspect: a.inspectRWLock,
+		watchKind: "rwlock", watchState: rwWatchState,
 	}
 }
 

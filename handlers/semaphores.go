@@ -138,6 +138,7 @@ func (a *api) semaphorePrimitive() *primitive[semaphoreAcquireRequest, semaphore
 		acquire: a.svc.AcquireSemaphore, hold: a.svc.HoldSemaphore, answer: answerSemaphoreLease,
 		renew:   modeless(a.svc.RenewSemaphore),
 		release: a.releaseSemaphore, force: forced(a.svc.ForceReleaseSemaphore), inspect: a.inspectSemaphore,
+		watchKind: "semaphore", watchState: semaphoreWatchState,
 	}
 }
 

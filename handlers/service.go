@@ -25,6 +25,14 @@ type Locks interface {
 	Semaphores
 	Elections
 	Listings
+	Watches
+}
+
+// Watches is what the HTTP layer needs to watch a name without holding it.
+// *locks.Service satisfies it; Locks embeds it.
+type Watches interface {
+	// Watch streams the public state of name of kind, then its changes.
+	Watch(ctx context.Context, kind, name, lastID string) (*locks.Watch, error)
 }
 
 // Elections is what the HTTP layer needs of elections. *locks.Service

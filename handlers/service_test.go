@@ -46,6 +46,7 @@ type fakeService struct {
 	fakeSemaphores
 	fakeElections // elections_fake_test.go, with their listing
 	fakeListings  // the listings (list_test.go)
+	fakeWatches   // watch streams (list_test.go)
 
 	mu    sync.Mutex
 	calls []string

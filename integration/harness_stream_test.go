@@ -1,7 +1,8 @@
 package integration
 
-// The harness's client of hold streams (POST /v1/locks/{name}/hold):
-// Server-Sent Events read in the background, each checked against its schema.
+// The harness's client of hold streams (POST /v1/locks/{name}/hold) and
+// watch streams (GET /v1/locks/{name}/events): Server-Sent Events read in
+// the background, each checked against its schema.
 
 import (
 	"bufio"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 // sseEvent is one Server-Sent Event, or a comment line when Comment is set.
 type sseEvent struct {
+	ID      string
 	Name    string
 	Data    map[string]any
 	Comment string
@@ -31,11 +34,10 @@ type holdStream struct {
 	Header http.Header
 	Body   string // the problem body when Status is not 200
 	Events chan sseEvent
-	// schemas names the schema of each event's data (holdEventSchemas, or
-	// electionHoldEventSchemas on an election's hold).
+	cancel context.CancelFunc
+	done   chan struct{}
+	// schemas name the api/openapi.yaml schema of each event's data.
 	schemas map[string]string
-	cancel  context.CancelFunc
-	done    chan struct{}
 }
 
 // openHold starts a hold of name with body. The stream is read in the
@@ -48,17 +50,36 @@ func (e *testEnv) openHold(t testing.TB, name, body string, headerPairs ...strin
 // openHoldAt is openHold of the hold route at path (any lock primitive's).
 func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...string) *holdStream {
 	t.Helper()
+	schemas := holdEventSchemas
+	if strings.HasPrefix(path, "/v1/elections/") {
+		schemas = electionHoldEventSchemas
+	}
+	return e.openStream(t, "POST", path, body, schemas, headerPairs...)
+}
+
+// openWatch opens the watch stream at path (a primitive's
+// /v1/.../{name}/events), whose state event's data is stateSchema.
+func (e *testEnv) openWatch(t testing.TB, path, stateSchema string, headerPairs ...string) *holdStream {
+	t.Helper()
+	schemas := map[string]string{"state": stateSchema}
+	for _, ev := range []string{"acquired", "released", "expired", "lost", "force-released"} {
+		schemas[ev] = "WatchLeaseEvent"
+	}
+	return e.openStream(t, "GET", path, "", schemas, headerPairs...)
+}
+
+// openStream sends method path with body and reads its event stream, each
+// event's data checked against its schema in schemas.
+func (e *testEnv) openStream(t testing.TB, method, path, body string, schemas map[string]string, headerPairs ...string) *holdStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, err := e.Client.Do(e.newRequest(t, ctx, "POST", path, body, headerPairs...))
+	resp, err := e.Client.Do(e.newRequest(t, ctx, method, path, body, headerPairs...))
 	if err != nil {
 		cancel()
-		t.Fatalf("hold %s: %v", path, err)
+		t.Fatalf("stream %s: %v", path, err)
 	}
-	h := &holdStream{Status: resp.StatusCode, Header: resp.Header, Events: make(chan sseEvent, 64), cancel: cancel, done: make(chan struct{}),
-		schemas: holdEventSchemas}
-	if strings.HasPrefix(path, "/v1/elections/") {
-		h.schemas = electionHoldEventSchemas
-	}
+	h := &holdStream{Status: resp.StatusCode, Header: resp.Header, Events: make(chan sseEvent, 64), cancel: cancel,
+		done: make(chan struct{}), schemas: schemas}
 	t.Cleanup(h.close)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
@@ -85,6 +106,8 @@ func (e *testEnv) openHoldAt(t testing.TB, path, body string, headerPairs ...str
 			switch {
 			case strings.HasPrefix(line, ":"):
 				emit(sseEvent{Comment: strings.TrimSpace(strings.TrimPrefix(line, ":"))})
+			case strings.HasPrefix(line, "id: "):
+				ev.ID = strings.TrimPrefix(line, "id: ")
 			case strings.HasPrefix(line, "event: "):
 				ev.Name = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: "):
@@ -108,17 +131,17 @@ func (h *holdStream) next(t testing.TB, d time.Duration, withComments bool) sseE
 		select {
 		case ev, ok := <-h.Events:
 			if !ok {
-				t.Fatalf("hold stream ended while waiting for an event")
+				t.Fatalf("stream ended while waiting for an event")
 			}
 			if ev.Comment != "" && !withComments {
 				continue
 			}
 			if ev.Comment == "" {
-				wantEventSchema(t, ev, h.schemas)
+				wantEventSchema(t, h.schemas, ev)
 			}
 			return ev
 		case <-timer.C:
-			t.Fatalf("no hold event within %s", d)
+			t.Fatalf("no stream event within %s", d)
 		}
 	}
 }
@@ -150,17 +173,21 @@ var electionHoldEventSchemas = map[string]string{
 	"acquired": "ElectionLease", "renewed": "ElectionLease", "lost": "HoldLostEvent", "released": "HoldReleasedEvent",
 }
 
-// wantEventSchema checks a hold event's data against its schema in
-// api/openapi.yaml, as schemas names it (the harness checks a stream's
+// eventSpec is api/openapi.yaml, loaded once for the checks of every
+// stream's events: a watch test reads hundreds.
+var eventSpec = sync.OnceValues(func() (*openapi3.T, error) { return openapi3.NewLoader().LoadFromData(api.Spec) })
+
+// wantEventSchema checks an event's data against its schema in
+// api/openapi.yaml, as schemas name it (the harness checks a stream's
 // headers only).
-func wantEventSchema(t testing.TB, ev sseEvent, schemas map[string]string) {
+func wantEventSchema(t testing.TB, schemas map[string]string, ev sseEvent) {
 	t.Helper()
 	name, ok := schemas[ev.Name]
 	if !ok {
-		t.Errorf("hold event %q is not documented in api/openapi.yaml", ev.Name)
+		t.Errorf("stream event %q is not documented in api/openapi.yaml", ev.Name)
 		return
 	}
-	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	doc, err := eventSpec()
 	if err != nil {
 		t.Fatalf("api/openapi.yaml: %v", err)
 	}

@@ -37,6 +37,7 @@ type Config struct {
 	RedisMaxQueued  int
 	MaxWait         time.Duration
 	HoldPing        time.Duration
+	Watch           WatchFlags
 	MaxHold         time.Duration // default max_hold of a keep-alive lease
 	MaxHoldCap      time.Duration // largest max_hold a request may ask for
 	FenceRetention  time.Duration // how long a lock name's fence counter outlives its last lease
@@ -143,6 +144,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	e.int64(&c.MaxBodyBytes, "max-body-bytes", "LATCHKEY_MAX_BODY_BYTES", 64<<10, "largest request body accepted (413 above)")
 	e.dur(&c.MaxWait, "max-wait", "LATCHKEY_MAX_WAIT", ld.MaxWait, "longest wait an acquire or hold may ask for; must be below -write-timeout")
 	e.dur(&c.HoldPing, "hold-ping", "LATCHKEY_HOLD_PING", 15*time.Second, "interval of keep-alive comments on an idle hold stream")
+	e.dur(&c.Watch.Ping, "watch-ping", "LATCHKEY_WATCH_PING", 15*time.Second, "interval of keep-alive comments on an idle watch stream")
+	e.dur(&c.Watch.Resync, "watch-resync", "LATCHKEY_WATCH_RESYNC", ld.WatchResync, "how often a watched name's state is read again without a message, healing a missed one")
+	e.integer(&c.Watch.MaxStreams, "watch-max-streams", "LATCHKEY_WATCH_MAX_STREAMS", 10000, "watch streams this instance serves at once (503 watch-streams-exhausted above)")
+	e.integer(&c.Watch.MaxPerClient, "watch-max-streams-per-client", "LATCHKEY_WATCH_MAX_STREAMS_PER_CLIENT", 100, "watch streams one API key (or client address on an open API) has open on this instance (429 watch-streams-per-client above)")
 	e.dur(&c.ReadHeaderTimeout, "read-header-timeout", "LATCHKEY_READ_HEADER_TIMEOUT", 5*time.Second, "HTTP read-header timeout")
 	e.dur(&c.ReadTimeout, "read-timeout", "LATCHKEY_READ_TIMEOUT", 30*time.Second, "HTTP read timeout")
 	e.dur(&c.WriteTimeout, "write-timeout", "LATCHKEY_WRITE_TIMEOUT", 90*time.Second, "HTTP write timeout")
@@ -227,6 +232,9 @@ func (c Config) Validate() error {
 	check(c.MinReplicas > 0 && c.RedisURL == "", "-redis-min-replicas needs -redis-url: the embedded store has no replicas")
 	check(c.RedisCluster && c.RedisURL == "", "-redis-cluster needs -redis-url: the embedded store is no cluster")
 	check(c.HoldPing <= 0, "-hold-ping must be positive, got %s", c.HoldPing)
+	check(c.Watch.Ping <= 0 || c.Watch.Resync <= 0, "-watch-ping and -watch-resync must be positive, got %s and %s", c.Watch.Ping, c.Watch.Resync)
+	check(c.Watch.MaxStreams <= 0 || c.Watch.MaxPerClient <= 0, "-watch-max-streams and -watch-max-streams-per-client must be positive, got %d and %d",
+		c.Watch.MaxStreams, c.Watch.MaxPerClient)
 	check(c.MaxHold <= 0 || c.MaxHoldCap <= 0, "-max-hold and -max-hold-cap must be positive, got %s and %s", c.MaxHold, c.MaxHoldCap)
 	check(c.MaxHold > c.MaxHoldCap, "-max-hold %s is above -max-hold-cap %s", c.MaxHold, c.MaxHoldCap)
 	check(c.FenceRetention <= 0, "-fence-retention must be positive, got %s", c.FenceRetention)
@@ -256,4 +264,12 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// WatchFlags tune watch streams (GET /v1/{locks,rwlocks,semaphores}/{name}/events).
+type WatchFlags struct {
+	Ping         time.Duration // comment lines on an idle stream
+	Resync       time.Duration // a watched name's state read again without a message
+	MaxStreams   int           // streams this instance serves at once
+	MaxPerClient int           // streams one API key or client address has open
 }

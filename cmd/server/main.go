@@ -106,6 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	lc.DefaultMaxHold, lc.MaxHoldCap = cfg.MaxHold, cfg.MaxHoldCap
 	lc.FenceTTL, lc.RenewParallel = cfg.FenceRetention, cfg.RenewParallel
 	lc.Registerer, lc.Quotas = reg, tenantQuotas(keys)
+	lc.WatchResync = cfg.Watch.Resync
 	svc, err := locks.New(st, lc)
 	if err != nil {
 		return err
@@ -150,8 +151,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Logger: log, Registry: reg, AdminKey: cfg.AdminKey, MaxBodyBytes: cfg.MaxBodyBytes, Store: storeName,
 		RateLimit: handlersRL,
 		HoldPing:  cfg.HoldPing,
-		Stopping:  stopping,
-		Auth:      authCfg,
+		WatchPing: cfg.Watch.Ping, WatchMaxStreams: cfg.Watch.MaxStreams, WatchMaxPerClient: cfg.Watch.MaxPerClient,
+		Stopping: stopping,
+		Auth:     authCfg,
 	})
 	srv := &http.Server{
 		Handler:           router,

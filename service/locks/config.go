@@ -28,6 +28,12 @@ type Config struct {
 	// SubscriberPing is how often the shared pub/sub connection is checked
 	// with PING when no message arrives. Default 10s.
 	SubscriberPing time.Duration
+	// WatchResync is how often a watched name's state is read again when
+	// no message of its channel came (see Watch): it heals a message
+	// missed while the subscription looked healthy (a re-subscription is
+	// healed at once, by a read on its confirmation). One read per watched
+	// name, whatever its watches. Default 10s.
+	WatchResync time.Duration
 	// Registerer receives the service's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Quotas returns the quota of a tenant (see store.TenantOf and
@@ -78,6 +84,7 @@ func (c Config) standalone() Config {
 	setDefault(&c.MaxTTL, time.Hour)
 	setDefault(&c.MaxWait, 60*time.Second)
 	setDefault(&c.SubscriberPing, 10*time.Second)
+	setDefault(&c.WatchResync, 10*time.Second)
 	setDefault(&c.FenceTTL, DefaultFenceTTL)
 	setDefault(&c.DefaultMaxHold, time.Hour)
 	setDefault(&c.MaxHoldCap, max(24*time.Hour, c.DefaultMaxHold))

@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"time"
 )
 
 // LoadScripts loads the scripts of s's store.
@@ -35,4 +36,23 @@ func ParseMember(m string) (tag, name string, ok bool) {
 func ParseTenantMember(m string) (tag, name, tenant string, ok bool) {
 	k, name, tenant, ok := parseMember(m)
 	return string(k), name, tenant, ok
+}
+
+// WatchSnapshot is a watched name's state as the diff of a lease sees it:
+// its holders, last fence and the Redis time it was read at.
+type WatchSnapshot struct {
+	Holders []WatchHolder
+	Last    int64
+	At      time.Time
+}
+
+// LeaseDiff is leaseDiff on snapshots; lost gives the recorded reasons by fence.
+func LeaseDiff(prev, next WatchSnapshot, lost map[int64]string) []WatchEvent {
+	conv := func(s WatchSnapshot) watchSnapshot { return watchSnapshot{holders: s.Holders, last: s.Last, at: s.At} }
+	return leaseDiff(conv(prev), conv(next), func(f int64) string { return lost[f] })
+}
+
+// StateID is the id of the state of a snapshot.
+func StateID(s WatchSnapshot) string {
+	return stateID(watchSnapshot{holders: s.Holders, last: s.Last, at: s.At})
 }

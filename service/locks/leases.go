@@ -19,6 +19,7 @@ type HeldLease struct {
 	ExpiresAt time.Time
 	Mode      RWMode // a read/write lock's lease: read or write
 	Count     int64  // a semaphore's lease: the permits it holds
+	Fence     int64  // the lease's fence
 }
 
 // heldInspectArgs is rw_inspect.lua's and sem_inspect.lua's ARGV: inspect.lua's,
@@ -46,7 +47,7 @@ func heldLeases(kd kind, leases, truncated any, nowMS int64) ([]HeldLease, bool,
 		fence, _ := f[1].(int64)
 		ttl, _ := f[2].(int64)
 		n, _ := f[3].(int64)
-		l := HeldLease{Owner: owner, GrantedAt: time.UnixMicro(fence).UTC(),
+		l := HeldLease{Owner: owner, Fence: fence, GrantedAt: time.UnixMicro(fence).UTC(),
 			TTL: time.Duration(ttl) * time.Millisecond, ExpiresAt: time.UnixMilli(nowMS + ttl).UTC()}
 		switch {
 		case kd != kindRW:

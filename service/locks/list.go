@@ -190,7 +190,13 @@ func (s *Service) ListLost(ctx context.Context, kind string, req ListRequest) (P
 
 // lost reads the lost leases of name of kind k.
 func (s *Service) lost(ctx context.Context, k kind, name string) (LostState, error) {
-	res, err := s.st.Run(ctx, lostListScript, []string{s.keysIn(ctx, k, name).lost},
+	return s.lostOf(ctx, s.keysIn(ctx, k, name))
+}
+
+// lostOf reads the lost leases of the name of keys k.
+func (s *Service) lostOf(ctx context.Context, k lockKeys) (LostState, error) {
+	name := k.name
+	res, err := s.st.Run(ctx, lostListScript, []string{k.lost},
 		MaxLostPerName, // ARGV[1] the most records to answer
 	)
 	if err != nil {

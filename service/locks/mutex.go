@@ -32,6 +32,7 @@ type LockState struct {
 	// LostReason says why the token given to Inspect lost its lease (one of
 	// the Lost* constants), when it does not own it and that is known.
 	LostReason string
+	At         time.Time // when the state was read (Redis clock)
 }
 
 // Acquire takes the lock name for req.Token, or re-enters it when req.Token
@@ -179,7 +180,7 @@ func (s *Service) Inspect(ctx context.Context, name, token string) (LockState, e
 		return LockState{}, err
 	}
 	st := LockState{Name: name, Held: truth(v[0]), HoldCount: v[1], Fence: v[3], Owned: truth(v[4]),
-		Waiters: v[6], Fair: truth(v[7])}
+		Waiters: v[6], Fair: truth(v[7]), At: time.UnixMilli(v[5]).UTC()}
 	st.LostReason, _ = arr[11].(string)
 	if st.Held {
 		st.Owner, _ = arr[12].(string)

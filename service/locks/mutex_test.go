@@ -339,7 +339,7 @@ func TestForceReleaseFreeLockIsIdempotent(t *testing.T) {
 
 func TestInspect(t *testing.T) {
 	svc, m := newTestService(t, locks.Config{})
-	if got, want := mustInspect(t, svc, "orders", ""), (locks.LockState{Name: "orders"}); got != want {
+	if got, want := mustInspect(t, svc, "orders", ""), (locks.LockState{Name: "orders", At: t0}); got != want {
 		t.Errorf("Inspect of a never-taken lock = %+v, want %+v", got, want)
 	}
 
@@ -347,7 +347,7 @@ func TestInspect(t *testing.T) {
 	m.FastForward(2 * time.Second)
 	m.SetTime(t0.Add(2 * time.Second))
 	held := locks.LockState{Name: "orders", Held: true, HoldCount: 1, TTL: 8 * time.Second,
-		ExpiresAt: t0.Add(10 * time.Second), Fence: l.Fence, GrantedAt: t0}
+		ExpiresAt: t0.Add(10 * time.Second), Fence: l.Fence, GrantedAt: t0, At: t0.Add(2 * time.Second)}
 	tests := []struct {
 		desc, token string
 		owned       bool
@@ -373,7 +373,7 @@ func TestInspect(t *testing.T) {
 	if _, err := svc.Release(t.Context(), "orders", tokenA); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := mustInspect(t, svc, "orders", tokenA), (locks.LockState{Name: "orders", Fence: l.Fence}); got != want {
+	if got, want := mustInspect(t, svc, "orders", tokenA), (locks.LockState{Name: "orders", Fence: l.Fence, At: t0.Add(2 * time.Second)}); got != want {
 		t.Errorf("Inspect of a released lock = %+v, want %+v (last fence kept)", got, want)
 	}
 }

@@ -316,9 +316,10 @@ const visitFailed = -2
 // shard at a time, up to Config.RenewParallel at once (visitEach). Once a
 // call on a primary failed, the other shards of that primary are not
 // visited further this round (visitFailed: they stay claimed and are
-// visited again when the claim runs out), so a primary that does not
-// answer holds the renewals of the others up for one Redis timeout, not
-// one per shard.
+// visited again when the claim runs out). A client that pipelines visits
+// each primary's shards on a goroutine of its own (visitEachPrimary), so a
+// primary that does not answer does not hold up the renewals of the others
+// in the round, only the round's end, by one Redis timeout.
 func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	next := make([]int64, len(slots))
 	sizes := make([]int64, len(slots))
@@ -332,7 +333,7 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 	}
 	var down sync.Map // primary's address -> a call there failed
 	if s.st.CanPipeline() {
-		s.visitPipelined(ctx, slots, addrs, next, sizes, &down)
+		s.visitEachPrimary(ctx, slots, addrs, next, sizes, &down)
 	} else {
 		all := make([]int, len(slots))
 		for i := range all {
@@ -352,6 +353,38 @@ func (s *Service) visitShards(ctx context.Context, slots []int) []int64 {
 		}
 	}
 	return next
+}
+
+// visitEachPrimary visits the shards of slots with visitPipelined, each
+// primary's (by addrs, "" for the slots of no known primary) on a goroutine
+// of its own, and sets next and sizes: a primary that does not answer holds
+// up the round's end by one Redis timeout, but not the renewals of the
+// other primaries' shards in it, which are sent (and settled by their
+// replies) without waiting for its due lists.
+func (s *Service) visitEachPrimary(ctx context.Context, slots []int, addrs []string, next, sizes []int64, down *sync.Map) {
+	byPrimary := map[string][]int{}
+	for i, addr := range addrs {
+		byPrimary[addr] = append(byPrimary[addr], i)
+	}
+	if len(byPrimary) == 1 {
+		s.visitPipelined(ctx, slots, addrs, next, sizes, down)
+		return
+	}
+	var wg sync.WaitGroup
+	for addr, which := range byPrimary {
+		wg.Go(func() {
+			sub, subAddrs := make([]int, len(which)), make([]string, len(which))
+			subNext, subSizes := make([]int64, len(which)), make([]int64, len(which))
+			for j, i := range which {
+				sub[j], subAddrs[j] = slots[i], addr
+			}
+			s.visitPipelined(ctx, sub, subAddrs, subNext, subSizes, down)
+			for j, i := range which {
+				next[i], sizes[i] = subNext[j], subSizes[j]
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // visitEach visits the shards of slots[i] for each i of which, up to

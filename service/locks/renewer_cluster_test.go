@@ -201,6 +201,10 @@ type pipelinedTwoPrimaries struct {
 	pipe *redis.Client // on the same Redis, with the hook below
 
 	batches [2]int // renewal batch calls per primary
+	// stuck, when set, holds a pipeline with the down primary's
+	// keepalive_due until it is closed, as a stopped primary would until a
+	// timeout; then those calls fail.
+	stuck chan struct{}
 }
 
 func (c *pipelinedTwoPrimaries) Pipeline() redis.Pipeliner { return c.pipe.Pipeline() }
@@ -212,6 +216,7 @@ func (c *pipelinedTwoPrimaries) ProcessHook(next redis.ProcessHook) redis.Proces
 func (c *pipelinedTwoPrimaries) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var pass []redis.Cmder
+		held := false
 		c.mu.Lock()
 		for _, cmd := range cmds {
 			args := cmd.Args()
@@ -228,11 +233,15 @@ func (c *pipelinedTwoPrimaries) ProcessPipelineHook(next redis.ProcessPipelineHo
 			c.calls[node]++
 			if node == c.down {
 				cmd.SetErr(errors.New("dial tcp: connect: connection refused"))
+				held = true
 				continue
 			}
 			pass = append(pass, cmd)
 		}
 		c.mu.Unlock()
+		if held && c.stuck != nil {
+			<-c.stuck
+		}
 		if len(pass) > 0 {
 			_ = next(ctx, pass) // each command carries its own error
 		}
@@ -285,6 +294,62 @@ func TestClusterPipelinedRenewerSkipsAPrimaryThatFailed(t *testing.T) {
 			if got, err := m.ZScore(due, strconv.Itoa(store.Slot(name))); err != nil || got != want {
 				t.Errorf("%s on primary %d: directory says due at %v (%v), want %v", name, node, got, err, want)
 			}
+		}
+	}
+}
+
+// TestClusterStuckPrimaryHoldsUpNoOtherRenewal: a primary that does not
+// answer (its keepalive_due held until the test lets it fail, as a stopped
+// primary until a timeout) does not hold up the renewals of the other
+// primary's shards in the same round: they are renewed while its call is
+// still held.
+func TestClusterStuckPrimaryHoldsUpNoOtherRenewal(t *testing.T) {
+	m, rdb := newTestRedis(t)
+	ctx := t.Context()
+	pipe := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = pipe.Close() })
+	stuck := make(chan struct{})
+	c := &pipelinedTwoPrimaries{pipe: pipe, stuck: stuck, twoPrimaries: &twoPrimaries{Client: rdb, down: 1, nodes: [2]*redis.Client{
+		redis.NewClient(&redis.Options{Addr: "primary-0:6379"}), redis.NewClient(&redis.Options{Addr: "primary-1:6379"})}}}
+	pipe.AddHook(c)
+	const prefix = "lk:"
+	svc := mustNew(t, c, locks.Config{}, store.Config{KeyPrefix: prefix, Cluster: true})
+	due, _ := locks.DirKeys(prefix)
+	names, tokens := grantThreePerPrimary(t, svc, rdb, due)
+	now := t0
+	advance(m, &now, 1100*time.Millisecond)
+	round := make(chan struct{})
+	go func() { defer close(round); locks.RenewShardsNow(ctx, svc) }()
+	t.Cleanup(func() {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+		<-round
+	})
+
+	nextDue := float64(now.Add(time.Second).UnixMilli())
+	waitFor(t, "the healthy primary's leases are renewed while the other's call is held", func() bool {
+		for _, name := range names[0] {
+			shard := locks.RegistryKeyOf(prefix, true, "", "", name)
+			if s, err := m.ZScore(shard, locks.RegistryMember("", tokens[name], name)); err != nil || s != nextDue {
+				return false
+			}
+		}
+		return true
+	})
+	select {
+	case <-round:
+		t.Fatal("the round ended before the stuck primary's call was let go")
+	default:
+	}
+	close(stuck)
+	<-round
+	for _, name := range names[1] {
+		shard := locks.RegistryKeyOf(prefix, true, "", "", name)
+		if s, err := m.ZScore(shard, locks.RegistryMember("", tokens[name], name)); err == nil && s == nextDue {
+			t.Errorf("%s on the stuck primary was renewed", name)
 		}
 	}
 }

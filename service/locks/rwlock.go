@@ -45,6 +45,8 @@ type RWState struct {
 	// MaxListedLeases of them; LeasesTruncated says more are held.
 	Leases          []HeldLease
 	LeasesTruncated bool
+
+	At time.Time // when the state was read (Redis clock)
 }
 
 // rwlock is the read/write lock as a primitive (see primitive.go).
@@ -151,7 +153,7 @@ func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState,
 		return RWState{}, err
 	}
 	st := RWState{Name: k.name, WriteHeld: truth(v[0]), Readers: v[1], Fence: v[2],
-		WaitingReaders: v[4], WaitingWriters: v[5], Fair: truth(v[6])}
+		WaitingReaders: v[4], WaitingWriters: v[5], Fair: truth(v[6]), At: time.UnixMilli(v[3]).UTC()}
 	if st.Leases, st.LeasesTruncated, err = heldLeases(kindRW, arr[15], arr[16], v[3]); err != nil {
 		return RWState{}, err
 	}

@@ -78,6 +78,8 @@ type SemaphoreState struct {
 	// MaxListedLeases of them; LeasesTruncated says more are held.
 	Leases          []HeldLease
 	LeasesTruncated bool
+
+	At time.Time // when the state was read (Redis clock)
 }
 
 // Available is the number of permits free: Permits less InUse, never
@@ -429,7 +431,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 		return SemaphoreState{}, err
 	}
 	st := SemaphoreState{Name: name, Permits: v[0], InUse: v[1], Holders: v[2], Waiters: v[3],
-		Fair: truth(v[4]), Fence: v[5], Owned: truth(v[7])}
+		Fair: truth(v[4]), Fence: v[5], Owned: truth(v[7]), At: time.UnixMilli(v[6]).UTC()}
 	if st.Leases, st.LeasesTruncated, err = heldLeases(kindSem, arr[16], arr[17], v[6]); err != nil {
 		return SemaphoreState{}, err
 	}

@@ -58,7 +58,7 @@ func TestSemaphoreGrantsUpToItsPermits(t *testing.T) {
 		t.Errorf("leases = %+v (truncated %v), want the two leases of 5 and 3 permits", got.Leases, got.LeasesTruncated)
 	}
 	got.Leases = nil
-	want := locks.SemaphoreState{Name: "pool", Permits: 8, InUse: 8, Holders: 2, Fence: b.Fence}
+	want := locks.SemaphoreState{Name: "pool", Permits: 8, InUse: 8, Holders: 2, Fence: b.Fence, At: t0}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("state mismatch (-want +got):\n%s", diff)
 	}

@@ -17,7 +17,8 @@
 // subscriber_cluster.go), keep-alive leases and their renewer
 // (keepalive.go, renewer.go with its scripts; on a cluster the registry's
 // shards and their marks, shards.go, and the directory's renewer,
-// renewer_cluster.go), connection-held leases (hold.go), the lease
+// renewer_cluster.go), connection-held leases (hold.go), watching a name
+// without holding it (watch.go), the lease
 // scripts with the ARGV and replies the primitives share (scripts.go), the
 // listings of what is held (list.go) and the sampler behind the gauges of
 // it (sampler.go).
@@ -46,6 +47,9 @@
 //     shapes);
 //   - its case in Service.renewal (renewer.go), so the renewer dispatches
 //     its due registry entries to its batch script;
+//   - its entry in watchables (watch.go): its state reader, so Watch
+//     streams its changes, and a diff of its own when its events are not
+//     a lease's (acquired, released, expired, lost, force-released);
 //   - exported methods that validate their own input and call the shared
 //     machinery with it: acquire (s.acquire: trying once or waiting,
 //     handing out or giving back a grant), hold (a connection-held lease),
@@ -55,7 +59,7 @@ package locks
 import (
 	"context"
 	"fmt"
-
+	"sync"
 	"time"
 
 	"github.com/latchkey/latchkey/service/store"
@@ -84,6 +88,11 @@ type Service struct {
 
 	listSecret listSecret     // signs listing cursors (list.go)
 	sampled    *sampleMetrics // what the sampler saw in Redis (sampler.go)
+
+	watchMu      sync.Mutex
+	hubs         map[string]*watchHub // watched names by channel (watch.go)
+	watchClosed  bool
+	watchMetrics *watchMetrics
 
 	// onRecheck, when set, learns every re-check time a wait sets (see
 	// Service.pause); nil but in tests (export_test.go), set before any wait.
@@ -117,6 +126,7 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	st.Register(lockScripts()...)
 	st.Register(listSecretScript, lostListScript)
 	s.sampled = newSampleMetrics(cfg.Registerer)
+	s.hubs, s.watchMetrics = map[string]*watchHub{}, newWatchMetrics(cfg.Registerer)
 	return s, nil
 }
 
@@ -126,11 +136,12 @@ func (s *Service) rwLock() rwlock { return rwlock{leaseBase{s, &rwScripts}} }
 // semaphore is the semaphore as a primitive, on its scripts.
 func (s *Service) semaphore() semaphore { return semaphore{leaseBase: leaseBase{s, &semScripts}} }
 
-// Close closes the shared pub/sub connections. Waiters still waiting fall
+// Close ends every watch (see Watch) and closes the shared pub/sub connections. Waiters still waiting fall
 // back to timed re-checks; new waits fail with ErrUnavailable. On a cluster
 // the shard marks not sent yet are dropped (see markShard). It does not
 // close rdb.
 func (s *Service) Close() error {
+	s.closeWatches()
 	if s.dir != nil {
 		s.dir.close()
 	}

@@ -99,6 +99,7 @@ func TestConfigDefaults(t *testing.T) {
 		MaxWait:    60 * time.Second,
 
 		SubscriberPing: 10 * time.Second,
+		WatchResync:    10 * time.Second,
 
 		DefaultMaxHold: time.Hour,
 		MaxHoldCap:     24 * time.Hour,
