@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -169,4 +170,52 @@ func (e *Election) Status(ctx context.Context) (ElectionState, error) {
 func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 	st, err := e.Status(ctx)
 	return st.Leader, err
+}
+
+// Observe follows who leads the election without campaigning, as
+// etcd's Election.Observe does: it sends the leader when the watch starts
+// and again on every change, a new term elected or a new value proclaimed,
+// and a zero Leader (Term 0) when the election is vacant. It never sends
+// the same leader twice in a row. It follows the election's watch stream
+// (Client.Watch with KindElection), reconnecting as Watch does, so a change
+// missed while disconnected is sent once the stream is back. A Leader from
+// a change event has no Since; one from the stream's state has. The
+// channel is closed when ctx ends or the server refuses the watch (a bad
+// name, a key without the locks:read scope, too many streams).
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader, 1)
+	go func() {
+		defer close(out)
+		var last *Leader
+		for ev := range e.c.Watch(ctx, KindElection, e.name) {
+			var now Leader
+			switch ev.Type {
+			case EventState:
+				var st ElectionState
+				if json.Unmarshal(ev.State, &st) != nil {
+					continue
+				}
+				if st.Leader != nil {
+					now = *st.Leader
+					now.TTL = time.Duration(now.TTLMS) * time.Millisecond
+				}
+			case EventElected, EventProclaimed:
+				now = Leader{Value: ev.Value, Term: ev.Fence, Owner: ev.Owner, TTL: ev.TTL,
+					TTLMS: ev.TTL.Milliseconds(), ExpiresAt: ev.ExpiresAt}
+			case EventVacant:
+			default:
+				continue
+			}
+			if last != nil && last.Term == now.Term && last.Value == now.Value {
+				continue
+			}
+			last = &now
+			select {
+			case out <- now:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }

@@ -142,3 +142,47 @@ func TestElectionLead(t *testing.T) {
 		t.Fatalf("Err = %v, want lost with %s at term %d", b.Err(), client.ReasonForceReleased, b.Fence)
 	}
 }
+
+// Observe sends the leader at once and on every change: elected with a new
+// term, proclaimed in the same term, and a zero Leader when vacant.
+func TestElectionObserve(t *testing.T) {
+	ctx := t.Context()
+	el := testClient(t).Election("observed")
+	leaders := el.Observe(ctx)
+	next := func() client.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-leaders:
+			if !ok {
+				t.Fatal("Observe's channel closed")
+			}
+			return l
+		case <-time.After(time.Minute):
+			t.Fatal("no leader from Observe within a minute")
+		}
+		return client.Leader{}
+	}
+	if l := next(); l.Term != 0 {
+		t.Fatalf("first leader %+v, want vacant", l)
+	}
+	a := mustLease(t)(el.TryCampaign(ctx, "a", client.CampaignOptions{TTL: time.Minute, Owner: "node-a"}))
+	if l := next(); l.Term != a.Fence || l.Value != "a" || l.Owner != "node-a" {
+		t.Fatalf("leader %+v, want a (node-a) at term %d", l, a.Fence)
+	}
+	if err := el.Proclaim(ctx, a, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if l := next(); l.Term != a.Fence || l.Value != "a2" {
+		t.Fatalf("leader %+v, want a2 at term %d", l, a.Fence)
+	}
+	if err := el.Resign(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if l := next(); l.Term != 0 {
+		t.Fatalf("leader %+v after the resignation, want vacant", l)
+	}
+	b := mustLease(t)(el.TryCampaign(ctx, "b", client.CampaignOptions{TTL: time.Minute}))
+	if l := next(); l.Term != b.Fence || l.Term <= a.Fence || l.Value != "b" {
+		t.Fatalf("leader %+v, want b at term %d, above %d", l, b.Fence, a.Fence)
+	}
+}
