@@ -8,6 +8,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/client"
 )
 
 // startedLine waits until file holds a line "started ..." and returns its
@@ -106,5 +109,59 @@ func TestLatchkeyElect(t *testing.T) {
 	waitForLine(t, log2, "term")
 	if l, err := el.Leader(t.Context()); err != nil || l != nil {
 		t.Fatalf("Leader once the second latchkey exited = %+v (err %v), want vacant", l, err)
+	}
+}
+
+// TestLatchkeyObserve: latchkey observe prints the leader as one JSON line
+// when it starts and on every change (elected, proclaimed, vacant), and
+// exits 0 on SIGTERM; a bad name is a usage error.
+func TestLatchkeyObserve(t *testing.T) {
+	bin := buildLatchkey(t)
+	e := newClientEnv(t, withWatchResync(time.Hour))
+	ctx := t.Context()
+	el := e.c.Election("observed")
+	r := startCmd(t, bin, e.URL, nil, "observe", "observed")
+	lines := func(n int) []string {
+		t.Helper()
+		var got []string
+		eventually(t, doneGuard, fmt.Sprintf("observe printed %d lines", n), func() bool {
+			b, _ := os.ReadFile(r.stdout.Name())
+			got = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+			return len(b) > 0 && len(got) >= n
+		})
+		return got
+	}
+	vacant := `{"name":"observed","leader":null}`
+	if got := lines(1); got[0] != vacant {
+		t.Fatalf("first line %q, want %s", got[0], vacant)
+	}
+	l, err := el.TryCampaign(ctx, "10.0.0.7:5432", client.CampaignOptions{TTL: time.Minute, Owner: "db-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines(2)
+	if err := el.Proclaim(ctx, l, "10.0.0.9:5432"); err != nil {
+		t.Fatal(err)
+	}
+	lines(3)
+	if err := el.Resign(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	got := lines(4)
+	want := []string{vacant,
+		fmt.Sprintf(`{"name":"observed","leader":{"value":"10.0.0.7:5432","term":%d,"owner":"db-1"}}`, l.Fence),
+		fmt.Sprintf(`{"name":"observed","leader":{"value":"10.0.0.9:5432","term":%d,"owner":"db-1"}}`, l.Fence),
+		vacant}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("observe printed\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, errOut := r.wait(t); st != 0 {
+		t.Fatalf("observe exited %d (%s) on SIGTERM, want 0", st, errOut)
+	}
+	if st, _, errOut := runLatchkey(t, bin, e.URL, nil, "observe", "bad{name}"); st != exitUsage || !strings.Contains(errOut, "name") {
+		t.Errorf("observe of a bad name: %d %q, want %d naming the name", st, errOut, exitUsage)
 	}
 }

@@ -32,6 +32,7 @@ const usage = `usage: latchkey [-url URL] [-cacert FILE] [-cert FILE [-key FILE]
                 [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
   latchkey elect [-value V] [-ttl 30s] [-wait 0s] [-owner TEXT]
                  [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
+  latchkey observe NAME
   latchkey status NAME
   latchkey release -force NAME
   latchkey check [-cost N] POLICY [KEY]
@@ -49,6 +50,10 @@ LATCHKEY_ELECTION_NAME and LATCHKEY_LEASE_VALID_MS. Both hold over a stream
 the server renews while latchkey runs; when the lease or leadership is lost,
 COMMAND gets SIGTERM (then SIGKILL after -grace), SIGKILL at once, or
 nothing, as -on-lost says.
+
+observe prints the leader of the election NAME as one JSON line,
+{"name":...,"leader":{"value":...,"term":...,"owner":...}} ("leader":null
+when vacant), when it starts and on every change, until SIGINT or SIGTERM.
 
 The server is -url, else $LATCHKEY_URL, else http://127.0.0.1:8080; the API
 key is $LATCHKEY_API_KEY ($LATCHKEY_ADMIN_KEY, when set, for release -force).
@@ -118,6 +123,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return e.lock(ctx, rest)
 	case "elect":
 		return e.elect(ctx, rest)
+	case "observe":
+		return e.observe(ctx, rest)
 	case "status":
 		return e.status(ctx, rest)
 	case "release":
@@ -131,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, usage)
 		return ExitOK
 	}
-	return e.fail(ExitUsage, "unknown command %q (want lock, elect, status, release, check or version)", cmd)
+	return e.fail(ExitUsage, "unknown command %q (want lock, elect, observe, status, release, check or version)", cmd)
 }
 
 // flags returns a flag set for a subcommand, with -url.
