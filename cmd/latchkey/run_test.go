@@ -44,6 +44,8 @@ func TestRefusedRequestStatus(t *testing.T) {
 			`not elected within 0s: term 7 leads with value "10.0.0.7:5432" (owner "db-1")`},
 		{"elect without COMMAND", held, []string{"elect", "job"}, ExitUsage, "want a COMMAND"},
 		{"elect with a bad -on-lost", held, []string{"elect", "-on-lost", "maybe", "job", "--", "true"}, ExitUsage, "-on-lost"},
+		{"observe refused", invalid, []string{"observe", "job"}, ExitUsage, "ttl must be"},
+		{"observe refused otherwise", forbidden, []string{"observe", "job"}, ExitUnavailable, "403"},
 		{"status of a bad name", invalid, []string{"status", "job"}, ExitUsage, "ttl must be"},
 		{"check with a bad cost", invalid, []string{"check", "-cost", "0", "p", "k"}, ExitUsage, "invalid-request"},
 		{"force-release refused", forbidden, []string{"release", "-force", "job"}, ExitUnavailable, "403"},
