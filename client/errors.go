@@ -15,8 +15,9 @@ import (
 // ErrUnavailable, did not answer at all).
 var (
 	// ErrHeld: the lock is held by another owner (problem type lock-held),
-	// or a semaphore has fewer free permits than asked for
-	// (permits-unavailable). The error is a *HeldError.
+	// a semaphore has fewer free permits than asked for
+	// (permits-unavailable), or another candidate leads an election
+	// (election-held). The error is a *HeldError.
 	ErrHeld = errors.New("client: lock is held by another owner")
 	// ErrUpgradeNotSupported: a token holding the read lease of a
 	// read/write lock asked for its write lease (upgrade-not-supported).
@@ -63,6 +64,8 @@ type Problem struct {
 	Errors    []FieldProblem `json:"errors"`
 	// RetryAfter is the answer's Retry-After header, when it has one.
 	RetryAfter time.Duration `json:"-"`
+	// Leader is the leader an election-held answer found, when it names one.
+	Leader *Leader `json:"leader,omitempty"`
 }
 
 // FieldProblem names a request field the server refused and the rule it broke.
@@ -90,7 +93,7 @@ func (p *Problem) Error() string {
 func (p *Problem) Is(target error) bool {
 	switch target {
 	case ErrHeld:
-		return p.Type == "lock-held" || p.Type == "permits-unavailable"
+		return p.Type == "lock-held" || p.Type == "permits-unavailable" || p.Type == "election-held"
 	case ErrUpgradeNotSupported:
 		return p.Type == "upgrade-not-supported"
 	case ErrPermitsMismatch:
@@ -113,15 +116,20 @@ func (p *Problem) Is(target error) bool {
 	return false
 }
 
-// HeldError is returned when the lock is held by another owner, or when a
-// semaphore has fewer free permits than asked for.
+// HeldError is returned when the lock is held by another owner, when a
+// semaphore has fewer free permits than asked for, or when another
+// candidate leads an election.
 type HeldError struct {
 	// RetryAfter is the holder's remaining TTL as the server rounds it (up,
 	// to whole seconds): the earliest time worth trying again, unless the
 	// holder releases sooner. For a semaphore, it is until the first of its
 	// leases expires.
 	RetryAfter time.Duration
-	Problem    *Problem
+	// Leader is the public state of an election's leader (never its
+	// token); nil for a lock or a semaphore, and for an election found
+	// vacant with a candidate that came first about to lead it.
+	Leader  *Leader
+	Problem *Problem
 }
 
 func (e *HeldError) Error() string { return e.Problem.Error() }
@@ -168,7 +176,8 @@ func (e *RateLimitedError) Error() string { return e.Problem.Error() }
 // Unwrap returns the server's problem, so errors.Is(err, ErrRateLimited) holds.
 func (e *RateLimitedError) Unwrap() error { return e.Problem }
 
-// errorOf turns a non-2xx answer into an error: a *HeldError,
+// errorOf turns a non-2xx answer into an error: a *HeldError (with the
+// leader, for an election),
 // *PermitsMismatchError, *InvalidRequestError or *RateLimitedError when the
 // type says so, else the
 // *Problem itself. An answer that is not problem+json still becomes a
@@ -185,7 +194,10 @@ func errorOf(req request, resp response) error {
 	p.RetryAfter = retryAfter(resp.header)
 	switch {
 	case p.Is(ErrHeld):
-		return &HeldError{RetryAfter: p.RetryAfter, Problem: p}
+		if p.Leader != nil {
+			p.Leader.TTL = time.Duration(p.Leader.TTLMS) * time.Millisecond
+		}
+		return &HeldError{RetryAfter: p.RetryAfter, Leader: p.Leader, Problem: p}
 	case p.Is(ErrPermitsMismatch):
 		return &PermitsMismatchError{Problem: p}
 	case p.Type == "invalid-request":

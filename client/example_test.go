@@ -230,3 +230,55 @@ func ExampleSemaphore() {
 	// in use: 3 of 3 by 2 leases
 	// the semaphore has 3 permits
 }
+
+// Two candidates for one election: the first leads, the second waits in
+// line and leads with a greater term once the first resigns; anyone can ask
+// who leads.
+func ExampleElection() {
+	url, stop := exampleServer()
+	defer stop()
+
+	ctx := context.Background()
+	c, _ := client.New(url)
+	el := c.Election("db-primary")
+	first, err := el.Campaign(ctx, "10.0.0.7:5432", client.CampaignOptions{TTL: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = el.TryCampaign(ctx, "10.0.0.8:5432", client.CampaignOptions{})
+	var held *client.HeldError
+	if errors.As(err, &held) {
+		fmt.Println("leading:", held.Leader.Value)
+	}
+	if err := el.Proclaim(ctx, first, "10.0.0.9:5432"); err != nil {
+		log.Fatal(err)
+	}
+	leader, err := el.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("proclaimed:", leader.Value, "same term:", leader.Term == first.Fence)
+
+	next := make(chan *client.Lease)
+	go func() {
+		l, err := el.Campaign(ctx, "10.0.0.8:5432", client.CampaignOptions{TTL: 30 * time.Second, Wait: time.Minute})
+		if err != nil {
+			log.Fatal(err)
+		}
+		next <- l
+	}()
+	for st, _ := el.Status(ctx); st.Candidates == 0; st, _ = el.Status(ctx) {
+		time.Sleep(10 * time.Millisecond) // until the second candidate waits
+	}
+	_ = el.Resign(ctx, first)
+	second := <-next
+	fmt.Println("elected on resignation with a greater term:", second.Fence > first.Fence)
+	_ = el.Resign(ctx, second)
+	leader, _ = el.Leader(ctx)
+	fmt.Println("vacant:", leader == nil)
+	// Output:
+	// leading: 10.0.0.7:5432
+	// proclaimed: 10.0.0.9:5432 same term: true
+	// elected on resignation with a greater term: true
+	// vacant: true
+}

@@ -54,6 +54,7 @@ type acquireBody struct {
 	Mode      string `json:"mode,omitempty"`    // a read/write lock's
 	Permits   int64  `json:"permits,omitempty"` // a semaphore's
 	Count     int64  `json:"count,omitempty"`   // a semaphore's
+	Value     string `json:"value,omitempty"`   // an election's
 }
 
 func durationString(d time.Duration) string {

@@ -14,11 +14,13 @@ const (
 	kindLock kind = iota
 	kindRW
 	kindSemaphore
+	kindElection
 )
 
 // target is what a lease is taken on: a lock, one mode of a read/write
-// lock, or permits of a semaphore. The lease code (acquire, hold, renew,
-// release, settle) is the same for all three; the target gives it its
+// lock, permits of a semaphore, or an election's leadership. The lease code
+// (acquire, hold, renew, release, settle) is the same for all four; the
+// target gives it its
 // routes and the fields its acquire body adds.
 type target struct {
 	kind    kind
@@ -26,6 +28,7 @@ type target struct {
 	mode    string // kindRW: "read" or "write"
 	permits int64  // kindSemaphore: the capacity
 	count   int64  // kindSemaphore: the permits the lease takes
+	value   string // kindElection: the leader's value
 }
 
 func lockTarget(name string) target { return target{kind: kindLock, name: name} }
@@ -37,6 +40,8 @@ func (t target) path() string {
 		return "/v1/rwlocks/" + url.PathEscape(t.name)
 	case kindSemaphore:
 		return "/v1/semaphores/" + url.PathEscape(t.name)
+	case kindElection:
+		return "/v1/elections/" + url.PathEscape(t.name)
 	}
 	return lockPath(t.name)
 }
@@ -55,6 +60,7 @@ func (t target) fill(b *acquireBody) {
 	b.Mode = t.mode
 	b.Permits = t.permits
 	b.Count = t.count
+	b.Value = t.value
 }
 
 // ownership is what the server tells a token about its lease of a target.

@@ -19,6 +19,7 @@ const (
 	KindLock      Kind = "locks"
 	KindRWLock    Kind = "rwlocks"
 	KindSemaphore Kind = "semaphores"
+	KindElection  Kind = "elections"
 )
 
 // The types of watch events.
@@ -36,6 +37,15 @@ const (
 	EventLost = "lost"
 	// EventForceReleased: an administrator force-released a lease.
 	EventForceReleased = "force-released"
+	// EventElected: an election has a leader of a new term (Event.Fence),
+	// with Event.Value.
+	EventElected = "elected"
+	// EventProclaimed: an election's leader set a new value, Event.Value,
+	// in the same term.
+	EventProclaimed = "proclaimed"
+	// EventVacant: an election's leader of term Event.Fence is gone;
+	// Event.Reason says why, unless it resigned.
+	EventVacant = "vacant"
 )
 
 // Event is one event of a watch: a change of a name, or its whole state.
@@ -49,12 +59,16 @@ type Event struct {
 	// changed since.
 	ID     string
 	Name   string
-	Fence  int64  // the lease the event is about
-	Reason string // EventLost: why
+	Fence  int64  // the lease the event is about (an election's: the term)
+	Reason string // EventLost, EventVacant: why
 	Owner  string
+	Value  string        // an election's leader: its value
 	Mode   string        // a read/write lock's lease
 	Count  int64         // a semaphore's lease: its permits
 	TTL    time.Duration // the lease's TTL when last read
+	// ExpiresAt is when the lease ends or ended, as last read (the
+	// server's store clock); zero when not told.
+	ExpiresAt time.Time
 	// State is the JSON of the name's state (EventState): the body of its
 	// GET, to unmarshal as the caller needs.
 	State json.RawMessage
@@ -70,6 +84,9 @@ type watchEventJSON struct {
 	Mode   string `json:"mode"`
 	Count  int64  `json:"count"`
 	TTLMS  int64  `json:"ttl_ms"`
+	Value  string `json:"value"`
+	// ExpiresAt is a pointer: absent, it is not the zero time's text.
+	ExpiresAt *time.Time `json:"expires_at"`
 }
 
 // Watch follows name of kind without holding it: the events of
@@ -156,7 +173,10 @@ func toEvent(name string, sev sseEvent) (Event, bool) {
 	if err := json.Unmarshal([]byte(sev.data), &d); err != nil {
 		return Event{}, false
 	}
-	ev.Fence, ev.Reason, ev.Owner, ev.Mode, ev.Count = d.Fence, d.Reason, d.Owner, d.Mode, d.Count
+	ev.Fence, ev.Reason, ev.Owner, ev.Mode, ev.Count, ev.Value = d.Fence, d.Reason, d.Owner, d.Mode, d.Count, d.Value
+	if d.ExpiresAt != nil {
+		ev.ExpiresAt = *d.ExpiresAt
+	}
 	ev.TTL = time.Duration(d.TTLMS) * time.Millisecond
 	return ev, true
 }

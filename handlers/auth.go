@@ -49,6 +49,7 @@ var routeScopes = map[string]auth.Scope{
 	"GET /v1/locks/{name}/events":                       auth.ScopeLocksRead,
 	"GET /v1/rwlocks/{name}/events":                     auth.ScopeLocksRead,
 	"GET /v1/semaphores/{name}/events":                  auth.ScopeLocksRead,
+	"GET /v1/elections/{name}/events":                   auth.ScopeLocksRead,
 	"DELETE /v1/locks/{name}":                           auth.ScopeLocksWrite, // admin with ?force=true
 	"POST /v1/locks/{name}/renew":                       auth.ScopeLocksWrite,
 	"POST /v1/locks/{name}/hold":                        auth.ScopeLocksWrite,

@@ -148,6 +148,7 @@ func (a *api) electionPrimitive() *primitive[campaignRequest, electionHoldReques
 		acquire: a.svc.Campaign, hold: a.svc.HoldElection, answer: answerElectionLease, holdEvent: electionLeaseEvent,
 		renew:   modeless(a.svc.RenewElection),
 		release: a.resign, force: forced(a.svc.ForceResign), inspect: a.inspectElection,
+		watchKind: "election", watchState: electionWatchState, watchEvent: toWatchElectionEvent,
 	}
 }
 

@@ -51,10 +51,13 @@ type primitive[A, H leaseBody[R], R, L any] struct {
 	release func(ctx context.Context, name, token string, mode locks.RWMode) (any, error)
 	force   func(ctx context.Context, name string) error
 	inspect func(ctx context.Context, name, token string) (any, error)
-	// watchKind is the primitive as locks.Service.Watch names it, and
-	// watchState the body of a watch stream's state event (its GET's).
+	// watchKind is the primitive as locks.Service.Watch names it,
+	// watchState the body of a watch stream's state event (its GET's), and
+	// watchEvent the body of its other events (nil: a lease's,
+	// toWatchLeaseEvent).
 	watchKind  string
 	watchState func(state any) any
+	watchEvent func(name string, ev *locks.WatchEvent) any
 }
 
 // anyLease is the target of a primitive whose token holds one lease: no

@@ -77,8 +77,8 @@ func (a *api) watchClient(r *http.Request) (string, error) {
 	return "ip:" + ip, nil
 }
 
-// handleWatch implements operationIds watchLock, watchRWLock and
-// watchSemaphore: a Server-Sent Events stream of the name's public state,
+// handleWatch implements operationIds watchLock, watchRWLock,
+// watchSemaphore and watchElection: a Server-Sent Events stream of the name's public state,
 // then one event per change, each with an id (see locks.Watch); a
 // Last-Event-ID equal to the current state's id skips the first state.
 // Comment lines every WatchPing keep proxies from closing it. Returns the
@@ -161,9 +161,14 @@ func toWatchLeaseEvent(name string, ev *locks.WatchEvent) watchLeaseEvent {
 // watchFrame is the Server-Sent Event of ev, with its id: written to every
 // watch of the name, it is made once (WatchEvent.Encoded).
 func (p *primitive[A, H, R, L]) watchFrame(name string, ev *locks.WatchEvent) []byte {
-	var data any = toWatchLeaseEvent(name, ev)
-	if ev.Type == locks.WatchState {
+	var data any
+	switch {
+	case ev.Type == locks.WatchState:
 		data = p.watchState(ev.State)
+	case p.watchEvent != nil:
+		data = p.watchEvent(name, ev)
+	default:
+		data = toWatchLeaseEvent(name, ev)
 	}
 	b, _ := json.Marshal(data) // response types of plain fields: never an error
 	return []byte("id: " + ev.ID + "\nevent: " + ev.Type + "\ndata: " + string(b) + "\n\n")
@@ -184,4 +189,34 @@ func rwWatchState(st any) any {
 func semaphoreWatchState(st any) any {
 	v, _ := st.(locks.SemaphoreState)
 	return toSemaphoreStateResponse(v, false)
+}
+
+func electionWatchState(st any) any {
+	v, _ := st.(locks.ElectionState)
+	return toElectionStateResponse(v, false)
+}
+
+// watchElectionEvent is the data of an election's watch stream's elected,
+// proclaimed and vacant events: the leadership the event is about, never
+// its token.
+type watchElectionEvent struct {
+	Name      string     `json:"name"`
+	Term      int64      `json:"term"`
+	Fence     int64      `json:"fence"`
+	Value     string     `json:"value,omitempty"`
+	Owner     string     `json:"owner,omitempty"`
+	Reason    string     `json:"reason,omitempty"` // vacant: why, unless it resigned
+	TTLMS     int64      `json:"ttl_ms"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+func toWatchElectionEvent(name string, ev *locks.WatchEvent) any {
+	out := watchElectionEvent{Name: name, Term: ev.Fence, Fence: ev.Fence, Reason: ev.Reason}
+	if h := ev.Holder; h != nil {
+		out.Value, out.Owner, out.TTLMS = h.Value, h.Owner, h.TTL.Milliseconds()
+		if !h.ExpiresAt.IsZero() {
+			out.ExpiresAt = &h.ExpiresAt
+		}
+	}
+	return out
 }

@@ -13,23 +13,26 @@ import (
 	"github.com/latchkey/latchkey/client"
 )
 
-// Exit statuses of latchkey itself; any other status of `latchkey lock` is
-// COMMAND's.
+// Exit statuses of latchkey itself; any other status of `latchkey lock` or
+// `latchkey elect` is COMMAND's.
 const (
 	ExitOK          = 0
 	ExitDenied      = 1   // check: the rate limit denied it
 	ExitUsage       = 2   // bad command line, or a name or option the server refused as invalid (400)
 	ExitUnavailable = 69  // the server could not be reached or refused the request otherwise (EX_UNAVAILABLE)
-	ExitHeld        = 75  // lock: not acquired within -wait (EX_TEMPFAIL: try again later)
-	ExitLost        = 76  // lock: the lease was lost while COMMAND ran; COMMAND was signalled per -on-lost
-	ExitCannotRun   = 126 // lock: COMMAND exists but could not be started
-	ExitNotFound    = 127 // lock: COMMAND was not found
+	ExitHeld        = 75  // lock, elect: not acquired (elected) within -wait (EX_TEMPFAIL: try again later)
+	ExitLost        = 76  // lock, elect: the lease (leadership) was lost while COMMAND ran; COMMAND was signalled per -on-lost
+	ExitCannotRun   = 126 // lock, elect: COMMAND exists but could not be started
+	ExitNotFound    = 127 // lock, elect: COMMAND was not found
 )
 
 const usage = `usage: latchkey [-url URL] [-cacert FILE] [-cert FILE [-key FILE]] COMMAND ...
 
   latchkey lock [-read|-write|-permits N [-count K]] [-ttl 30s] [-wait 0s] [-fair] [-owner TEXT]
                 [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
+  latchkey elect [-value V] [-ttl 30s] [-wait 0s] [-owner TEXT]
+                 [-on-lost term|kill|ignore] [-grace 10s] NAME -- COMMAND [ARGS...]
+  latchkey observe NAME
   latchkey status NAME
   latchkey release -force NAME
   latchkey check [-cost N] POLICY [KEY]
@@ -38,6 +41,19 @@ const usage = `usage: latchkey [-url URL] [-cacert FILE] [-cert FILE [-key FILE]
 lock holds the exclusive lock NAME; with -read or -write, a read or the
 write lease of the read/write lock NAME (as flock -s and flock -x); with
 -permits N, K permits (default 1) of the semaphore NAME of N permits.
+COMMAND gets LATCHKEY_FENCE, LATCHKEY_LOCK_NAME and LATCHKEY_LEASE_VALID_MS.
+
+elect runs COMMAND only while it leads the election NAME with the value V:
+candidates wait in arrival order, and the leader resigns when COMMAND exits.
+COMMAND gets LATCHKEY_TERM (a fence, greater than every earlier term),
+LATCHKEY_ELECTION_NAME and LATCHKEY_LEASE_VALID_MS. Both hold over a stream
+the server renews while latchkey runs; when the lease or leadership is lost,
+COMMAND gets SIGTERM (then SIGKILL after -grace), SIGKILL at once, or
+nothing, as -on-lost says.
+
+observe prints the leader of the election NAME as one JSON line,
+{"name":...,"leader":{"value":...,"term":...,"owner":...}} ("leader":null
+when vacant), when it starts and on every change, until SIGINT or SIGTERM.
 
 The server is -url, else $LATCHKEY_URL, else http://127.0.0.1:8080; the API
 key is $LATCHKEY_API_KEY ($LATCHKEY_ADMIN_KEY, when set, for release -force).
@@ -47,9 +63,10 @@ certificate (mTLS) gets -cert FILE and its key -key FILE (else $LATCHKEY_CERT,
 $LATCHKEY_KEY; without a key, -cert's file holds it too). These flags, and
 -url, go before the command or after it.
 
-Exit status: lock exits with COMMAND's status, or 75 when the lock was not
-acquired within -wait, 76 when the lease was lost while COMMAND ran, 126/127
-when COMMAND could not be started/was not found; check exits 0 when allowed,
+Exit status: lock and elect exit with COMMAND's status, or 75 when the lock
+was not acquired (the leadership not won) within -wait, 76 when the lease
+(leadership) was lost while COMMAND ran, 126/127 when COMMAND could not be
+started/was not found; check exits 0 when allowed,
 1 when denied; every command exits 2 for a usage error or a name or option
 the server refused as invalid, and 69 when the server could not be reached
 or refused the request otherwise.
@@ -104,6 +121,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch cmd {
 	case "lock":
 		return e.lock(ctx, rest)
+	case "elect":
+		return e.elect(ctx, rest)
+	case "observe":
+		return e.observe(ctx, rest)
 	case "status":
 		return e.status(ctx, rest)
 	case "release":
@@ -117,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, usage)
 		return ExitOK
 	}
-	return e.fail(ExitUsage, "unknown command %q (want lock, status, release, check or version)", cmd)
+	return e.fail(ExitUsage, "unknown command %q (want lock, elect, observe, status, release, check or version)", cmd)
 }
 
 // flags returns a flag set for a subcommand, with -url.

@@ -28,6 +28,9 @@ func TestRefusedRequestStatus(t *testing.T) {
 		`{"type":"invalid-request","title":"Invalid request","status":400,"detail":"ttl must be at most 24h","errors":[{"field":"ttl","rule":"max"}]}`)
 	forbidden := problemServer(t, http.StatusForbidden,
 		`{"type":"forbidden","title":"Forbidden","status":403,"detail":"force-release needs the admin key"}`)
+	held := problemServer(t, http.StatusConflict,
+		`{"type":"election-held","title":"Election held","status":409,"detail":"the election has a leader (term 7)",`+
+			`"leader":{"value":"10.0.0.7:5432","term":7,"owner":"db-1","since":"2026-11-23T05:00:00Z","ttl_ms":8000,"expires_at":"2026-11-23T05:00:08Z"}}`)
 	tests := []struct {
 		desc   string
 		url    string
@@ -36,6 +39,13 @@ func TestRefusedRequestStatus(t *testing.T) {
 		stderr string
 	}{
 		{"lock with a bad option", invalid, []string{"lock", "-ttl", "1000h", "job", "--", "true"}, ExitUsage, "ttl"},
+		{"elect with a bad option", invalid, []string{"elect", "-ttl", "1000h", "job", "--", "true"}, ExitUsage, "ttl"},
+		{"elect while another leads", held, []string{"elect", "-value", "me", "job", "--", "true"}, ExitHeld,
+			`not elected within 0s: term 7 leads with value "10.0.0.7:5432" (owner "db-1")`},
+		{"elect without COMMAND", held, []string{"elect", "job"}, ExitUsage, "want a COMMAND"},
+		{"elect with a bad -on-lost", held, []string{"elect", "-on-lost", "maybe", "job", "--", "true"}, ExitUsage, "-on-lost"},
+		{"observe refused", invalid, []string{"observe", "job"}, ExitUsage, "ttl must be"},
+		{"observe refused otherwise", forbidden, []string{"observe", "job"}, ExitUnavailable, "403"},
 		{"status of a bad name", invalid, []string{"status", "job"}, ExitUsage, "ttl must be"},
 		{"check with a bad cost", invalid, []string{"check", "-cost", "0", "p", "k"}, ExitUsage, "invalid-request"},
 		{"force-release refused", forbidden, []string{"release", "-force", "job"}, ExitUnavailable, "403"},

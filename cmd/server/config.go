@@ -266,7 +266,7 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// WatchFlags tune watch streams (GET /v1/{locks,rwlocks,semaphores}/{name}/events).
+// WatchFlags tune watch streams (GET /v1/{locks,rwlocks,semaphores,elections}/{name}/events).
 type WatchFlags struct {
 	Ping         time.Duration // comment lines on an idle stream
 	Resync       time.Duration // a watched name's state read again without a message

@@ -63,6 +63,7 @@ type ElectionState struct {
 	// LostReason says why the token given to InspectElection lost its
 	// leadership (one of the Lost* constants), when known.
 	LostReason string
+	At         time.Time // when the state was read (Redis clock)
 }
 
 // ElectionHeldError reports a campaign that was not elected: another
@@ -343,7 +344,7 @@ func (e election) inspect(ctx context.Context, k lockKeys, token string) (Electi
 	if err != nil {
 		return ElectionState{}, err
 	}
-	st := ElectionState{Name: k.name, Term: v[1], Owned: truth(v[3]), Candidates: v[5]}
+	st := ElectionState{Name: k.name, Term: v[1], Owned: truth(v[3]), Candidates: v[5], At: time.UnixMilli(v[4]).UTC()}
 	st.LostReason, _ = arr[9].(string)
 	if truth(v[0]) {
 		l := &Leader{Term: v[1], TTL: time.Duration(v[2]) * time.Millisecond,

@@ -42,6 +42,15 @@ const (
 	WatchLost = "lost"
 	// WatchForceReleased: an administrator force-released the lease.
 	WatchForceReleased = "force-released"
+	// WatchElected: an election has a leader with a new term (Fence).
+	WatchElected = "elected"
+	// WatchProclaimed: an election's leader set a new value, in the same
+	// term.
+	WatchProclaimed = "proclaimed"
+	// WatchVacant: an election's leader of term Fence is gone; Reason says
+	// why when it did not resign (LostExpired, LostForceReleased, "max_hold",
+	// "heartbeat_missed").
+	WatchVacant = "vacant"
 )
 
 // watchBuffer is how many events a watch may have waiting for its reader
@@ -64,6 +73,7 @@ type WatchHolder struct {
 	Owner     string
 	Mode      RWMode // a read/write lock's lease
 	Count     int64  // a semaphore's lease: its permits
+	Value     string // an election's leader: its value
 	TTL       time.Duration
 	ExpiresAt time.Time // Redis clock
 }
@@ -107,6 +117,7 @@ type watchSnapshot struct {
 	holders []WatchHolder // by fence, ascending
 	last    int64         // the name's last fence: the greatest it issued that the state shows
 	at      time.Time     // when it was read (Redis clock)
+	tag     string        // what else the state's id covers: an election leader's value
 }
 
 // watchable is what a primitive supplies to be watched: its kind (naming
@@ -125,6 +136,7 @@ var watchables = map[string]watchable{
 	kindMutex.label(): {kind: kindMutex, read: readLockSnapshot},
 	kindRW.label():    {kind: kindRW, read: readRWSnapshot},
 	kindSem.label():   {kind: kindSem, read: readSemSnapshot},
+	kindEl.label():    {kind: kindEl, read: readElectionSnapshot, diff: electionDiff},
 }
 
 // Watch is one watch of a name: its events, in order, until Close, the
@@ -177,7 +189,7 @@ func (w *Watch) Close() {
 func (s *Service) Watch(ctx context.Context, kind, name, lastID string) (*Watch, error) {
 	wa, ok := watchables[kind]
 	if !ok {
-		return nil, invalid("kind", "oneof", "kind must be lock, rwlock or semaphore")
+		return nil, invalid("kind", "oneof", "kind must be lock, rwlock, semaphore or election")
 	}
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -433,8 +445,9 @@ func leaseDiff(prev, next watchSnapshot, lost func(fence int64) string) []WatchE
 }
 
 // stateID identifies a name's state as its events see it: the name's last
-// fence and a hash of its holders' fences, so it is the same on every
-// instance reading the same state, and a watcher costs no Redis key.
+// fence and a hash of its holders' fences (and of its tag, an election
+// leader's value, when it has one), so it is the same on every instance
+// reading the same state, and a watcher costs no Redis key.
 func stateID(s watchSnapshot) string {
 	fences := make([]int64, len(s.holders))
 	for i, hl := range s.holders {
@@ -447,7 +460,58 @@ func stateID(s watchSnapshot) string {
 		binary.BigEndian.PutUint64(b[:], uint64(f))
 		_, _ = h.Write(b[:])
 	}
-	return strconv.FormatInt(s.last, 10) + "-" + strconv.Itoa(len(fences)) + "-" + strconv.FormatUint(h.Sum64(), 36)
+	id := strconv.FormatInt(s.last, 10) + "-" + strconv.Itoa(len(fences)) + "-" + strconv.FormatUint(h.Sum64(), 36)
+	if s.tag != "" {
+		t := fnv.New64a()
+		_, _ = t.Write([]byte(s.tag))
+		id += "-" + strconv.FormatUint(t.Sum64(), 36)
+	}
+	return id
+}
+
+// electionDiff is an election's diff: a leader gone is vacant (with the
+// reason its lost-lease record gives, or expired when its lease ran out;
+// none when it resigned), a leader of a new term is elected, and a new
+// value in the same term is proclaimed.
+func electionDiff(prev, next watchSnapshot, lost func(fence int64) string) []WatchEvent {
+	var was, is *WatchHolder
+	if len(prev.holders) > 0 {
+		was = &prev.holders[0]
+	}
+	if len(next.holders) > 0 {
+		is = &next.holders[0]
+	}
+	if was != nil && is != nil && was.Fence == is.Fence {
+		if was.Value == is.Value {
+			return nil
+		}
+		return []WatchEvent{{Type: WatchProclaimed, Fence: is.Fence, Holder: is, ID: stateID(next)}}
+	}
+	var events []WatchEvent
+	last := prev.last
+	if was != nil {
+		ev := WatchEvent{Type: WatchVacant, Fence: was.Fence, Holder: was}
+		switch reason := lost(was.Fence); {
+		case reason == LostForceReleased:
+			// A removal bumps the term counter: the state after it has
+			// the next state's last term.
+			ev.Reason = reason
+			last = max(last, next.last)
+		case reason != "":
+			ev.Reason = reason
+		case !was.ExpiresAt.After(next.at):
+			ev.Reason = LostExpired
+		}
+		ev.ID = stateID(watchSnapshot{last: last})
+		events = append(events, ev)
+	}
+	if is != nil {
+		// A term that came and went between two reads leaves next.last
+		// above this event's term: refresh then adds a state event.
+		cur := watchSnapshot{holders: []WatchHolder{*is}, last: max(last, is.Fence), tag: is.Value}
+		events = append(events, WatchEvent{Type: WatchElected, Fence: is.Fence, Holder: is, ID: stateID(cur)})
+	}
+	return events
 }
 
 // readLockSnapshot reads an exclusive lock's public state.
@@ -479,6 +543,21 @@ func readSemSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSnapshot
 		return watchSnapshot{}, err
 	}
 	return heldSnapshot(st, st.Leases, st.Fence, st.At), nil
+}
+
+// readElectionSnapshot reads an election's public state: its leader is
+// its one holder, the term its fence, and the value its tag.
+func readElectionSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSnapshot, error) {
+	st, err := s.InspectElection(ctx, k.name, "")
+	if err != nil {
+		return watchSnapshot{}, err
+	}
+	snap := watchSnapshot{state: st, last: st.Term, at: st.At}
+	if l := st.Leader; l != nil {
+		snap.holders = []WatchHolder{{Fence: l.Term, Owner: l.Owner, Value: l.Value, TTL: l.TTL, ExpiresAt: l.ExpiresAt}}
+		snap.tag = l.Value
+	}
+	return snap, nil
 }
 
 // heldSnapshot is the snapshot of a primitive with many holders, from the
@@ -517,7 +596,7 @@ type watchMetrics struct {
 	reads      prometheus.Counter
 	readErrors prometheus.Counter
 	overflows  prometheus.Counter
-	events     *prometheus.CounterVec // kind: lock, rwlock, semaphore; event: the Watch* events
+	events     *prometheus.CounterVec // kind: lock, rwlock, semaphore, election; event: the Watch* events
 }
 
 func newWatchMetrics(reg prometheus.Registerer) *watchMetrics {
@@ -528,6 +607,6 @@ func newWatchMetrics(reg prometheus.Registerer) *watchMetrics {
 		readErrors: counter(reg, "latchkey_watch_read_errors_total", "State reads of watched names that failed (read again at the next tick)."),
 		overflows:  counter(reg, "latchkey_watch_overflows_total", "Watch streams ended because their reader fell behind."),
 		events: counterVec(reg, "latchkey_watch_events_total",
-			"Watch events emitted per watched name, by kind (lock, rwlock, semaphore) and event.", "kind", "event"),
+			"Watch events emitted per watched name, by kind (lock, rwlock, semaphore, election) and event.", "kind", "event"),
 	}
 }

@@ -162,7 +162,7 @@ func TestWatchOfOneNameSharesOneSubscription(t *testing.T) {
 
 func TestWatchRefusesABadKindOrName(t *testing.T) {
 	svc, _ := newWatchService(t)
-	for _, tt := range []struct{ kind, name string }{{"election", "a"}, {"lock", ""}, {"lock", "a b"}} {
+	for _, tt := range []struct{ kind, name string }{{"mutex", "a"}, {"lock", ""}, {"lock", "a b"}} {
 		if _, err := svc.Watch(t.Context(), tt.kind, tt.name, ""); err == nil {
 			t.Errorf("Watch(%q, %q) = nil error, want a validation error", tt.kind, tt.name)
 		}
@@ -323,5 +323,65 @@ func TestWatchEventIsEncodedOncePerChange(t *testing.T) {
 	encode := func() []byte { calls++; return []byte("frame") }
 	if string(e1.Encoded(encode)) != "frame" || string(e2.Encoded(encode)) != "frame" || calls != 1 {
 		t.Errorf("encoded %d times for two watches, want once", calls)
+	}
+}
+
+// An election's watch tells each leader with its term and value: elected,
+// proclaimed (same term, new value, a new id), vacant on resignation (no
+// reason), on removal (force_released) and on expiry (expired), each new
+// term greater than the one before.
+func TestWatchElectionSeesEachLeaderWithItsTerm(t *testing.T) {
+	svc, advance := newWatchService(t)
+	ctx := t.Context()
+	campaign := func(value string, ttl time.Duration) locks.Lease {
+		t.Helper()
+		l, err := svc.Campaign(ctx, "primary", locks.AcquireRequest{TTL: ttl, Value: value, Owner: "node-" + value})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	w := mustWatch(t, svc, "election", "primary", "")
+	if st, ok := wantEvent(t, w, locks.WatchState, 0).State.(locks.ElectionState); !ok || st.Leader != nil || st.Name != "primary" {
+		t.Fatalf("first state = %#v, want the vacant election primary", st)
+	}
+
+	a := campaign("a", 10*time.Second)
+	elected := wantEvent(t, w, locks.WatchElected, a.Fence)
+	if h := elected.Holder; h == nil || h.Value != "a" || h.Owner != "node-a" {
+		t.Fatalf("elected holder = %+v, want a's leadership", h)
+	}
+	if _, err := svc.Proclaim(ctx, "primary", a.Token, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	proclaimed := wantEvent(t, w, locks.WatchProclaimed, a.Fence)
+	if proclaimed.Holder.Value != "a2" || proclaimed.ID == elected.ID {
+		t.Fatalf("proclaimed value %q id %q (elected's %q), want a2 with a new id", proclaimed.Holder.Value, proclaimed.ID, elected.ID)
+	}
+	if _, err := svc.Resign(ctx, "primary", a.Token); err != nil {
+		t.Fatal(err)
+	}
+	if ev := wantEvent(t, w, locks.WatchVacant, a.Fence); ev.Reason != "" {
+		t.Errorf("vacant on resignation: reason %q, want none", ev.Reason)
+	}
+
+	b := campaign("b", 10*time.Second)
+	wantEvent(t, w, locks.WatchElected, b.Fence)
+	if _, err := svc.ForceResign(ctx, "primary"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := wantEvent(t, w, locks.WatchVacant, b.Fence); ev.Reason != locks.LostForceReleased {
+		t.Errorf("vacant on removal: reason %q, want %s", ev.Reason, locks.LostForceReleased)
+	}
+
+	advance(time.Second)
+	c := campaign("c", time.Second)
+	wantEvent(t, w, locks.WatchElected, c.Fence)
+	advance(2 * time.Second)
+	if ev := wantEvent(t, w, locks.WatchVacant, c.Fence); ev.Reason != locks.LostExpired {
+		t.Errorf("vacant on expiry: reason %q, want %s", ev.Reason, locks.LostExpired)
+	}
+	if !(a.Fence < b.Fence && b.Fence < c.Fence) {
+		t.Errorf("terms %d, %d, %d, want increasing", a.Fence, b.Fence, c.Fence)
 	}
 }
