@@ -10,9 +10,4 @@
 -- ARGV[1]  waiter token
 --
 -- Reply: 1 when the waiter was registered, 0 when it was not.
-local removed = redis.call('ZREM', KEYS[2], ARGV[1])
-local queued = redis.call('LREM', KEYS[3], 0, ARGV[1])
-if queued > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('PUBLISH', KEYS[4], 'left')
-end
-return removed
+--#include lib/leave.lua
