@@ -137,23 +137,31 @@ func (b *bench) runGateway(ctx context.Context, name string, start func(context.
 	return res, nil
 }
 
+// gatewaySetup reads the shipped configuration at path and makes a
+// temporary directory and three free loopback ports (the app's, the gated
+// front's and the gateway alone's) for a gateway scenario.
+func gatewaySetup(name, path string) (conf []byte, dir string, ports [3]int, err error) {
+	if conf, err = os.ReadFile(path); err != nil {
+		return nil, "", ports, fmt.Errorf("read %s (run latchbench from the repository root): %w", path, err)
+	}
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, "", ports, err
+		}
+	}
+	if dir, err = os.MkdirTemp("", "latchbench-"+name+"-"); err != nil {
+		return nil, "", ports, err
+	}
+	return conf, dir, ports, nil
+}
+
 // startNginx runs nginx with the shipped configuration in front of the
 // Latchkey at latchkey, and returns the URLs of nginx alone and of the
 // gated location.
 func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string, stop func(), err error) {
-	conf, err := os.ReadFile(filepath.Join("deploy", "nginx", "nginx.conf"))
-	if err != nil {
-		return "", "", nil, fmt.Errorf("read deploy/nginx/nginx.conf (run latchbench from the repository root): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "latchbench-nginx-")
+	conf, dir, ports, err := gatewaySetup("nginx", filepath.Join("deploy", "nginx", "nginx.conf"))
 	if err != nil {
 		return "", "", nil, err
-	}
-	var ports [3]int // app, gated, alone
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return "", "", nil, err
-		}
 	}
 	lk := strings.TrimPrefix(latchkey, "http://")
 	tmp := filepath.Join(dir, "tmp")
@@ -201,19 +209,9 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
 // (Caddy keeps its upstream connections by default). It returns the URLs
 // of Caddy alone and of the gated site.
 func startCaddy(ctx context.Context, bin, latchkey string) (alone, gated string, stop func(), err error) {
-	conf, err := os.ReadFile(filepath.Join("deploy", "caddy", "Caddyfile"))
-	if err != nil {
-		return "", "", nil, fmt.Errorf("read deploy/caddy/Caddyfile (run latchbench from the repository root): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "latchbench-caddy-")
+	conf, dir, ports, err := gatewaySetup("caddy", filepath.Join("deploy", "caddy", "Caddyfile"))
 	if err != nil {
 		return "", "", nil, err
-	}
-	var ports [3]int // app, gated, alone
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return "", "", nil, err
-		}
 	}
 	c := string(conf) + fmt.Sprintf(`
 http://127.0.0.1:%[1]d {
