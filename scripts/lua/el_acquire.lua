@@ -55,65 +55,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local ttl_s = ARGV[2]
 
-local present = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[6], KEYS[6], KEYS[6])
-local waiting, reasons = present % 3 > 0, present >= 3
-
--- Candidates: drop the ones past their deadline, and queue heads that are
--- no longer registered (departed or expired), so the queue never sticks.
-local head = false
-if waiting then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-  head = redis.call('LINDEX', KEYS[4], 0)
-  while head and not redis.call('ZSCORE', KEYS[3], head) do
-    redis.call('LPOP', KEYS[4])
-    head = redis.call('LINDEX', KEYS[4], 0)
-  end
-end
-
--- register keeps the caller as a candidate, queued at the tail, until its
--- deadline. A candidate already registered keeps its place.
-local function register()
-  local timeout = tonumber(ARGV[5])
-  if timeout <= 0 or redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    return
-  end
-  redis.call('ZADD', KEYS[3], now_ms + timeout, ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  local keep = tonumber(last[2]) - now_ms + 1000
-  redis.call('PEXPIRE', KEYS[3], keep)
-  redis.call('LREM', KEYS[4], 0, ARGV[1])
-  redis.call('RPUSH', KEYS[4], ARGV[1])
-  redis.call('PEXPIRE', KEYS[4], keep)
-end
-
--- keepalive as acquire.lua's: turns keep-alive on for a granted lease, or
--- counts a re-entry as a heartbeat; returns the TTL to set, the deadline and
--- the heartbeat interval (0, 0 when the lease is not kept alive).
-local function keepalive(fresh)
-  local untl, hb
-  if not fresh then
-    local v = redis.call('HMGET', KEYS[1], 'ku', 'kh')
-    untl, hb = tonumber(v[1]), tonumber(v[2]) or 0
-  end
-  if not untl then
-    if ARGV[6] ~= '1' then
-      return ttl, 0, 0
-    end
-    untl, hb = now_ms + tonumber(ARGV[7]), tonumber(ARGV[8])
-    redis.call('HSET', KEYS[1], 'ku', untl, 'kh', hb)
-    if reasons and not fresh then
-      lost_forget(KEYS[6], ARGV[1])
-    end
-  end
-  redis.call('HSET', KEYS[1], 'kb', now_ms)
-  local pttl = math.max(math.min(ttl, untl - now_ms), 1)
-  if pttl < ttl then
-    local fo = redis.call('HMGET', KEYS[1], 'f', 'o')
-    lost_record(KEYS[6], ARGV[1], 'max_hold', untl, fo[1], fo[2], ARGV[10])
-  end
-  redis.call('ZADD', KEYS[5], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
-  return pttl, untl, hb
-end
+local fair = true -- an election serves its candidates in arrival order
+--#include lib/lease_wait.lua
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local v = redis.call('HMGET', KEYS[1], 't', 'f', 'o', 'g', 'v', 'l')
