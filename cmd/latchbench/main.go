@@ -239,6 +239,7 @@ func runScenarios(ctx context.Context, o *options) ([]Result, error) {
 		}
 	}
 	cpuPerDecision(results)
+	electionAgainstLock(results)
 	delete(want, "")
 	for name := range want {
 		return nil, fmt.Errorf("unknown scenario %q", name)
