@@ -8,6 +8,7 @@
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
 //	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -caddy /usr/bin/caddy -scenarios gate,multi1,multi,leased,nginx,caddy
 //	go run ./cmd/latchbench -start -scenarios gate,grpc1,grpc3   # Envoy's ShouldRateLimit beside the HTTP gate
+//	go run ./cmd/latchbench -start -scenarios watchers,lock,election   # 10,000 watch streams; elections beside locks
 //	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
 //
 // Every scenario's notes say what each Redis node did per request: CPU,
