@@ -268,3 +268,34 @@ func waitGated(ctx context.Context, gated string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// electionAgainstLock notes the election's campaign/resign throughput as a
+// ratio to the lock's acquire/release in the same run (the target is at
+// least 0.9): of their ratios to the ceiling when both have them, with
+// the server CPU per request of each.
+func electionAgainstLock(results []Result) {
+	var lock *Result
+	for i := range results {
+		if results[i].Scenario == "lock" && results[i].RPS > 0 {
+			lock = &results[i]
+		}
+	}
+	for i, r := range results {
+		if r.Scenario != "election" || lock == nil || r.RPS == 0 {
+			continue
+		}
+		note := fmt.Sprintf("%.2f× lock's requests a second (target ≥ 0.9)", r.RPS/lock.RPS)
+		if r.RPSRatio > 0 && lock.RPSRatio > 0 {
+			// Each against the ceiling rounds paired with it: steadier on a
+			// machine whose speed drifts between the two scenarios.
+			note = fmt.Sprintf("%.2f× lock's ratio to the ceiling (target ≥ 0.9; %.2f× its requests a second)",
+				r.RPSRatio/lock.RPSRatio, r.RPS/lock.RPS)
+		}
+		if r.Requests > 0 && lock.Requests > 0 && r.Usage.ServerCPUSeconds > 0 && lock.Usage.ServerCPUSeconds > 0 {
+			us := r.Usage.ServerCPUSeconds / float64(r.Requests) * 1e6
+			lus := lock.Usage.ServerCPUSeconds / float64(lock.Requests) * 1e6
+			note += fmt.Sprintf("; server CPU per request %.1f µs against lock's %.1f (%.2f×)", us, lus, us/lus)
+		}
+		results[i].Notes = append(results[i].Notes, note)
+	}
+}

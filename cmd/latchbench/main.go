@@ -8,6 +8,7 @@
 //	go run ./cmd/latchbench -url http://127.0.0.1:8080 -scenarios ceiling,lock
 //	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -caddy /usr/bin/caddy -scenarios gate,multi1,multi,leased,nginx,caddy
 //	go run ./cmd/latchbench -start -scenarios gate,grpc1,grpc3   # Envoy's ShouldRateLimit beside the HTTP gate
+//	go run ./cmd/latchbench -start -scenarios watchers,lock,election   # 10,000 watch streams; elections beside locks
 //	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
 //
 // Every scenario's notes say what each Redis node did per request: CPU,
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.b.leaseSlots, "lease-slots", 0, "put the keep-alive leases' names in hash slots 0..N-1 (0: any slot), so a cluster's registry shards hold leases/N each, as with many more leases over all 16384 slots")
 	fs.IntVar(&o.b.waiters, "waiters", 10000, "concurrent waiters in the waiters scenario (at most 15000)")
 	fs.IntVar(&o.b.waiterNames, "waiter-names", 100, "locks the waiters queue on")
+	fs.IntVar(&o.b.watchers, "watchers", 10000, "watch streams open in the watchers scenario (at most 15000; the server's -watch-max-streams and -watch-max-streams-per-client must allow them, as -start configures it)")
+	fs.IntVar(&o.b.watchNames, "watch-names", 100, "locks the watchers watch (-watchers must be a multiple of it)")
 	fs.StringVar(&o.b.nginxBin, "nginx", "", "nginx binary for the nginx scenario (it starts nginx on loopback ports with deploy/nginx/nginx.conf in front of the server; the server needs the per-ip policy, as -start configures it)")
 	fs.StringVar(&o.b.caddyBin, "caddy", "", "caddy binary for the caddy scenario (it starts Caddy on loopback ports with deploy/caddy/Caddyfile in front of the server; the server needs the per-ip policy, as -start configures it)")
 	fs.StringVar(&o.b.grpcAddr, "grpc-addr", "", "the server's gRPC port (its -grpc-addr, host:port on loopback) for grpc1 and grpc3 (set by -start)")
@@ -109,6 +112,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.b.waiters < 1 || o.b.waiters > 15000 || o.b.waiterNames < 1 {
 		return fmt.Errorf("-waiters %d / -waiter-names %d: want 1-15000 waiters on at least one lock", o.b.waiters, o.b.waiterNames)
+	}
+	if o.b.watchers < 1 || o.b.watchers > 15000 || o.b.watchNames < 1 || o.b.watchers%o.b.watchNames != 0 {
+		return fmt.Errorf("-watchers %d / -watch-names %d: want 1-15000 watchers, a multiple of the locks they watch", o.b.watchers, o.b.watchNames)
 	}
 	if o.b.leaseSlots < 0 || o.b.leaseSlots > store.ClusterSlots {
 		return fmt.Errorf("-lease-slots %d: want 0-%d", o.b.leaseSlots, store.ClusterSlots)
@@ -222,7 +228,8 @@ func runScenarios(ctx context.Context, o *options) ([]Result, error) {
 			ceiling = res
 			res.RPSRatio, res.P99Ratio = 1, 1
 		}
-		if res.RPSRatio == 0 && ceiling.RPS > 0 && res.RPS > 0 {
+		if res.RPSRatio == 0 && ceiling.RPS > 0 && res.RPS > 0 && sc.name != "watchers" {
+			// (watchers' rate is events delivered, no request's.)
 			// A scenario of its own shape: against the ceiling measured first.
 			res.RPSRatio = res.RPS / ceiling.RPS
 			res.P99Ratio = res.P99MS / ceiling.P99MS
@@ -233,6 +240,7 @@ func runScenarios(ctx context.Context, o *options) ([]Result, error) {
 		}
 	}
 	cpuPerDecision(results)
+	electionAgainstLock(results)
 	delete(want, "")
 	for name := range want {
 		return nil, fmt.Errorf("unknown scenario %q", name)
@@ -251,7 +259,9 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 	if sc.run != nil { // a scenario with its own shape, not a closed loop
 		before := o.meter.read(ctx)
 		res, err := sc.run(ctx)
-		res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
+		if !sc.metered {
+			res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
+		}
 		res.Description = sc.description
 		return res, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -226,4 +227,29 @@ func hostPort(addr string) string {
 		return ":" + port
 	}
 	return addr
+}
+
+// numSub is how many subscriptions the nodes hold to channels: PUBSUB
+// NUMSUB on one node, PUBSUB SHARDNUMSUB summed over a cluster's primaries
+// (the server subscribes with SSUBSCRIBE there).
+func (n *redisNodes) numSub(ctx context.Context, channels []string) (int64, error) {
+	if n.single != nil {
+		m, err := n.single.PubSubNumSub(ctx, channels...).Result()
+		return sumCounts(m), err
+	}
+	var total atomic.Int64
+	err := n.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		m, err := c.PubSubShardNumSub(ctx, channels...).Result()
+		total.Add(sumCounts(m))
+		return err
+	})
+	return total.Load(), err
+}
+
+func sumCounts(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

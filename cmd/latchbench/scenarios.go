@@ -23,6 +23,9 @@ type scenario struct {
 	setup func(ctx context.Context, b *bench) (func(), error)
 	// run, when set, replaces the closed loop with a shape of its own.
 	run func(ctx context.Context) (Result, error)
+	// metered says run meters its own measured part (Result.Usage), so the
+	// streams it opens before it are not counted.
+	metered bool
 }
 
 // bench holds what the scenarios need to know about the server.
@@ -38,6 +41,8 @@ type bench struct {
 	leaseSlots  int           // hash slots the leases' names fall in; 0: any
 	waiters     int           // concurrent waiters in waiters
 	waiterNames int           // locks they wait on
+	watchers    int           // watch streams open in watchers
+	watchNames  int           // locks they watch
 	nginxBin    string        // nginx for the nginx scenario
 	caddyBin    string        // caddy for the caddy scenario
 	run         *options      // the run's options, for the gateway scenarios' paired rounds
@@ -140,6 +145,13 @@ func (b *bench) scenarios() []scenario {
 			name:        "waiters",
 			description: "many concurrent waiters (POST with wait) queued on a few held locks, handed on one by one",
 			run:         b.runWaiters,
+		},
+		{
+			name: "watchers",
+			description: "many watch streams (GET /v1/locks/{name}/events) on a few locks, each lock acquired or released " +
+				"once a second: events delivered a second and Redis commands per change (not in the default list)",
+			run:     b.runWatchers,
+			metered: true,
 		},
 		semaphoreScenario(b),
 	}, append(b.gatewayScenarios(), b.grpcScenarios()...)...)

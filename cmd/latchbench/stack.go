@@ -153,8 +153,10 @@ const benchPolicies = `policies:
 
 // stackEnv configures the started server, Redis aside: a loopback
 // listener, the bench policy, and the load generator (127.0.0.1) as a
-// trusted proxy so the gate takes client IPs from X-Forwarded-For. Request
-// logs are at warn, for the ceiling and every scenario alike.
+// trusted proxy so the gate takes client IPs from X-Forwarded-For, and
+// watch caps that let the watchers scenario's one client open 15,000
+// streams. Request logs are at warn, for the ceiling and every scenario
+// alike.
 func stackEnv(policies string, port int) []string {
 	return []string{
 		fmt.Sprintf("LATCHKEY_ADDR=127.0.0.1:%d", port),
@@ -162,6 +164,8 @@ func stackEnv(policies string, port int) []string {
 		"LATCHKEY_TRUSTED_PROXIES=127.0.0.1/32",
 		"LATCHKEY_LOG_LEVEL=warn",
 		"LATCHKEY_MAX_WAIT=60s",
+		"LATCHKEY_WATCH_MAX_STREAMS=15000",
+		"LATCHKEY_WATCH_MAX_STREAMS_PER_CLIENT=15000",
 	}
 }
 
