@@ -206,7 +206,7 @@ func (ew *electionWatcher) wantTermsIncreasing(t *testing.T, who string) {
 // the last event it read; after the run Redis is paused (every primary on
 // a cluster) and one more leader is elected and resigns. Periodic re-reads
 // are off: what heals a watcher is the re-read its hub makes on
-// resubscribing. Every watcher's terms increase, each elected term above
+// resubscribing. Opening the watchers adds no key to Redis. Every watcher's terms increase, each elected term above
 // every earlier one, and every watcher reaches the final state, vacant
 // after the last term: no final event lost.
 func TestElectionWatchersUnderConcurrency(t *testing.T) {
@@ -244,12 +244,29 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 	envs := []*testEnv{e1, newTestEnv(t, beside(e1), withRenewer(0), withWatchResync(time.Hour))}
 	const name = "watched-inv"
 
+	keys := func() int64 {
+		var n atomic.Int64
+		err := forEachPrimary(t.Context(), e1.RDB, func(ctx context.Context, c *redis.Client) error {
+			size, err := c.DBSize(ctx).Result()
+			n.Add(size)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("DBSIZE: %v", err)
+		}
+		return n.Load()
+	}
+	before := keys()
 	var watchers []*electionWatcher
 	for i := range 4 {
 		watchers = append(watchers, watchElection(t, envs[i%2], name))
 	}
 	for i, ew := range watchers {
 		eventually(t, time.Minute, fmt.Sprintf("watcher %d's first state", i), func() bool { return len(ew.seen()) > 0 })
+	}
+	// A watcher costs no Redis key: its subscription is a channel's.
+	if after := keys(); after != before {
+		t.Errorf("Redis holds %d keys with four watchers open, %d before: want a watcher to cost no key", after, before)
 	}
 
 	mid := func() {
