@@ -268,6 +268,27 @@ func TestElectionMemory(t *testing.T) {
 func TestElectionInvariantUnderConcurrency(t *testing.T) {
 	e1 := newTestEnv(t, withRenewer(0))
 	envs := []*testEnv{e1, newTestEnv(t, beside(e1), withRenewer(0))}
+	start := time.Now()
+	records, abandoned := runElection(t, envs, "inv", nil)
+	if t.Failed() {
+		return
+	}
+	t.Logf("%d leaderships, %d campaigns abandoned, in %s", len(records), abandoned, time.Since(start).Round(time.Millisecond))
+	wantPermitsNeverExceeded(t, records, 1) // one permit: one leader
+	wantFencesInGrantOrder(t, records)
+	eventually(t, time.Minute, "the election vacant, nobody waiting", func() bool {
+		st := e1.election(t, "inv")
+		return st.Leader == nil && st.Candidates == 0
+	})
+}
+
+// runElection runs TestElectionInvariantUnderConcurrency's candidates on
+// election name over envs (their clients replaced by ones that check every
+// answer against the spec), while mid, when not nil, runs beside them; it
+// returns once every candidate and mid are done, with each leadership's
+// record and the number of campaigns abandoned.
+func runElection(t *testing.T, envs []*testEnv, name string, mid func()) ([]holdRecord, int) {
+	t.Helper()
 	for _, e := range envs {
 		e.Client = &http.Client{Transport: &specTransport{t: t, router: loadSpecRouter(t),
 			base: &http.Transport{MaxIdleConnsPerHost: 32}}}
@@ -283,9 +304,12 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 	var records []holdRecord
 	abandoned := 0
 	var wg sync.WaitGroup
+	if mid != nil {
+		wg.Go(mid)
+	}
 	for i := range candidates {
 		wg.Go(func() {
-			e := envs[i%2]
+			e := envs[i%len(envs)]
 			crasher, abandoner := i%8 == 7, i%8 == 3
 			for round := range rounds {
 				body := fmt.Sprintf(`{"value": "c%d-r%d", "ttl": %q, "wait": %q, "keepalive": true, "heartbeat": %q, "max_hold": "1m"}`,
@@ -297,7 +321,7 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 					defer cancel()
 				}
 				rec := holdRecord{count: 1, sent: time.Since(start)}
-				r := e.send(ctx, http.MethodPost, electionPath("inv"), body)
+				r := e.send(ctx, http.MethodPost, electionPath(name), body)
 				rec.from = time.Since(start)
 				if abandoner && round == 0 && r.Err != nil {
 					mu.Lock()
@@ -313,11 +337,11 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 				if crasher && round == rounds-1 {
 					rec.upto = rec.sent + ttl // it never resigns: its lease lives at least ttl from the grant
 				} else {
-					if st := envs[(i+1)%2].send(t.Context(), http.MethodGet, electionPath("inv"), ""); st.Status != http.StatusOK {
+					if st := envs[(i+1)%len(envs)].send(t.Context(), http.MethodGet, electionPath(name), ""); st.Status != http.StatusOK {
 						t.Errorf("candidate %d: GET %d", i, st.Status)
 					}
 					rec.upto = time.Since(start)
-					if rr := e.send(t.Context(), http.MethodDelete, electionPath("inv"), "", "Lock-Token", r.Token()); rr.Status != http.StatusOK {
+					if rr := e.send(t.Context(), http.MethodDelete, electionPath(name), "", "Lock-Token", r.Token()); rr.Status != http.StatusOK {
 						t.Errorf("candidate %d: resign %d %s", i, rr.Status, rr.Body)
 					}
 				}
@@ -328,16 +352,7 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if t.Failed() {
-		return
-	}
-	t.Logf("%d leaderships, %d campaigns abandoned, in %s", len(records), abandoned, time.Since(start).Round(time.Millisecond))
-	wantPermitsNeverExceeded(t, records, 1) // one permit: one leader
-	wantFencesInGrantOrder(t, records)
-	eventually(t, time.Minute, "the election vacant, nobody waiting", func() bool {
-		st := e1.election(t, "inv")
-		return st.Leader == nil && st.Candidates == 0
-	})
+	return records, abandoned
 }
 
 // TestElectionTenantsAndScopes: an election is in its tenant's namespace,

@@ -1,9 +1,16 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // openElectionWatch opens the watch stream of the election name, each
@@ -69,5 +76,259 @@ func TestWatchElectionSeesEachLeader(t *testing.T) {
 	}
 	if n := metricValue(t, e, `latchkey_watch_events_total{event="vacant",kind="election"}`); n != 3 {
 		t.Errorf("latchkey_watch_events_total of vacant = %v, want 3", n)
+	}
+}
+
+// electionWatcher follows one election's watch stream in the background,
+// across reconnects, and keeps every event it read.
+type electionWatcher struct {
+	t      *testing.T
+	e      *testEnv
+	name   string
+	mu     sync.Mutex
+	w      *holdStream
+	events []sseEvent
+	done   chan struct{}
+}
+
+// watchElection opens a watch of the election name on e and reads it in
+// the background.
+func watchElection(t *testing.T, e *testEnv, name string) *electionWatcher {
+	ew := &electionWatcher{t: t, e: e, name: name}
+	ew.open()
+	return ew
+}
+
+// open opens the stream, with Last-Event-ID when headerPairs name it, and
+// starts reading it.
+func (ew *electionWatcher) open(headerPairs ...string) {
+	ew.t.Helper()
+	schemas := map[string]string{"state": "ElectionState"}
+	for _, ev := range []string{"elected", "proclaimed", "vacant"} {
+		schemas[ev] = "WatchElectionEvent"
+	}
+	w := ew.e.openStream(ew.t, "GET", "/v1/elections/"+ew.name+"/events", "", schemas, headerPairs...)
+	if w.Status != http.StatusOK {
+		ew.t.Errorf("watch %s: status %d body %s", ew.name, w.Status, w.Body)
+		return
+	}
+	done := make(chan struct{})
+	ew.mu.Lock()
+	ew.w, ew.done = w, done
+	ew.mu.Unlock()
+	go func() {
+		defer close(done)
+		for ev := range w.Events {
+			if ev.Comment != "" {
+				continue
+			}
+			wantEventSchema(ew.t, w.schemas, ev)
+			ew.mu.Lock()
+			ew.events = append(ew.events, ev)
+			ew.mu.Unlock()
+		}
+	}()
+}
+
+// reconnect closes the stream and opens it again with the id of the last
+// event read as Last-Event-ID.
+func (ew *electionWatcher) reconnect() {
+	ew.t.Helper()
+	ew.mu.Lock()
+	w, done := ew.w, ew.done
+	ew.mu.Unlock()
+	w.close()
+	<-done
+	ew.mu.Lock()
+	last := ew.events[len(ew.events)-1].ID
+	ew.mu.Unlock()
+	ew.open("Last-Event-ID", last)
+}
+
+// seen returns the events read so far.
+func (ew *electionWatcher) seen() []sseEvent {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	return slices.Clone(ew.events)
+}
+
+// elected counts the elected events read so far.
+func (ew *electionWatcher) elected() int {
+	n := 0
+	for _, ev := range ew.seen() {
+		if ev.Name == "elected" {
+			n++
+		}
+	}
+	return n
+}
+
+// eventTerm is the term an election's event is about: the leader's, or
+// the last one issued when a state is vacant.
+func eventTerm(ev sseEvent) int64 {
+	if l, ok := ev.Data["leader"].(map[string]any); ok {
+		term, _ := l["term"].(float64)
+		return int64(term)
+	}
+	term, _ := ev.Data["term"].(float64)
+	return int64(term)
+}
+
+// atVacancy reports whether ev says the election is vacant after term.
+func atVacancy(ev sseEvent, term int64) bool {
+	switch ev.Name {
+	case "vacant":
+		return eventTerm(ev) == term
+	case "state":
+		return ev.Data["leader"] == nil && eventTerm(ev) == term
+	}
+	return false
+}
+
+// wantTermsIncreasing checks that the watcher's terms never go back and
+// that each elected event's term is greater than every one before it.
+func (ew *electionWatcher) wantTermsIncreasing(t *testing.T, who string) {
+	t.Helper()
+	var last int64
+	for i, ev := range ew.seen() {
+		term := eventTerm(ev)
+		if ev.Name == "elected" && term <= last || term < last {
+			t.Errorf("%s: event %d %s of term %d after term %d, want terms increasing", who, i, ev.Name, term, last)
+		}
+		last = max(last, term)
+	}
+}
+
+// TestElectionWatchersUnderConcurrency: four watchers of an election, two
+// on each of its instances, follow TestElectionInvariantUnderConcurrency's
+// candidates. Mid-run Redis's pub/sub connections are killed (CLIENT KILL
+// TYPE pubsub, on every node) and one watcher reconnects with the id of
+// the last event it read; after the run Redis is paused (every primary on
+// a cluster) and one more leader is elected and resigns. Periodic re-reads
+// are off: what heals a watcher is the re-read its hub makes on
+// resubscribing. Opening the watchers adds no key to Redis. Every watcher's terms increase, each elected term above
+// every earlier one, and every watcher reaches the final state, vacant
+// after the last term: no final event lost.
+func TestElectionWatchersUnderConcurrency(t *testing.T) {
+	// CLIENT KILL and a pause would hit other tests: a Redis, or a
+	// cluster, of the test's own.
+	var opts []envOption
+	var pause func() (resume func())
+	if onCluster() {
+		cl := ownCluster(t)
+		opts = append(opts, withCluster(cl.URL))
+		pause = func() func() {
+			var addrs []string
+			err := forEachPrimary(t.Context(), cl.Client(t), func(_ context.Context, c *redis.Client) error {
+				addrs = append(addrs, c.Options().Addr)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("primaries: %v", err)
+			}
+			for _, a := range addrs {
+				cl.Pause(t, a)
+			}
+			return func() {
+				for _, a := range addrs {
+					cl.Resume(t, a)
+				}
+			}
+		}
+	} else {
+		rc, url := startRedisContainer(t)
+		opts = append(opts, withRedisClient(newClient(t, url), url))
+		pause = func() func() { return pauseContainer(t, rc) }
+	}
+	e1 := newTestEnv(t, append(opts, withRenewer(0), withWatchResync(time.Hour))...)
+	envs := []*testEnv{e1, newTestEnv(t, beside(e1), withRenewer(0), withWatchResync(time.Hour))}
+	const name = "watched-inv"
+
+	keys := func() int64 {
+		var n atomic.Int64
+		err := forEachPrimary(t.Context(), e1.RDB, func(ctx context.Context, c *redis.Client) error {
+			size, err := c.DBSize(ctx).Result()
+			n.Add(size)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("DBSIZE: %v", err)
+		}
+		return n.Load()
+	}
+	before := keys()
+	var watchers []*electionWatcher
+	for i := range 4 {
+		watchers = append(watchers, watchElection(t, envs[i%2], name))
+	}
+	for i, ew := range watchers {
+		eventually(t, time.Minute, fmt.Sprintf("watcher %d's first state", i), func() bool { return len(ew.seen()) > 0 })
+	}
+	// A watcher costs no Redis key: its subscription is a channel's.
+	if after := keys(); after != before {
+		t.Errorf("Redis holds %d keys with four watchers open, %d before: want a watcher to cost no key", after, before)
+	}
+
+	mid := func() {
+		// The hang guards end the wait, not the test: the run goes on.
+		waitFor := func(n int) {
+			end := time.Now().Add(time.Minute)
+			for watchers[0].elected() < n && time.Now().Before(end) && t.Context().Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		waitFor(4)
+		var killed atomic.Int64
+		err := forEachNode(t.Context(), e1.RDB, func(ctx context.Context, c *redis.Client) error {
+			n, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+			killed.Add(n)
+			return err
+		})
+		if err != nil || killed.Load() < 1 {
+			t.Errorf("CLIENT KILL TYPE pubsub = %d, %v; want the subscribers' connections killed", killed.Load(), err)
+		}
+		waitFor(8)
+		watchers[1].reconnect()
+	}
+	records, abandoned := runElection(t, envs, name, mid)
+	if t.Failed() {
+		return
+	}
+	wantPermitsNeverExceeded(t, records, 1)
+	wantFencesInGrantOrder(t, records)
+	eventually(t, time.Minute, "the election vacant, nobody waiting", func() bool {
+		st := e1.election(t, name)
+		return st.Leader == nil && st.Candidates == 0
+	})
+
+	resume := pause()
+	time.Sleep(500 * time.Millisecond) // the pause's length, not a bound on anything
+	resume()
+	var last electionLeaseJSON
+	eventually(t, time.Minute, "a leader elected after the pause", func() bool {
+		r := e1.send(t.Context(), http.MethodPost, electionPath(name), `{"value": "last", "ttl": "30s"}`)
+		if r.Status != http.StatusCreated {
+			return false // Redis's clients may still be reconnecting
+		}
+		last = electionLeaseJSON{Term: r.Fence(), Token: r.Token()}
+		return true
+	})
+	wantStatus(t, e1.do(t, http.MethodDelete, electionPath(name), "", "Lock-Token", last.Token), http.StatusOK)
+	if st := e1.election(t, name); st.Leader != nil || st.Term != last.Term {
+		t.Fatalf("final state %+v, want vacant after term %d", st, last.Term)
+	}
+	t.Logf("%d leaderships, %d campaigns abandoned, final term %d", len(records), abandoned, last.Term)
+
+	for i, ew := range watchers {
+		who := fmt.Sprintf("watcher %d", i)
+		eventually(t, time.Minute, who+" at the final state", func() bool {
+			evs := ew.seen()
+			return len(evs) > 0 && atVacancy(evs[len(evs)-1], last.Term)
+		})
+		ew.wantTermsIncreasing(t, who)
+		t.Logf("%s: %d events, %d elected", who, len(ew.seen()), ew.elected())
+		if n := ew.elected(); n < 2 {
+			t.Errorf("%s read %d elected events, want the run's leaders", who, n)
+		}
 	}
 }
