@@ -428,11 +428,18 @@ func TestTermsAfterDataLoss(t *testing.T) {
 // instance dies and who sends no heartbeat loses the leadership (the other
 // instance's renewer stops at the missed heartbeat, and the lease runs out),
 // a candidate waiting on the other instance is elected with a greater term,
-// and the loss is recorded as a lock's is.
+// and the loss is recorded as a lock's is. A watcher on the other instance
+// (with no periodic re-read to lean on) sees the dead leader's term go,
+// as vacant or straight away as the next leader's elected, and then that
+// leader with its term.
 func TestElectionVacancyAfterTheLeadersInstanceDies(t *testing.T) {
 	e1 := newTestEnv(t, withRenewer(0))
-	e2 := newTestEnv(t, beside(e1), withRenewer(0))
+	e2 := newTestEnv(t, beside(e1), withRenewer(0), withWatchResync(time.Hour))
 	leader := e1.campaign(t, "svc", `{"value": "on-e1", "ttl": "1s", "keepalive": true, "heartbeat": "1s", "max_hold": "1m"}`)
+	w := e2.openElectionWatch(t, "svc")
+	if ev := watchEvent(t, w); ev.Name != "state" {
+		t.Fatalf("first watch event %s %v, want state", ev.Name, ev.Data)
+	}
 	got := make(chan response, 1)
 	go func() {
 		got <- e2.send(t.Context(), http.MethodPost, electionPath("svc"), `{"value": "on-e2", "wait": "50s"}`)
@@ -448,6 +455,19 @@ func TestElectionVacancyAfterTheLeadersInstanceDies(t *testing.T) {
 	wantStatus(t, r, http.StatusCreated)
 	if next := decodeAs[electionLeaseJSON](t, r); next.Term <= leader.Term || *next.Value != "on-e2" {
 		t.Errorf("elected %+v, want on-e2 above term %d", next, leader.Term)
+	}
+	next := decodeAs[electionLeaseJSON](t, r)
+	for {
+		ev := watchEvent(t, w)
+		term, _ := ev.Data["term"].(float64)
+		if ev.Name == "vacant" && int64(term) == leader.Term {
+			continue // the dead leader's term ended
+		}
+		if ev.Name != "elected" || int64(term) != next.Term || ev.Data["value"] != "on-e2" {
+			t.Fatalf("watch event %s %v after the leader's instance died, want vacant of term %d or elected on-e2 with term %d",
+				ev.Name, ev.Data, leader.Term, next.Term)
+		}
+		break
 	}
 	if st := e2.election(t, "svc", "Lock-Token", leader.Token); st.LostReason != "heartbeat_missed" {
 		t.Errorf("the dead leader's lost reason = %q, want heartbeat_missed", st.LostReason)
