@@ -33,8 +33,10 @@ type HoldOptions struct {
 // (the server releases the lease then), or when ValidUntil passes without a
 // renewal reported. Unlock releases the lease and closes the connection.
 //
-// ValidUntil starts as the send time of the hold request plus the TTL. A
-// renewal reported on the stream moves it to the event's arrival plus
+// ValidUntil starts as the send time of the hold request plus the TTL, or,
+// when later (the hold waited), as a renewal event would set it from the
+// acquired event's arrival: the server announces a lease with at least two
+// thirds of its TTL left. A renewal reported on the stream moves it to the event's arrival plus
 // two thirds of the TTL: the server renews every TTL/3 and does not say
 // when it renewed, so an event is taken to be as old as one renewal
 // interval. ValidUntil is thus never later than the lease's expiry in Redis
@@ -79,6 +81,7 @@ func (c *Client) hold(ctx context.Context, t target, opts HoldOptions) (*Lease, 
 	}
 	br := bufio.NewReader(resp.stream)
 	ev, err := readEvent(br)
+	received := time.Now()
 	if err != nil {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
@@ -102,7 +105,16 @@ func (c *Client) hold(ctx context.Context, t target, opts HoldOptions) (*Lease, 
 	if !unbind() { // ctx ended meanwhile: the caller no longer wants it
 		return fail(context.Cause(ctx))
 	}
-	l := c.newLease(t, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
+	// The server announces a lease with at least two thirds of its TTL
+	// left (it renews one a third gone first), so the acquired event counts
+	// as a renewal does: a hold granted after waiting longer than its TTL
+	// is valid from the event, not only from the request's send time.
+	ttl := time.Duration(lj.TTLMS) * time.Millisecond
+	from := resp.sent
+	if r := renewedUntil(received, ttl).Add(-ttl); r.After(from) {
+		from = r
+	}
+	l := c.newLease(t, token, lj.Fence, from, ttl)
 	l.mu.Lock()
 	l.stop = stopStream
 	l.mu.Unlock()
