@@ -165,3 +165,57 @@ func TestLatchkeyObserve(t *testing.T) {
 		t.Errorf("observe of a bad name: %d %q, want %d naming the name", st, errOut, exitUsage)
 	}
 }
+
+// TestLatchkeyElectAcrossServerProcesses: two `latchkey elect` on one name,
+// each through a server process of its own on one Redis. The leader's
+// server is killed (SIGKILL, as a crash): its latchkey's hold stream
+// breaks, its COMMAND gets SIGTERM and it exits 76; the dead server renews
+// nothing, so the leadership ends with its TTL and the follower, waiting
+// through the other server, is elected with a greater term and its COMMAND
+// starts.
+func TestLatchkeyElectAcrossServerProcesses(t *testing.T) {
+	bin, server := buildLatchkey(t), buildServer(t)
+	_, url := newRedis(t)
+	prefix := uniquePrefix()
+	dir := t.TempDir()
+	s1 := startServerProcess(t, server, dir, freePort(t), "LATCHKEY_REDIS_URL="+url, "LATCHKEY_KEY_PREFIX="+prefix)
+	s2 := startServerProcess(t, server, dir, freePort(t), "LATCHKEY_REDIS_URL="+url, "LATCHKEY_KEY_PREFIX="+prefix)
+	c, err := client.New(s2.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := c.Election("primary")
+	log1, log2 := filepath.Join(dir, "one"), filepath.Join(dir, "two")
+
+	first := startCmd(t, bin, s1.URL, nil, "elect", "-value", "one", "-ttl", "5s", "-wait", "1m",
+		"primary", "--", "sh", "-c", electScript(log1))
+	term1, _ := strconv.ParseInt(startedLine(t, log1)[0], 10, 64)
+	second := startCmd(t, bin, s2.URL, nil, "elect", "-value", "two", "-ttl", "5s", "-wait", "1m",
+		"primary", "--", "sh", "-c", electScript(log2))
+	eventually(t, doneGuard, "the second latchkey is a candidate", func() bool {
+		s, err := el.Status(t.Context())
+		return err == nil && s.Candidates == 1
+	})
+	if _, err := os.Stat(log2); !os.IsNotExist(err) {
+		t.Fatalf("the second COMMAND started while the first leads (stat: %v)", err)
+	}
+
+	s1.kill(t)
+	waitForLine(t, log1, "term")
+	if st, _, errOut := first.wait(t); st != exitLost {
+		t.Fatalf("the first latchkey exited %d (%s), want %d once its server died", st, errOut, exitLost)
+	}
+	term2, _ := strconv.ParseInt(startedLine(t, log2)[0], 10, 64)
+	if term1 <= 0 || term2 <= term1 {
+		t.Fatalf("terms %d then %d, want increasing", term1, term2)
+	}
+	if l, err := el.Leader(t.Context()); err != nil || l == nil || l.Value != "two" || l.Term != term2 {
+		t.Fatalf("Leader = %+v (err %v), want two at term %d", l, err, term2)
+	}
+	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, errOut := second.wait(t); st != 143 {
+		t.Fatalf("the second latchkey exited %d (%s), want 143", st, errOut)
+	}
+}
