@@ -219,7 +219,10 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 		opts = append(opts, withCluster(cl.URL))
 		pause = func() func() {
 			var addrs []string
+			var mu sync.Mutex // the callback runs for every primary at once
 			err := forEachPrimary(t.Context(), cl.Client(t), func(_ context.Context, c *redis.Client) error {
+				mu.Lock()
+				defer mu.Unlock()
 				addrs = append(addrs, c.Options().Addr)
 				return nil
 			})
