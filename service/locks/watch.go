@@ -340,6 +340,11 @@ func (h *watchHub) refresh(ctx context.Context) (time.Duration, bool) {
 		}
 	}
 	h.snap = &next
+	// Counted before they are sent: whoever has seen an event sees it
+	// counted.
+	for _, ev := range events {
+		h.s.watchMetrics.events.WithLabelValues(h.label, ev.Type).Inc()
+	}
 	for w := range h.watches {
 		if !w.started {
 			h.start(w)
@@ -350,9 +355,6 @@ func (h *watchHub) refresh(ctx context.Context) (time.Duration, bool) {
 		}
 	}
 	h.mu.Unlock()
-	for _, ev := range events {
-		h.s.watchMetrics.events.WithLabelValues(h.label, ev.Type).Inc()
-	}
 	if len(next.holders) == 0 {
 		return 0, false
 	}
