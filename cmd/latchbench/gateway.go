@@ -186,21 +186,7 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
 	global := fmt.Sprintf("daemon off; master_process on; worker_processes auto; pid %s/nginx.pid; error_log %s/error.log warn;", dir, dir)
 	cmd := exec.Command(bin, "-p", tmp, "-c", path, "-g", global)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	stop = func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		_ = os.RemoveAll(dir)
-	}
-	alone, gated = fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	if err := waitGated(ctx, gated); err != nil {
-		stop()
-		return "", "", nil, fmt.Errorf("nginx: %w", err)
-	}
-	return alone, gated, stop, nil
+	return launchGateway(ctx, "nginx", cmd, dir, ports, nil)
 }
 
 // startCaddy runs Caddy with the shipped deploy/caddy/Caddyfile in front of
@@ -232,9 +218,18 @@ http://127.0.0.1:%[2]d {
 		"HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
+	return launchGateway(ctx, "caddy", cmd, dir, ports, &log)
+}
+
+// launchGateway starts a gateway scenario's cmd, whose files are in dir and
+// which listens on ports (gatewaySetup's), and returns the URLs of the
+// gateway alone and of its gated front once the front answers with the
+// gate's headers, and the function that stops it and removes dir. log,
+// when not nil, is the process's output, quoted when it does not answer.
+func launchGateway(ctx context.Context, name string, cmd *exec.Cmd, dir string, ports [3]int, log *strings.Builder) (alone, gated string, stop func(), err error) {
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("start %s: %w", bin, err)
+		return "", "", nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	stop = func() {
 		_ = cmd.Process.Signal(os.Interrupt)
@@ -244,7 +239,10 @@ http://127.0.0.1:%[2]d {
 	alone, gated = fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	if err := waitGated(ctx, gated); err != nil {
 		stop()
-		return "", "", nil, fmt.Errorf("caddy: %w; its output: %s", err, log.String())
+		if log != nil {
+			return "", "", nil, fmt.Errorf("%s: %w; its output: %s", name, err, log.String())
+		}
+		return "", "", nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return alone, gated, stop, nil
 }
