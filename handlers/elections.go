@@ -28,18 +28,12 @@ func (req electionHoldRequest) serviceRequest(token string) locks.AcquireRequest
 // and the keep-alive fields of a lock's acquire.
 type campaignRequest struct {
 	electionHoldRequest
-	Keepalive *bool   `json:"keepalive"`
-	MaxHold   *string `json:"max_hold" validate:"omitempty,posduration"`
-	Heartbeat *string `json:"heartbeat" validate:"omitempty,posduration"`
+	keepaliveFields
 }
 
 // serviceRequest is req as the service takes it, under token.
 func (req campaignRequest) serviceRequest(token string) locks.AcquireRequest {
-	lr := req.electionHoldRequest.serviceRequest(token)
-	lr.Keepalive = req.Keepalive != nil && *req.Keepalive
-	lr.MaxHold = parseDuration(req.MaxHold)
-	lr.Heartbeat = parseDuration(req.Heartbeat)
-	return lr
+	return req.keepaliveFields.apply(req.electionHoldRequest.serviceRequest(token))
 }
 
 // proclaimRequest is the body of PUT /v1/elections/{name}/value.

@@ -249,18 +249,28 @@ func (req holdRequest) serviceRequest(token string) locks.AcquireRequest {
 // acquire body holds it.
 type acquireRequest struct {
 	holdRequest
+	keepaliveFields
+}
+
+// keepaliveFields are the keep-alive fields of an acquire's body (a lock's,
+// an election's campaign): a hold keeps its lease by its connection instead.
+type keepaliveFields struct {
 	Keepalive *bool   `json:"keepalive"`
 	MaxHold   *string `json:"max_hold" validate:"omitempty,posduration"`
 	Heartbeat *string `json:"heartbeat" validate:"omitempty,posduration"`
 }
 
+// apply sets f's keep-alive on lr.
+func (f keepaliveFields) apply(lr locks.AcquireRequest) locks.AcquireRequest {
+	lr.Keepalive = f.Keepalive != nil && *f.Keepalive
+	lr.MaxHold = parseDuration(f.MaxHold)
+	lr.Heartbeat = parseDuration(f.Heartbeat)
+	return lr
+}
+
 // serviceRequest is req as the service takes it, under token.
 func (req acquireRequest) serviceRequest(token string) locks.AcquireRequest {
-	lr := req.holdRequest.serviceRequest(token)
-	lr.Keepalive = req.Keepalive != nil && *req.Keepalive
-	lr.MaxHold = parseDuration(req.MaxHold)
-	lr.Heartbeat = parseDuration(req.Heartbeat)
-	return lr
+	return req.keepaliveFields.apply(req.holdRequest.serviceRequest(token))
 }
 
 // renewRequest is the body of a renew: an optional ttl (absent or null:
