@@ -174,14 +174,16 @@ func TestFairChildInstance(t *testing.T) {
 	svc := newTestEnv(t, withRedis(parts[0]), withPrefix(parts[1])).Svc
 	// Long enough for the parent to queue its own waiter behind this one and
 	// kill this process, however slowly the machine runs.
-	_, err := svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 10 * time.Second, Fair: true})
+	_, err := svc.Acquire(t.Context(), parts[2], locks.AcquireRequest{Wait: 40 * time.Second, Fair: true})
 	t.Fatalf("the child instance was not killed while it waited: %v", err)
 }
 
 // TestFairInstanceKilled: the Latchkey process of a queued fair waiter dies
-// (SIGKILL, so it never leaves the queue). The waiter behind it is not
-// blocked beyond the dead waiter's deadline, and not let past it earlier
-// either: FIFO stays honest.
+// (SIGKILL, so it never leaves the queue). Its registration, which a live
+// wait renews, ends within its 6 s lease (plus the 250ms grace), not at the
+// end of its 40 s wait. The waiter behind it is not blocked beyond the
+// dead waiter's deadline, and not let past it earlier either: FIFO stays
+// honest.
 func TestFairInstanceKilled(t *testing.T) {
 	e := newTestEnv(t)
 	holder := e.acquire(t, "dead-instance", `{"ttl":"30s","fair":true}`).Token
@@ -218,6 +220,9 @@ func TestFairInstanceKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	blockedFor := time.Duration(int64(deadline)-now.UnixMilli()) * time.Millisecond
+	if registration := 6*time.Second + 250*time.Millisecond; blockedFor > registration {
+		t.Errorf("the dead waiter stays queued %s more, want at most its registration's %s: a dead process's waiter blocks the queue for its whole wait", blockedFor, registration)
+	}
 
 	start := time.Now()
 	e.release(t, "dead-instance", holder)

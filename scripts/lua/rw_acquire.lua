@@ -183,16 +183,19 @@ end
 
 if blocked then
   local timeout = tonumber(ARGV[5])
-  if timeout > 0 and not redis.call('ZSCORE', W, tok) then
-    redis.call('ZADD', W, now_ms + timeout, tok)
+  if timeout > 0 then
+    -- a waiter already registered keeps its place and moves its deadline
+    local new = redis.call('ZADD', W, now_ms + timeout, tok) == 1
     local last = redis.call('ZRANGE', W, -1, -1, 'WITHSCORES')
     local keep = tonumber(last[2]) - now_ms + 1000
     redis.call('PEXPIRE', W, keep)
-    redis.call('LREM', Q, 0, 'r' .. tok)
-    redis.call('LREM', Q, 0, 'w' .. tok)
-    redis.call('RPUSH', Q, mode .. tok)
+    if new then
+      redis.call('LREM', Q, 0, 'r' .. tok)
+      redis.call('LREM', Q, 0, 'w' .. tok)
+      redis.call('RPUSH', Q, mode .. tok)
+    end
     redis.call('PEXPIRE', Q, keep)
-    if not busy then
+    if new and not busy then
       if fair then redis.call('HSET', S, 'm', '1') else redis.call('HDEL', S, 'm') end
     end
     settle()

@@ -123,15 +123,18 @@ if available < count or (head and head ~= tok) then
     end
   end
   local timeout = tonumber(ARGV[5])
-  if timeout > 0 and not redis.call('ZSCORE', KEYS[4], tok) then
-    redis.call('ZADD', KEYS[4], now_ms + timeout, tok)
+  if timeout > 0 then
+    -- a waiter already registered keeps its place and moves its deadline
+    local new = redis.call('ZADD', KEYS[4], now_ms + timeout, tok) == 1
     local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
     local keep = tonumber(last[2]) - now_ms + 1000
     redis.call('PEXPIRE', KEYS[4], keep)
-    -- a waiter sets the capacity and the mode as a holder does
-    redis.call('HSET', KEYS[1], 'p', n, 'm', fair and '1' or '0')
+    if new then
+      -- a waiter sets the capacity and the mode as a holder does
+      redis.call('HSET', KEYS[1], 'p', n, 'm', fair and '1' or '0')
+    end
     if fair then
-      redis.call('RPUSH', KEYS[5], tok)
+      if new then redis.call('RPUSH', KEYS[5], tok) end
       redis.call('PEXPIRE', KEYS[5], keep)
     end
     keep_for(KEYS[1], timeout + tonumber(ARGV[3]))

@@ -287,10 +287,16 @@ func (s *Service) giveBack(ctx context.Context, a acquisition, err error) {
 }
 
 const (
-	// queueGrace is how much longer than its wait a waiter stays registered
+	// queueHold is how far ahead an attempt registers its waiter (its
+	// remaining wait when shorter), and queueRenew how often a wait makes
+	// an attempt when nothing woke it sooner: each attempt renews the
+	// registration, so a waiter whose process died blocks a fair queue for
+	// at most queueHold plus queueGrace, whatever its wait (Redisson's fair
+	// lock bounds it the same way, by its thread wait time).
+	queueHold  = 6 * time.Second
+	queueRenew = queueHold / 3
+	// queueGrace is how much longer than that a waiter stays registered
 	// in Redis, so its last attempt at the deadline still finds it queued.
-	// A waiter whose process died blocks a fair queue for at most its wait
-	// plus this.
 	queueGrace = 250 * time.Millisecond
 	// minRecheck bounds how often a waiter re-checks without a wake-up.
 	minRecheck = 5 * time.Millisecond
@@ -317,7 +323,8 @@ type waiting struct {
 //   - without a message it tries again after min(holder's remaining TTL,
 //     remaining wait) (fair mode: the queue head's deadline when the lock is
 //     free), so an expired lease, a lost message or a dead subscriber
-//     connection never strands it;
+//     connection never strands it; and at least every queueRenew, so its
+//     registration (below) is renewed while it waits;
 //   - every grant publishes a notice of the new lease's TTL: the waiter
 //     brings its re-check forward to that lease's end when that is sooner,
 //     without an attempt (see pause), so a queue head granted a lease that
@@ -330,7 +337,8 @@ type waiting struct {
 //
 // While it waits, the caller is registered in Redis with a deadline from the
 // Redis clock (and queued, in fair mode), so waiters of every process are
-// counted and a fair queue skips a waiter that is gone.
+// counted and a fair queue skips a waiter that is gone: one that left, or
+// whose process died and so stopped renewing its registration.
 //
 // It answers within the wait plus one Redis timeout (Config.OpTimeout),
 // whatever Redis does: every Redis call it makes (the attempts, and leaving
@@ -393,7 +401,8 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 			return lease, r, err
 		}
 		w.registered = true
-		if err := s.pause(ctx, l, ready, timer, recheckAfter(r.recheck, remaining), waitEnd); err != nil {
+		after := min(recheckAfter(r.recheck, remaining), queueRenew)
+		if err := s.pause(ctx, l, ready, timer, after, waitEnd); err != nil {
 			return Lease{}, r, err
 		}
 	}
@@ -448,12 +457,13 @@ func (s *Service) rechecking(after time.Duration, byNotice bool) {
 // waitTurn is the head of each turn of a wait that ends at waitEnd: the
 // time left, whether this attempt is the last (the wait is over), and the
 // waiter timeout the attempt registers the caller with when it is not
-// granted (none on the last attempt).
+// granted (none on the last attempt): the time left, at most queueHold,
+// plus queueGrace.
 func waitTurn(waitEnd time.Time) (remaining, waiterTimeout time.Duration, final bool) {
 	remaining = time.Until(waitEnd)
 	final = remaining <= time.Millisecond
 	if !final {
-		waiterTimeout = remaining + queueGrace
+		waiterTimeout = min(remaining, queueHold) + queueGrace
 	}
 	return remaining, waiterTimeout, final
 }

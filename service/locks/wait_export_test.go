@@ -16,6 +16,10 @@ func Listen(s *Service, name string) (ready <-chan struct{}, leave func()) {
 	return l.Ready(), func() { l.leave(false) }
 }
 
+// QueueHold and QueueRenew: how far ahead a wait's attempt registers its
+// waiter, and how often at least a wait attempts (renewing it).
+const QueueHold, QueueRenew = queueHold, queueRenew
+
 // Recheck is one re-check time a wait set: due After from then, brought
 // forward by a grant's notice (ByNotice) or set after an attempt.
 type Recheck struct {

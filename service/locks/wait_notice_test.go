@@ -109,11 +109,11 @@ var queuedPrimitives = map[string]queuedPrimitive{
 }
 
 // TestQueuedWaiterRechecksWhenTheLeaseAheadEnds: waiter B is queued behind
-// waiter A, who hears nothing. When the holder releases, B is told to
-// re-check at A's deadline (the name is free, A goes first), about the
-// whole wait away. A is then granted a lease: its notice brings B's
-// re-check forward to that lease's end (its TTL and the millisecond
-// margin), with no call to Redis. Once that lease, shortened, has expired
+// waiter A, who hears nothing. When the holder releases, B would re-check
+// at A's deadline (the name is free, A goes first), but a wait re-checks at
+// least every QueueRenew, renewing its registration. A is then granted a
+// lease shorter than that: its notice brings B's re-check forward to that
+// lease's end (its TTL and the millisecond margin), with no call to Redis. Once that lease, shortened, has expired
 // unreleased (which publishes nothing), B's re-check at its end grants B
 // the name.
 func TestQueuedWaiterRechecksWhenTheLeaseAheadEnds(t *testing.T) {
@@ -180,17 +180,17 @@ func TestQueuedWaiterRechecksWhenTheLeaseAheadEnds(t *testing.T) {
 			if err := p.release(ctx, svc, tokenC); err != nil {
 				t.Fatalf("the holder's release: %v", err)
 			}
-			if r := next("B's after the release"); r.ByNotice || r.After < 10*time.Second {
-				t.Fatalf("B's re-check after the release = %+v, want one set by its attempt at A's deadline, about the wait away", r)
+			if r, want := next("B's after the release"), (locks.Recheck{After: locks.QueueRenew}); r != want {
+				t.Fatalf("B's re-check after the release = %+v, want %+v: set by its attempt, A's deadline (%s ahead) capped at the registration's renewal", r, want, locks.QueueHold)
 			}
 
 			// A is granted its lease, as from another process.
 			before := cc.evals.Load()
-			fenceA, err := p.acquire(ctx, deaf, locks.AcquireRequest{Token: tokenA, TTL: 30 * time.Second})
+			fenceA, err := p.acquire(ctx, deaf, locks.AcquireRequest{Token: tokenA, TTL: locks.QueueRenew / 2})
 			if err != nil {
 				t.Fatalf("A's grant: %v", err)
 			}
-			if r, want := next("B's on A's grant"), (locks.Recheck{After: 30*time.Second + time.Millisecond, ByNotice: true}); r != want {
+			if r, want := next("B's on A's grant"), (locks.Recheck{After: locks.QueueRenew/2 + time.Millisecond, ByNotice: true}); r != want {
 				t.Fatalf("B's re-check on A's grant = %+v, want %+v: the end of A's lease, from its notice", r, want)
 			}
 			time.Sleep(100 * time.Millisecond) // room for a wrong attempt to show

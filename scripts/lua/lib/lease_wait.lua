@@ -20,19 +20,23 @@ if waiting then
 end
 
 -- register keeps the caller as a waiter (and in fair mode queued at the
--- tail) until its deadline. A waiter already registered keeps its place.
+-- tail) until its deadline. A waiter already registered keeps its place
+-- and moves its deadline: each attempt of a wait renews the registration,
+-- so that of a waiter whose process died lapses soon.
 local function register()
   local timeout = tonumber(ARGV[5])
-  if timeout <= 0 or redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  if timeout <= 0 then
     return
   end
-  redis.call('ZADD', KEYS[3], now_ms + timeout, ARGV[1])
+  local new = redis.call('ZADD', KEYS[3], now_ms + timeout, ARGV[1]) == 1
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   local keep = tonumber(last[2]) - now_ms + 1000
   redis.call('PEXPIRE', KEYS[3], keep)
   if fair then
-    redis.call('LREM', KEYS[4], 0, ARGV[1])
-    redis.call('RPUSH', KEYS[4], ARGV[1])
+    if new then
+      redis.call('LREM', KEYS[4], 0, ARGV[1])
+      redis.call('RPUSH', KEYS[4], ARGV[1])
+    end
     redis.call('PEXPIRE', KEYS[4], keep)
   end
 end
