@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,7 +270,7 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 	e1 := newTestEnv(t, withRenewer(0))
 	envs := []*testEnv{e1, newTestEnv(t, beside(e1), withRenewer(0))}
 	start := time.Now()
-	records, abandoned := runElection(t, envs, "inv", nil)
+	records, abandoned := runElection(t, envs, "inv", electionRun{})
 	if t.Failed() {
 		return
 	}
@@ -282,12 +283,24 @@ func TestElectionInvariantUnderConcurrency(t *testing.T) {
 	})
 }
 
+// electionRun is what runs beside runElection's candidates.
+type electionRun struct {
+	// mid, when not nil, runs beside the candidates.
+	mid func()
+	// killed: the instance of every odd candidate (envs[1]) may die and
+	// come back during the run. Its candidates then take a failed or
+	// refused campaign as lost with it, and go on to their next round; a
+	// leader whose resignation fails counts its leadership as lasting only
+	// its TTL from its campaign's sending, all it knows of it.
+	killed bool
+}
+
 // runElection runs TestElectionInvariantUnderConcurrency's candidates on
 // election name over envs (their clients replaced by ones that check every
-// answer against the spec), while mid, when not nil, runs beside them; it
-// returns once every candidate and mid are done, with each leadership's
-// record and the number of campaigns abandoned.
-func runElection(t *testing.T, envs []*testEnv, name string, mid func()) ([]holdRecord, int) {
+// answer against the spec), with run beside them; it returns once every
+// candidate and run.mid are done, with each leadership's record and the
+// number of campaigns abandoned.
+func runElection(t *testing.T, envs []*testEnv, name string, run electionRun) ([]holdRecord, int) {
 	t.Helper()
 	for _, e := range envs {
 		e.Client = &http.Client{Transport: &specTransport{t: t, router: loadSpecRouter(t),
@@ -304,9 +317,10 @@ func runElection(t *testing.T, envs []*testEnv, name string, mid func()) ([]hold
 	var records []holdRecord
 	abandoned := 0
 	var wg sync.WaitGroup
-	if mid != nil {
-		wg.Go(mid)
+	if run.mid != nil {
+		wg.Go(run.mid)
 	}
+	var lost, unproven atomic.Int64
 	for i := range candidates {
 		wg.Go(func() {
 			e := envs[i%len(envs)]
@@ -329,6 +343,11 @@ func runElection(t *testing.T, envs []*testEnv, name string, mid func()) ([]hold
 					mu.Unlock()
 					continue // it gave up waiting: it leads nothing it knows of
 				}
+				mayDie := run.killed && i%len(envs) == 1
+				if mayDie && (r.Err != nil || r.Status == http.StatusServiceUnavailable) {
+					lost.Add(1)
+					continue // its instance died under it
+				}
 				if r.Err != nil || r.Status != http.StatusCreated {
 					t.Errorf("candidate %d round %d: %d %s %v, want 201 within the wait", i, round, r.Status, r.Body, r.Err)
 					return
@@ -337,12 +356,16 @@ func runElection(t *testing.T, envs []*testEnv, name string, mid func()) ([]hold
 				if crasher && round == rounds-1 {
 					rec.upto = rec.sent + ttl // it never resigns: its lease lives at least ttl from the grant
 				} else {
-					if st := envs[(i+1)%len(envs)].send(t.Context(), http.MethodGet, electionPath(name), ""); st.Status != http.StatusOK {
+					if st := envs[(i+1)%len(envs)].send(t.Context(), http.MethodGet, electionPath(name), ""); st.Status != http.StatusOK && !run.killed {
 						t.Errorf("candidate %d: GET %d", i, st.Status)
 					}
 					rec.upto = time.Since(start)
 					if rr := e.send(t.Context(), http.MethodDelete, electionPath(name), "", "Lock-Token", r.Token()); rr.Status != http.StatusOK {
-						t.Errorf("candidate %d: resign %d %s", i, rr.Status, rr.Body)
+						if !run.killed {
+							t.Errorf("candidate %d: resign %d %s", i, rr.Status, rr.Body)
+						}
+						unproven.Add(1)
+						rec.upto = min(rec.upto, rec.sent+ttl)
 					}
 				}
 				mu.Lock()
@@ -352,6 +375,9 @@ func runElection(t *testing.T, envs []*testEnv, name string, mid func()) ([]hold
 		})
 	}
 	wg.Wait()
+	if run.killed {
+		t.Logf("%d campaigns lost with their instance; %d leaderships not resigned, counted for their TTL", lost.Load(), unproven.Load())
+	}
 	return records, abandoned
 }
 

@@ -132,14 +132,34 @@ func (ew *electionWatcher) open(headerPairs ...string) {
 
 // reconnect closes the stream and opens it again with the id of the last
 // event read as Last-Event-ID.
-func (ew *electionWatcher) reconnect() {
+func (ew *electionWatcher) reconnect() { ew.reopen(ew.e, true) }
+
+// moveTo waits for the stream to end (its instance died) and opens it on e,
+// with the id of the last event read as Last-Event-ID.
+func (ew *electionWatcher) moveTo(e *testEnv) { ew.reopen(e, false) }
+
+// switchTo closes the stream and opens it on e, with the id of the last
+// event read as Last-Event-ID.
+func (ew *electionWatcher) switchTo(e *testEnv) { ew.reopen(e, true) }
+
+// reopen opens the stream on e with the id of the last event read as
+// Last-Event-ID once the current one has ended: closed first when close
+// is set, else ended by its server.
+func (ew *electionWatcher) reopen(e *testEnv, close bool) {
 	ew.t.Helper()
 	ew.mu.Lock()
 	w, done := ew.w, ew.done
 	ew.mu.Unlock()
-	w.close()
-	<-done
+	if close {
+		w.close()
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // a hang guard
+		ew.t.Fatalf("the watch of %s did not end within a minute", ew.name)
+	}
 	ew.mu.Lock()
+	ew.e = e
 	last := ew.events[len(ew.events)-1].ID
 	ew.mu.Unlock()
 	ew.open("Last-Event-ID", last)
@@ -210,38 +230,10 @@ func (ew *electionWatcher) wantTermsIncreasing(t *testing.T, who string) {
 // every earlier one, and every watcher reaches the final state, vacant
 // after the last term: no final event lost.
 func TestElectionWatchersUnderConcurrency(t *testing.T) {
-	// CLIENT KILL and a pause would hit other tests: a Redis, or a
-	// cluster, of the test's own.
-	var opts []envOption
-	var pause func() (resume func())
+	pr := newPausableRedis(t)
+	opts := []envOption{withRedisClient(pr.RDB, pr.URL)}
 	if onCluster() {
-		cl := ownCluster(t)
-		opts = append(opts, withCluster(cl.URL))
-		pause = func() func() {
-			var addrs []string
-			var mu sync.Mutex // the callback runs for every primary at once
-			err := forEachPrimary(t.Context(), cl.Client(t), func(_ context.Context, c *redis.Client) error {
-				mu.Lock()
-				defer mu.Unlock()
-				addrs = append(addrs, c.Options().Addr)
-				return nil
-			})
-			if err != nil {
-				t.Fatalf("primaries: %v", err)
-			}
-			for _, a := range addrs {
-				cl.Pause(t, a)
-			}
-			return func() {
-				for _, a := range addrs {
-					cl.Resume(t, a)
-				}
-			}
-		}
-	} else {
-		rc, url := startRedisContainer(t)
-		opts = append(opts, withRedisClient(newClient(t, url), url))
-		pause = func() func() { return pauseContainer(t, rc) }
+		opts = []envOption{withCluster(pr.URL)}
 	}
 	e1 := newTestEnv(t, append(opts, withRenewer(0), withWatchResync(time.Hour))...)
 	envs := []*testEnv{e1, newTestEnv(t, beside(e1), withRenewer(0), withWatchResync(time.Hour))}
@@ -281,19 +273,11 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 			}
 		}
 		waitFor(4)
-		var killed atomic.Int64
-		err := forEachNode(t.Context(), e1.RDB, func(ctx context.Context, c *redis.Client) error {
-			n, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
-			killed.Add(n)
-			return err
-		})
-		if err != nil || killed.Load() < 1 {
-			t.Errorf("CLIENT KILL TYPE pubsub = %d, %v; want the subscribers' connections killed", killed.Load(), err)
-		}
+		pr.killSubscribers()
 		waitFor(8)
 		watchers[1].reconnect()
 	}
-	records, abandoned := runElection(t, envs, name, mid)
+	records, abandoned := runElection(t, envs, name, electionRun{mid: mid})
 	if t.Failed() {
 		return
 	}
@@ -304,9 +288,7 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 		return st.Leader == nil && st.Candidates == 0
 	})
 
-	resume := pause()
-	time.Sleep(500 * time.Millisecond) // the pause's length, not a bound on anything
-	resume()
+	pr.pauseFor(500 * time.Millisecond)
 	var last electionLeaseJSON
 	eventually(t, time.Minute, "a leader elected after the pause", func() bool {
 		r := e1.send(t.Context(), http.MethodPost, electionPath(name), `{"value": "last", "ttl": "30s"}`)
@@ -333,5 +315,71 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 		if n := ew.elected(); n < 2 {
 			t.Errorf("%s read %d elected events, want the run's leaders", who, n)
 		}
+	}
+}
+
+// pausableRedis is a Redis of the test's own (in the cluster pass a cluster
+// of its own), so that pausing it or killing its connections hits no other
+// test.
+type pausableRedis struct {
+	t   *testing.T
+	URL string                // the seed URL in the cluster pass
+	RDB redis.UniversalClient // reads and kills on it; a cluster client in the cluster pass
+
+	pause func() (resume func())
+}
+
+// newPausableRedis starts a Redis container (a cluster of redis-server
+// processes in the cluster pass) for t.
+func newPausableRedis(t *testing.T) *pausableRedis {
+	t.Helper()
+	if onCluster() {
+		cl := ownCluster(t)
+		pr := &pausableRedis{t: t, URL: cl.URL, RDB: cl.Client(t)}
+		pr.pause = func() func() {
+			var addrs []string
+			var mu sync.Mutex // the callback runs for every primary at once
+			err := forEachPrimary(t.Context(), pr.RDB, func(_ context.Context, c *redis.Client) error {
+				mu.Lock()
+				defer mu.Unlock()
+				addrs = append(addrs, c.Options().Addr)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("primaries: %v", err)
+			}
+			for _, a := range addrs {
+				cl.Pause(t, a)
+			}
+			return func() {
+				for _, a := range addrs {
+					cl.Resume(t, a)
+				}
+			}
+		}
+		return pr
+	}
+	rc, url := startRedisContainer(t)
+	return &pausableRedis{t: t, URL: url, RDB: newClient(t, url), pause: func() func() { return pauseContainer(t, rc) }}
+}
+
+// pauseFor stops Redis (every primary of a cluster) for d, then resumes it.
+func (pr *pausableRedis) pauseFor(d time.Duration) {
+	resume := pr.pause()
+	time.Sleep(d) // the pause's length, not a bound on anything
+	resume()
+}
+
+// killSubscribers kills every pub/sub connection of Redis (CLIENT KILL
+// TYPE pubsub on every node), failing the test when there was none.
+func (pr *pausableRedis) killSubscribers() {
+	var killed atomic.Int64
+	err := forEachNode(pr.t.Context(), pr.RDB, func(ctx context.Context, c *redis.Client) error {
+		n, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+		killed.Add(n)
+		return err
+	})
+	if err != nil || killed.Load() < 1 {
+		pr.t.Errorf("CLIENT KILL TYPE pubsub = %d, %v; want the subscribers' connections killed", killed.Load(), err)
 	}
 }
