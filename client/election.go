@@ -136,6 +136,9 @@ type Leader struct {
 	TTL       time.Duration `json:"-"`
 	TTLMS     int64         `json:"ttl_ms"`
 	ExpiresAt time.Time     `json:"expires_at"`
+	// Err is set only on the last Leader Observe sends before it closes its
+	// channel because the server refused the watch (the rest is zero).
+	Err error `json:"-"`
 }
 
 // ElectionState is what the server tells about an election. It never holds
@@ -178,10 +181,10 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 // and a zero Leader (Term 0) when the election is vacant. It never sends
 // the same leader twice in a row. It follows the election's watch stream
 // (Client.Watch with KindElection), reconnecting as Watch does, so a change
-// missed while disconnected is sent once the stream is back. A Leader from
-// a change event has no Since; one from the stream's state has. The
-// channel is closed when ctx ends or the server refuses the watch (a bad
-// name, a key without the locks:read scope, too many streams).
+// missed while disconnected is sent once the stream is back. The channel
+// is closed when ctx ends, or after a last Leader with Err set (and
+// nothing else) when the server refuses the watch (a bad name, a key
+// without the locks:read scope, too many streams of this client).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
@@ -189,6 +192,13 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		var last *Leader
 		for ev := range e.c.Watch(ctx, KindElection, e.name) {
 			var now Leader
+			if ev.Err != nil {
+				select {
+				case out <- Leader{Err: ev.Err}:
+				case <-ctx.Done():
+				}
+				return
+			}
 			switch ev.Type {
 			case EventState:
 				var st ElectionState
@@ -200,7 +210,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 					now.TTL = time.Duration(now.TTLMS) * time.Millisecond
 				}
 			case EventElected, EventProclaimed:
-				now = Leader{Value: ev.Value, Term: ev.Fence, Owner: ev.Owner, TTL: ev.TTL,
+				now = Leader{Value: ev.Value, Term: ev.Fence, Owner: ev.Owner, Since: ev.Since, TTL: ev.TTL,
 					TTLMS: ev.TTL.Milliseconds(), ExpiresAt: ev.ExpiresAt}
 			case EventVacant:
 			default:

@@ -144,7 +144,8 @@ func TestElectionLead(t *testing.T) {
 }
 
 // Observe sends the leader at once and on every change: elected with a new
-// term, proclaimed in the same term, and a zero Leader when vacant.
+// term, proclaimed in the same term (each with when the term began, as
+// Leader says), and a zero Leader when vacant.
 func TestElectionObserve(t *testing.T) {
 	ctx := t.Context()
 	el := testClient(t).Election("observed")
@@ -166,14 +167,18 @@ func TestElectionObserve(t *testing.T) {
 		t.Fatalf("first leader %+v, want vacant", l)
 	}
 	a := mustLease(t)(el.TryCampaign(ctx, "a", client.CampaignOptions{TTL: time.Minute, Owner: "node-a"}))
-	if l := next(); l.Term != a.Fence || l.Value != "a" || l.Owner != "node-a" {
-		t.Fatalf("leader %+v, want a (node-a) at term %d", l, a.Fence)
+	leader, err := el.Leader(ctx)
+	if err != nil || leader == nil || leader.Since.IsZero() {
+		t.Fatalf("Leader = %+v (err %v), want a's term with when it began", leader, err)
+	}
+	if l := next(); l.Term != a.Fence || l.Value != "a" || l.Owner != "node-a" || !l.Since.Equal(leader.Since) {
+		t.Fatalf("leader %+v, want a (node-a) at term %d, since %s", l, a.Fence, leader.Since)
 	}
 	if err := el.Proclaim(ctx, a, "a2"); err != nil {
 		t.Fatal(err)
 	}
-	if l := next(); l.Term != a.Fence || l.Value != "a2" {
-		t.Fatalf("leader %+v, want a2 at term %d", l, a.Fence)
+	if l := next(); l.Term != a.Fence || l.Value != "a2" || !l.Since.Equal(leader.Since) {
+		t.Fatalf("leader %+v, want a2 at term %d, since %s", l, a.Fence, leader.Since)
 	}
 	if err := el.Resign(ctx, a); err != nil {
 		t.Fatal(err)
@@ -184,5 +189,27 @@ func TestElectionObserve(t *testing.T) {
 	b := mustLease(t)(el.TryCampaign(ctx, "b", client.CampaignOptions{TTL: time.Minute}))
 	if l := next(); l.Term != b.Fence || l.Term <= a.Fence || l.Value != "b" {
 		t.Fatalf("leader %+v, want b at term %d, above %d", l, b.Fence, a.Fence)
+	}
+}
+
+// Observe of an election the server will not watch (a bad name) sends one
+// Leader with Err saying why, and closes its channel.
+func TestElectionObserveRefused(t *testing.T) {
+	leaders := testClient(t).Election("bad{name}").Observe(t.Context())
+	var got []client.Leader
+	timeout := time.After(time.Minute) // a hang guard
+	for open := true; open; {
+		select {
+		case l, ok := <-leaders:
+			if open = ok; ok {
+				got = append(got, l)
+			}
+		case <-timeout:
+			t.Fatalf("Observe's channel still open a minute after a refusal; got %+v", got)
+		}
+	}
+	var bad *client.InvalidRequestError
+	if len(got) != 1 || !errors.As(got[0].Err, &bad) || got[0].Term != 0 {
+		t.Fatalf("Observe of a bad name sent %+v, want one Leader whose Err is an *InvalidRequestError", got)
 	}
 }

@@ -62,10 +62,13 @@ type Event struct {
 	Fence  int64  // the lease the event is about (an election's: the term)
 	Reason string // EventLost, EventVacant: why
 	Owner  string
-	Value  string        // an election's leader: its value
-	Mode   string        // a read/write lock's lease
-	Count  int64         // a semaphore's lease: its permits
-	TTL    time.Duration // the lease's TTL when last read
+	Value  string // an election's leader: its value
+	// Since is when an election's leader's term began (the server's store
+	// clock); zero for other events.
+	Since time.Time
+	Mode  string        // a read/write lock's lease
+	Count int64         // a semaphore's lease: its permits
+	TTL   time.Duration // the lease's TTL when last read
 	// ExpiresAt is when the lease ends or ended, as last read (the
 	// server's store clock); zero when not told.
 	ExpiresAt time.Time
@@ -85,7 +88,9 @@ type watchEventJSON struct {
 	Count  int64  `json:"count"`
 	TTLMS  int64  `json:"ttl_ms"`
 	Value  string `json:"value"`
-	// ExpiresAt is a pointer: absent, it is not the zero time's text.
+	// Since and ExpiresAt are pointers: absent, they are not the zero
+	// time's text.
+	Since     *time.Time `json:"since"`
 	ExpiresAt *time.Time `json:"expires_at"`
 }
 
@@ -174,6 +179,9 @@ func toEvent(name string, sev sseEvent) (Event, bool) {
 		return Event{}, false
 	}
 	ev.Fence, ev.Reason, ev.Owner, ev.Mode, ev.Count, ev.Value = d.Fence, d.Reason, d.Owner, d.Mode, d.Count, d.Value
+	if d.Since != nil {
+		ev.Since = *d.Since
+	}
 	if d.ExpiresAt != nil {
 		ev.ExpiresAt = *d.ExpiresAt
 	}

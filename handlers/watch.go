@@ -206,6 +206,7 @@ type watchElectionEvent struct {
 	Value     string     `json:"value,omitempty"`
 	Owner     string     `json:"owner,omitempty"`
 	Reason    string     `json:"reason,omitempty"` // vacant: why, unless it resigned
+	Since     *time.Time `json:"since,omitempty"`
 	TTLMS     int64      `json:"ttl_ms"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
@@ -214,6 +215,9 @@ func toWatchElectionEvent(name string, ev *locks.WatchEvent) any {
 	out := watchElectionEvent{Name: name, Term: ev.Fence, Fence: ev.Fence, Reason: ev.Reason}
 	if h := ev.Holder; h != nil {
 		out.Value, out.Owner, out.TTLMS = h.Value, h.Owner, h.TTL.Milliseconds()
+		if !h.Since.IsZero() {
+			out.Since = &h.Since
+		}
 		if !h.ExpiresAt.IsZero() {
 			out.ExpiresAt = &h.ExpiresAt
 		}

@@ -29,8 +29,8 @@ func (e *testEnv) openElectionWatch(t *testing.T, name string) *holdStream {
 }
 
 // TestWatchElectionSeesEachLeader: a watcher of an election over HTTP sees
-// its state, then each leader elected with its term and value, a value
-// proclaimed in the same term, and vacant on resignation (no reason), on
+// its state, then each leader elected with its term, value and when the
+// term began, a value proclaimed in the same term, and vacant on resignation (no reason), on
 // removal (force_released) and on expiry (expired); the terms increase.
 func TestWatchElectionSeesEachLeader(t *testing.T) {
 	e := newTestEnv(t, withWatchResync(time.Hour))
@@ -46,13 +46,14 @@ func TestWatchElectionSeesEachLeader(t *testing.T) {
 	}
 
 	a := campaign(`{"value":"10.0.0.7:5432","owner":"db-1","ttl":"30s"}`)
+	since := e.election(t, "watched").Leader.Since.Format(time.RFC3339Nano)
 	if ev := wantWatchEvent(t, w, "elected", a.Fence()); ev.Data["value"] != "10.0.0.7:5432" || ev.Data["owner"] != "db-1" ||
-		ev.Data["term"] != float64(a.Fence()) {
-		t.Errorf("elected data = %v, want db-1's leadership with its term and value", ev.Data)
+		ev.Data["term"] != float64(a.Fence()) || ev.Data["since"] != since {
+		t.Errorf("elected data = %v, want db-1's leadership with its term, value and since %s", ev.Data, since)
 	}
 	wantStatus(t, e.do(t, "PUT", "/v1/elections/watched/value", `{"value":"10.0.0.9:5432"}`, "Lock-Token", a.Token()), http.StatusOK)
-	if ev := wantWatchEvent(t, w, "proclaimed", a.Fence()); ev.Data["value"] != "10.0.0.9:5432" {
-		t.Errorf("proclaimed data = %v, want the new value", ev.Data)
+	if ev := wantWatchEvent(t, w, "proclaimed", a.Fence()); ev.Data["value"] != "10.0.0.9:5432" || ev.Data["since"] != since {
+		t.Errorf("proclaimed data = %v, want the new value, since %s", ev.Data, since)
 	}
 	wantStatus(t, e.do(t, "DELETE", "/v1/elections/watched", "", "Lock-Token", a.Token()), http.StatusOK)
 	if ev := wantWatchEvent(t, w, "vacant", a.Fence()); ev.Data["reason"] != nil {

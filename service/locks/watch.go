@@ -71,9 +71,10 @@ const maxEventsPerChange = 16
 type WatchHolder struct {
 	Fence     int64
 	Owner     string
-	Mode      RWMode // a read/write lock's lease
-	Count     int64  // a semaphore's lease: its permits
-	Value     string // an election's leader: its value
+	Mode      RWMode    // a read/write lock's lease
+	Count     int64     // a semaphore's lease: its permits
+	Value     string    // an election's leader: its value
+	Since     time.Time // an election's leader: when its term began (Redis clock)
 	TTL       time.Duration
 	ExpiresAt time.Time // Redis clock
 }
@@ -556,7 +557,7 @@ func readElectionSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSna
 	}
 	snap := watchSnapshot{state: st, last: st.Term, at: st.At}
 	if l := st.Leader; l != nil {
-		snap.holders = []WatchHolder{{Fence: l.Term, Owner: l.Owner, Value: l.Value, TTL: l.TTL, ExpiresAt: l.ExpiresAt}}
+		snap.holders = []WatchHolder{{Fence: l.Term, Owner: l.Owner, Value: l.Value, Since: l.Since, TTL: l.TTL, ExpiresAt: l.ExpiresAt}}
 		snap.tag = l.Value
 	}
 	return snap, nil
