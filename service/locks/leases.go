@@ -22,12 +22,25 @@ type HeldLease struct {
 	Fence     int64  // the lease's fence
 }
 
+// maxWatchedLeases is the most leases of a read/write lock or a semaphore
+// a watch follows one by one (see watchSnapshot.partial).
+const maxWatchedLeases = 1000
+
 // heldInspectArgs is rw_inspect.lua's and sem_inspect.lua's ARGV: inspect.lua's,
-// and the most leases to describe.
-func heldInspectArgs(kd kind, name, token string) []any {
+// and the most leases to describe (MaxListedLeases for a state's reader).
+func heldInspectArgs(kd kind, name, token string, most int) []any {
 	return append(inspectArgs(kd, name, token),
-		MaxListedLeases, // ARGV[3] the most leases to describe
+		most, // ARGV[3] the most leases to describe
 	)
+}
+
+// listedLeases trims leases, which a read may have asked more of, to the
+// MaxListedLeases a state lists, saying so in truncated.
+func listedLeases(leases []HeldLease, truncated bool) ([]HeldLease, bool) {
+	if len(leases) > MaxListedLeases {
+		return leases[:MaxListedLeases:MaxListedLeases], true
+	}
+	return leases, truncated
 }
 
 // heldLeases decodes the leases and leases_truncated members of an inspect

@@ -144,10 +144,15 @@ func (rwlock) batchKeys(keys []string, k lockKeys) []string {
 }
 
 func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState, error) {
+	return l.inspectListing(ctx, k, token, MaxListedLeases)
+}
+
+// inspectListing is inspect with up to most leases in the state's Leases.
+func (l rwlock) inspectListing(ctx context.Context, k lockKeys, token string, most int) (RWState, error) {
 	s := l.s
 	res, err := s.st.Run(ctx, rwScripts.inspect,
 		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
-		heldInspectArgs(kindRW, k.regName(), token)...)
+		heldInspectArgs(kindRW, k.regName(), token, most)...)
 	arr, v, err := inspectReply("rw_inspect", 17, 13, res, err)
 	if err != nil {
 		return RWState{}, err

@@ -64,7 +64,7 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		{"rw_acquire.lua", lua.Source("rw_acquire"), rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
 		{"rw_release.lua", lua.Source("rw_release"), rwReleaseArgs(cfg, "orders", req.Token, ModeRead), 0},
 		{"rw_renew.lua", lua.Source("rw_renew"), rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
-		{"rw_inspect.lua", lua.Source("rw_inspect"), heldInspectArgs(kindRW, "orders", req.Token), 0},
+		{"rw_inspect.lua", lua.Source("rw_inspect"), heldInspectArgs(kindRW, "orders", req.Token, MaxListedLeases), 0},
 		{"rw_force_release.lua", lua.Source("rw_force_release"), forceReleaseArgs(cfg, "orders"), 0},
 		{"rw_leave.lua", lua.Source("rw_leave"), leaveArgs(req.Token), 0},
 		{"rw_renew_batch.lua", lua.Source("rw_renew_batch"), renewBatchArgs(cfg, members), len(members)},

@@ -422,10 +422,16 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 	if err := checkNameOptionalToken(name, token); err != nil {
 		return SemaphoreState{}, err
 	}
-	k := s.semKeys(ctx, name)
+	return s.inspectSemaphore(ctx, s.semKeys(ctx, name), token, MaxListedLeases)
+}
+
+// inspectSemaphore is InspectSemaphore of k with up to most leases in the
+// state's Leases.
+func (s *Service) inspectSemaphore(ctx context.Context, k lockKeys, token string, most int) (SemaphoreState, error) {
+	name := k.name
 	res, err := s.st.Run(ctx, semScripts.inspect,
 		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
-		heldInspectArgs(kindSem, k.regName(), token)...)
+		heldInspectArgs(kindSem, k.regName(), token, most)...)
 	arr, v, err := inspectReply("sem_inspect", 18, 14, res, err)
 	if err != nil {
 		return SemaphoreState{}, err

@@ -22,7 +22,7 @@ func TestSemaphoreScriptArgsMatchTheirHeaders(t *testing.T) {
 		{"sem_acquire.lua", lua.Source("sem_acquire"), semAcquireArgs(cfg, req, "pool", time.Second), 0},
 		{"sem_release.lua", lua.Source("sem_release"), releaseArgs(cfg, kindSem, "pool", req.Token), 0},
 		{"sem_renew.lua", lua.Source("sem_renew"), renewArgs(cfg, kindSem, "pool", req.Token, time.Second, 0), 0},
-		{"sem_inspect.lua", lua.Source("sem_inspect"), heldInspectArgs(kindSem, "pool", req.Token), 0},
+		{"sem_inspect.lua", lua.Source("sem_inspect"), heldInspectArgs(kindSem, "pool", req.Token, MaxListedLeases), 0},
 		{"sem_force_release.lua", lua.Source("sem_force_release"), semForceReleaseArgs(cfg, "pool"), 0},
 		{"sem_set_permits.lua", lua.Source("sem_set_permits"), semSetPermitsArgs(cfg, 8), 0},
 		{"sem_leave.lua", lua.Source("sem_leave"), leaveArgs(req.Token), 0},

@@ -119,6 +119,9 @@ type watchSnapshot struct {
 	last    int64         // the name's last fence: the greatest it issued that the state shows
 	at      time.Time     // when it was read (Redis clock)
 	tag     string        // what else the state's id covers: an election leader's value
+	// partial: more leases are held than the read listed (maxWatchedLeases),
+	// so a diff cannot tell each change: a change is told as a state.
+	partial bool
 }
 
 // watchable is what a primitive supplies to be watched: its kind (naming
@@ -326,7 +329,10 @@ func (h *watchHub) refresh(ctx context.Context) (time.Duration, bool) {
 		if diff == nil {
 			diff = leaseDiff
 		}
-		evs := diff(*prev, next, lostOf)
+		var evs []WatchEvent
+		if !prev.partial && !next.partial {
+			evs = diff(*prev, next, lostOf)
+		}
 		for i := range evs {
 			evs[i].enc = &eventEncoding{}
 			events = append(events, &evs[i])
@@ -410,7 +416,14 @@ func leaseDiff(prev, next watchSnapshot, lost func(fence int64) string) []WatchE
 		held[hl.Fence] = true
 	}
 	had := map[int64]bool{}
-	cur := watchSnapshot{holders: slices.Clone(prev.holders), last: prev.last}
+	// The events' states keep prev's tag, so that a change the tag covers
+	// (a semaphore's capacity, resized) leaves the last event's id not the
+	// state's. A capacity set by a first lease, or gone with the last, is
+	// no change of its own: it means something only while held.
+	cur := watchSnapshot{holders: slices.Clone(prev.holders), last: prev.last, tag: prev.tag}
+	if len(prev.holders) == 0 || len(next.holders) == 0 {
+		cur.tag = next.tag
+	}
 	var events []WatchEvent
 	for _, hl := range prev.holders {
 		had[hl.Fence] = true
@@ -532,20 +545,31 @@ func readLockSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSnapsho
 
 // readRWSnapshot reads a read/write lock's public state.
 func readRWSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSnapshot, error) {
-	st, err := s.rwLock().inspect(ctx, k, "")
+	st, err := s.rwLock().inspectListing(ctx, k, "", maxWatchedLeases)
 	if err != nil {
 		return watchSnapshot{}, err
 	}
-	return heldSnapshot(st, st.Leases, st.Fence, st.At), nil
+	held := st.Readers
+	if st.WriteHeld {
+		held++
+	}
+	snap := heldSnapshot(st.Leases, st.LeasesTruncated, held, st.Fence, st.At, "")
+	st.Leases, st.LeasesTruncated = listedLeases(st.Leases, st.LeasesTruncated)
+	snap.state = st
+	return snap, nil
 }
 
 // readSemSnapshot reads a semaphore's public state.
 func readSemSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSnapshot, error) {
-	st, err := s.InspectSemaphore(ctx, k.name, "")
+	st, err := s.inspectSemaphore(ctx, k, "", maxWatchedLeases)
 	if err != nil {
 		return watchSnapshot{}, err
 	}
-	return heldSnapshot(st, st.Leases, st.Fence, st.At), nil
+	// The capacity is part of the state: a resize is told as a state.
+	snap := heldSnapshot(st.Leases, st.LeasesTruncated, st.Holders, st.Fence, st.At, "p"+strconv.FormatInt(st.Permits, 10))
+	st.Leases, st.LeasesTruncated = listedLeases(st.Leases, st.LeasesTruncated)
+	snap.state = st
+	return snap, nil
 }
 
 // readElectionSnapshot reads an election's public state: its leader is
@@ -564,15 +588,23 @@ func readElectionSnapshot(ctx context.Context, s *Service, k lockKeys) (watchSna
 }
 
 // heldSnapshot is the snapshot of a primitive with many holders, from the
-// leases its state lists (at most MaxListedLeases).
-func heldSnapshot(state any, leases []HeldLease, fence int64, at time.Time) watchSnapshot {
-	snap := watchSnapshot{state: state, last: fence, at: at}
+// leases a read listed (at most maxWatchedLeases; truncated: more of the
+// held ones are held), its last fence, the read's time and what else its
+// state's id covers (tag). Its state is the caller's to set.
+func heldSnapshot(leases []HeldLease, truncated bool, held, fence int64, at time.Time, tag string) watchSnapshot {
+	snap := watchSnapshot{last: fence, at: at, tag: tag, partial: truncated}
 	for _, l := range leases {
 		snap.holders = append(snap.holders, WatchHolder{Fence: l.Fence, Owner: l.Owner, Mode: l.Mode, Count: l.Count,
 			TTL: l.TTL, ExpiresAt: l.ExpiresAt})
 		snap.last = max(snap.last, l.Fence)
 	}
 	slices.SortFunc(snap.holders, func(a, b WatchHolder) int { return cmp.Compare(a.Fence, b.Fence) })
+	if truncated {
+		// The leases past the listed ones are not seen one by one: the
+		// id also covers how many are held, so a change among them still
+		// changes it.
+		snap.tag += "+" + strconv.FormatInt(held, 10)
+	}
 	return snap
 }
 

@@ -385,3 +385,62 @@ func TestWatchElectionSeesEachLeaderWithItsTerm(t *testing.T) {
 		t.Errorf("terms %d, %d, %d, want increasing", a.Fence, b.Fence, c.Fence)
 	}
 }
+
+// TestWatchFollowsEveryLeaseOfABigSemaphore: a watch tells each lease of a
+// semaphore one by one also past the MaxListedLeases its state lists: 150
+// grants are 150 acquired events and a release of any is a released event,
+// while the state a new watch starts with lists MaxListedLeases of them and
+// says more are held. A resize of the semaphore is told as a state with
+// the new permits.
+func TestWatchFollowsEveryLeaseOfABigSemaphore(t *testing.T) {
+	svc, _ := newWatchService(t)
+	w := mustWatch(t, svc, "semaphore", "big", "")
+	wantEvent(t, w, locks.WatchState, 0)
+	var leases []locks.SemaphoreLease
+	for range locks.MaxListedLeases + 50 {
+		l := mustSem(t, svc, "big", semReq(500, 1, time.Minute))
+		wantEvent(t, w, locks.WatchAcquired, l.Fence)
+		leases = append(leases, l)
+	}
+	for _, l := range []locks.SemaphoreLease{leases[0], leases[len(leases)-1]} {
+		if _, err := svc.ReleaseSemaphore(t.Context(), "big", l.Token); err != nil {
+			t.Fatal(err)
+		}
+		wantEvent(t, w, locks.WatchReleased, l.Fence)
+	}
+	st, ok := wantEvent(t, mustWatch(t, svc, "semaphore", "big", ""), locks.WatchState, 0).State.(locks.SemaphoreState)
+	if !ok || len(st.Leases) != locks.MaxListedLeases || !st.LeasesTruncated || st.Holders != int64(len(leases)-2) {
+		t.Fatalf("a new watch's state lists %d leases (truncated %v) of %d holders, want %d, truncated, of %d",
+			len(st.Leases), st.LeasesTruncated, st.Holders, locks.MaxListedLeases, len(leases)-2)
+	}
+	if _, err := svc.SetSemaphorePermits(t.Context(), "big", 600); err != nil {
+		t.Fatal(err)
+	}
+	ev := nextEvent(t, w)
+	if st, ok := ev.State.(locks.SemaphoreState); ev.Type != locks.WatchState || !ok || st.Permits != 600 {
+		t.Fatalf("after a resize: %s %+v, want a state with 600 permits", ev.Type, ev.State)
+	}
+}
+
+// TestWatchPastItsLeaseBoundTellsStates: a semaphore with more leases than
+// a watch follows one by one (1,000) tells each change as a state, never
+// silently: a release is a state with one holder fewer.
+func TestWatchPastItsLeaseBoundTellsStates(t *testing.T) {
+	svc, _ := newWatchService(t)
+	var last locks.SemaphoreLease
+	const held = 1001
+	for range held {
+		last = mustSem(t, svc, "crowded", semReq(2000, 1, time.Minute))
+	}
+	w := mustWatch(t, svc, "semaphore", "crowded", "")
+	if st, ok := wantEvent(t, w, locks.WatchState, 0).State.(locks.SemaphoreState); !ok || st.Holders != held {
+		t.Fatalf("first state %+v, want %d holders", st, held)
+	}
+	if _, err := svc.ReleaseSemaphore(t.Context(), "crowded", last.Token); err != nil {
+		t.Fatal(err)
+	}
+	ev := nextEvent(t, w)
+	if st, ok := ev.State.(locks.SemaphoreState); ev.Type != locks.WatchState || !ok || st.Holders != held-1 {
+		t.Fatalf("after a release: %s %+v, want a state of %d holders", ev.Type, ev.State, held-1)
+	}
+}
