@@ -96,6 +96,10 @@ type leaseJSON struct {
 	HoldCount int64  `json:"hold_count"`
 	TTLMS     int64  `json:"ttl_ms"`
 	Reentrant bool   `json:"reentrant"`
+	// WaitedMS: the server had waited this long when its attempt that
+	// granted the lease began, so the lease's TTL runs from at least the
+	// request's send time plus this.
+	WaitedMS int64 `json:"waited_ms"`
 }
 
 // newLease starts the life of a granted lease of t: valid for ttl from sent.
@@ -110,7 +114,9 @@ func (c *Client) newLease(t target, token string, fence int64, sent time.Time, t
 
 // ValidUntil is when the lease ends at the latest unless it is renewed,
 // on the caller's monotonic clock: the time the request that granted (or
-// last renewed) it was sent, plus the TTL the server answered. A lease the
+// last renewed) it was sent, plus how long the server had waited when it
+// made the attempt that granted it (waited_ms), plus the TTL the server
+// answered. A lease the
 // server keeps alive moves it forward with each confirmed renewal. A hold
 // moves it with each renewal its stream reports, to the event's arrival
 // plus two thirds of the TTL (see Client.Hold for the bound this keeps).

@@ -133,7 +133,10 @@ func (c *Client) lock(ctx context.Context, t target, token string, opts LockOpti
 			return nil, fmt.Errorf("acquire %s: %w", t.name, err)
 		}
 	}
-	l := c.newLease(t, token, lj.Fence, resp.sent, time.Duration(lj.TTLMS)*time.Millisecond)
+	// The TTL runs from the attempt that granted the lease: after a wait,
+	// that is at least the wait's time after the request was sent.
+	l := c.newLease(t, token, lj.Fence, resp.sent.Add(time.Duration(lj.WaitedMS)*time.Millisecond),
+		time.Duration(lj.TTLMS)*time.Millisecond)
 	if opts.KeepAlive {
 		period := renewInterval(time.Duration(lj.TTLMS) * time.Millisecond)
 		if opts.Heartbeat > 0 {

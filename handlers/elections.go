@@ -53,6 +53,7 @@ type electionLeaseResponse struct {
 	ExpiresAt time.Time          `json:"expires_at"`
 	Reentrant bool               `json:"reentrant"`
 	Keepalive *keepaliveResponse `json:"keepalive,omitempty"`
+	WaitedMS  int64              `json:"waited_ms,omitempty"`
 }
 
 // toElectionLeaseResponse is l as the API answers it; withValue says l
@@ -60,7 +61,7 @@ type electionLeaseResponse struct {
 func toElectionLeaseResponse(l locks.Lease, withToken, withValue bool) electionLeaseResponse {
 	resp := electionLeaseResponse{Name: l.Name, Term: l.Fence, Fence: l.Fence, Owner: l.Owner,
 		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant,
-		Keepalive: toKeepaliveResponse(l.Keepalive)}
+		Keepalive: toKeepaliveResponse(l.Keepalive), WaitedMS: l.Waited.Milliseconds()}
 	if withToken {
 		resp.Token = l.Token
 	}

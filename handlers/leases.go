@@ -290,12 +290,13 @@ type leaseResponse struct {
 	Reentrant bool               `json:"reentrant"`
 	Keepalive *keepaliveResponse `json:"keepalive,omitempty"`
 	Mode      string             `json:"mode,omitempty"` // a read/write lock's lease
+	WaitedMS  int64              `json:"waited_ms,omitempty"`
 }
 
 func toLeaseResponse(l locks.Lease, withToken bool) leaseResponse {
 	resp := leaseResponse{Name: l.Name, Fence: l.Fence, HoldCount: l.HoldCount,
 		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Reentrant: l.Reentrant,
-		Keepalive: toKeepaliveResponse(l.Keepalive), Mode: string(l.Mode)}
+		Keepalive: toKeepaliveResponse(l.Keepalive), Mode: string(l.Mode), WaitedMS: l.Waited.Milliseconds()}
 	if withToken {
 		resp.Token = l.Token
 	}

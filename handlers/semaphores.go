@@ -47,6 +47,7 @@ type semaphoreLeaseResponse struct {
 	TTLMS     int64              `json:"ttl_ms"`
 	ExpiresAt time.Time          `json:"expires_at"`
 	Keepalive *keepaliveResponse `json:"keepalive,omitempty"`
+	WaitedMS  int64              `json:"waited_ms,omitempty"`
 }
 
 // semaphoreStateResponse is the answer to GET and PUT /v1/semaphores/{name}.
@@ -85,7 +86,8 @@ type semaphoreReleaseResponse struct {
 
 func toSemaphoreLeaseResponse(l locks.SemaphoreLease, granted bool) semaphoreLeaseResponse {
 	resp := semaphoreLeaseResponse{Name: l.Name, Token: l.Token, Count: l.Count, Fence: l.Fence,
-		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Keepalive: toKeepaliveResponse(l.Keepalive)}
+		TTLMS: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt, Keepalive: toKeepaliveResponse(l.Keepalive),
+		WaitedMS: l.Waited.Milliseconds()}
 	if granted {
 		resp.Permits, resp.Available = l.Permits, &l.Available
 	} else {

@@ -70,6 +70,9 @@ func appendLeaseJSON(b []byte, l leaseResponse) []byte {
 	if l.Mode != "" {
 		b = appendJSONString(b, `,"mode":`, l.Mode)
 	}
+	if l.WaitedMS != 0 {
+		b = appendInt(b, `,"waited_ms":`, l.WaitedMS)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -23,6 +23,7 @@ func TestAppendLeaseJSONMatchesEncodingJSON(t *testing.T) {
 		{},
 		{Name: "orders", Token: "pBnuw_2Zql8FF8h-auKp3A", Fence: 1795449624780649, HoldCount: 1, TTLMS: 30000, ExpiresAt: at},
 		{Name: "orders.eu:v2", Fence: 7, HoldCount: 3, TTLMS: 1, ExpiresAt: at.Truncate(time.Second), Reentrant: true},
+		{Name: "queue", Token: "t", Fence: 8, HoldCount: 1, TTLMS: 2000, ExpiresAt: at, WaitedMS: 4012},
 		{Name: "jobs", Token: "t", Fence: -1, ExpiresAt: at.In(east),
 			Keepalive: &handlers.KeepaliveResponse{MaxHoldUntil: at.Add(time.Hour)}},
 		{Name: "jobs", Fence: 1 << 62, HoldCount: 2, TTLMS: 3000, ExpiresAt: at.Add(time.Nanosecond),

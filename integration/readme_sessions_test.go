@@ -261,7 +261,7 @@ var readmeVarying = []struct {
 	re   *regexp.Regexp
 	repl string
 }{
-	{regexp.MustCompile(`("(?:token|fence|ttl_ms|expires_at|reset_ms|retry_after_ms|granted_at|max_hold_until|heartbeat_due|request_id)":\s*)("[^"]*"|-?[0-9.]+)`), "${1}<v>"},
+	{regexp.MustCompile(`("(?:token|fence|ttl_ms|expires_at|reset_ms|retry_after_ms|granted_at|max_hold_until|heartbeat_due|request_id|waited_ms)":\s*)("[^"]*"|-?[0-9.]+)`), "${1}<v>"},
 	{regexp.MustCompile(`(?m)^(Lock-Token|X-Request-Id|Date|Retry-After|Content-Length): .*$`), "${1}: <v>"},
 	{regexp.MustCompile(`;t=\d+`), ";t=<n>"},
 	{regexp.MustCompile(`retry after \d+s`), "retry after <n>s"},

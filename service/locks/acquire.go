@@ -66,6 +66,11 @@ type Lease struct {
 	Mode      RWMode     // a read/write lock's lease: read or write; else empty
 	Value     string     // an election's leadership: the leader's value; else empty
 	Owner     string     // an election's leadership: the owner text it was granted with; else empty
+	// Waited is how long the acquire had waited when it made the attempt
+	// that granted the lease; 0 when its first attempt did. The lease's TTL
+	// runs from that attempt, so a caller's lower bound of its end is its
+	// request's send time plus Waited plus the TTL.
+	Waited time.Duration
 }
 
 // acquisition is one acquire on its way through the machine: the primitive
@@ -346,7 +351,8 @@ type waiting struct {
 // starts, and it never waits for the subscription. When an attempt fails,
 // leaving the waiters is not waited for: the caller is answered at once.
 func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Lease, r attemptResult, err error) {
-	waitEnd := time.Now().Add(a.req.Wait)
+	start := time.Now()
+	waitEnd := start.Add(a.req.Wait)
 	leaveQuota, err := s.waiterPlace(ctx, a.req.Wait)
 	if err != nil {
 		a.p.countWait(err)
@@ -377,9 +383,10 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 	ready := l.Ready() // nil once an attempt was made after the confirmation
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for {
+	for first := true; ; first = false {
 		remaining, waiterTimeout, final := waitTurn(waitEnd)
 		ready = unlessClosed(ready)
+		tried := time.Now()
 		r, err = s.attempt(calls, a, waiterTimeout)
 		if err != nil {
 			// The script may have run and registered (and queued) the
@@ -393,6 +400,9 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 		if r.granted() {
 			// When the client went away during the attempt, it takes nothing.
 			lease, err = s.handOut(ctx, a, r)
+			if !first {
+				lease.Waited = tried.Sub(start)
+			}
 			return lease, r, err
 		}
 		if r.status == acquireModeMismatch || r.status == acquireRefused || final {

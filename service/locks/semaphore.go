@@ -50,8 +50,9 @@ type SemaphoreLease struct {
 	Available int64 // permits free right after the grant
 	Fence     int64 // strictly increasing per name across grants
 	TTL       time.Duration
-	ExpiresAt time.Time  // computed from the Redis clock
-	Keepalive *Keepalive // set when the service keeps the lease alive
+	ExpiresAt time.Time     // computed from the Redis clock
+	Keepalive *Keepalive    // set when the service keeps the lease alive
+	Waited    time.Duration // as Lease.Waited
 }
 
 // SemaphoreState is what inspection reveals about a semaphore. It never
@@ -184,7 +185,7 @@ func (s *Service) AcquireSemaphore(ctx context.Context, name string, req Semapho
 	}
 	return SemaphoreLease{Name: name, Token: lease.Token, Count: req.Count, Permits: r.permits,
 		Available: max(r.available, 0), Fence: lease.Fence, TTL: lease.TTL,
-		ExpiresAt: lease.ExpiresAt, Keepalive: lease.Keepalive}, nil
+		ExpiresAt: lease.ExpiresAt, Keepalive: lease.Keepalive, Waited: lease.Waited}, nil
 }
 
 // HoldSemaphore takes permits of semaphore name as AcquireSemaphore does
