@@ -81,7 +81,7 @@ func answerElectionLease(w http.ResponseWriter, l locks.Lease, granted bool) {
 			status = http.StatusCreated
 		}
 	}
-	writeJSON(w, status, toElectionLeaseResponse(l, granted, granted))
+	writeElectionLeaseJSON(w, status, toElectionLeaseResponse(l, granted, granted))
 }
 
 // electionLeaseEvent is the data of an election hold stream's "acquired"
@@ -183,7 +183,7 @@ func (a *api) handleProclaim(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toElectionLeaseResponse(l, false, true))
+	writeElectionLeaseJSON(w, http.StatusOK, toElectionLeaseResponse(l, false, true))
 	return nil
 }
 

@@ -27,10 +27,16 @@ var AppendDecisionJSON = appendDecisionJSON
 type (
 	LeaseResponse     = leaseResponse
 	KeepaliveResponse = keepaliveResponse
+	// ElectionLeaseResponse is a leadership's body.
+	ElectionLeaseResponse = electionLeaseResponse
 )
 
 // AppendLeaseJSON is appendLeaseJSON, for the JSON encoding test.
 var AppendLeaseJSON = appendLeaseJSON
+
+// AppendElectionLeaseJSON is appendElectionLeaseJSON, for the JSON encoding
+// test.
+var AppendElectionLeaseJSON = appendElectionLeaseJSON
 
 // SetRateLimitHeaders is setRateLimitHeaders, for the header bytes test.
 var SetRateLimitHeaders = setRateLimitHeaders

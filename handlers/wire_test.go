@@ -42,6 +42,35 @@ func TestAppendLeaseJSONMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// The hand-built leadership JSON is byte for byte what encoding/json
+// writes, with and without the token, the value, the owner and the
+// keep-alive, for values of any text (HTML characters, quotes, control
+// bytes, non-ASCII and invalid UTF-8, which encoding/json escapes or
+// replaces).
+func TestAppendElectionLeaseJSONMatchesEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 11, 23, 16, 0, 54, 780_000_000, time.UTC)
+	due := at.Add(1500 * time.Microsecond)
+	text := func(s string) *string { return &s }
+	cases := []handlers.ElectionLeaseResponse{
+		{},
+		{Name: "db-primary", Token: "pBnuw_2Zql8FF8h-auKp3A", Term: 1795449624780649, Fence: 1795449624780649,
+			Value: text("10.0.0.7:5432"), Owner: "db-1", TTLMS: 30000, ExpiresAt: at},
+		{Name: "db-primary", Term: 7, Fence: 7, Value: text(""), TTLMS: 1, ExpiresAt: at.Truncate(time.Second), Reentrant: true},
+		{Name: "jobs", Token: "t", Term: 9, Fence: 9, ExpiresAt: at, WaitedMS: 4012,
+			Keepalive: &handlers.KeepaliveResponse{MaxHoldUntil: at.Add(time.Hour), HeartbeatMS: 2000, HeartbeatDue: &due}},
+		{Name: "web", Value: text(`<a href="x">&</a> \ "q"` + "\x01\u2028é\xff"), Owner: "node <1> & \"2\"", ExpiresAt: at},
+	}
+	for _, l := range cases {
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(l); err != nil {
+			t.Fatal(err)
+		}
+		if got := handlers.AppendElectionLeaseJSON(nil, l); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("AppendElectionLeaseJSON(%+v)\n got %s\nwant %s", l, got, want.Bytes())
+		}
+	}
+}
+
 // The hand-built decision JSON is byte for byte what encoding/json writes.
 func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 	cases := []handlers.DecisionResponse{
