@@ -47,7 +47,7 @@ func (f *RateLimitFlags) register(e *envFlags) {
 	e.boolean(&f.AllowInline, "ratelimit-inline", "LATCHKEY_RATELIMIT_INLINE", true, "allow check requests to carry their own limit instead of a policy name")
 	e.dur(&f.Timeout, "ratelimit-timeout", "LATCHKEY_RATELIMIT_TIMEOUT", d.Timeout, "bound on one decision's wait for Redis, its wait for a batch included; past it policies fail open or closed")
 	e.integer(&f.CacheSize, "ratelimit-cache-size", "LATCHKEY_RATELIMIT_CACHE_SIZE", d.CacheSize, "entries in the in-process cache of keys over their limit; 0 disables it")
-	e.integer(&f.ClusterBuckets, "ratelimit-cluster-buckets", "LATCHKEY_RATELIMIT_CLUSTER_BUCKETS", d.ClusterBuckets, "on a Redis Cluster, the hash-tag buckets each policy's single-limit counters are spread over (a multiple of the primaries; the same on every instance: a change restarts every window)")
+	e.integer(&f.ClusterBuckets, "ratelimit-cluster-buckets", "LATCHKEY_RATELIMIT_CLUSTER_BUCKETS", d.ClusterBuckets, "on a Redis Cluster, the hash-tag buckets each policy's single-limit counters are spread over (a multiple of the primaries, best the number of primaries itself: fewer buckets batch more; the same on every instance: a change restarts every window)")
 	e.dur(&f.LogInterval, "ratelimit-log-interval", "LATCHKEY_RATELIMIT_LOG_INTERVAL", d.LogInterval, "at most one fail-open warning per interval")
 	e.boolean(&f.LegacyHeaders, "ratelimit-legacy-headers", "LATCHKEY_RATELIMIT_LEGACY_HEADERS", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
 	e.str(&f.SelfPolicy, "ratelimit-self-policy", "LATCHKEY_RATELIMIT_SELF_POLICY", "", "policy applied per client IP to Latchkey's own /v1 API; empty disables it")
