@@ -42,27 +42,14 @@ func TestElectionInvariantAcrossInstanceKills(t *testing.T) {
 			base: &http.Transport{MaxIdleConnsPerHost: 32}}}, RDB: pr.RDB})
 	}
 	const name = "killed-inv"
-	var watchers []*electionWatcher
-	for i := range 4 {
-		watchers = append(watchers, watchElection(t, envs[i%2], name))
-	}
-	for i, ew := range watchers {
-		eventually(t, time.Minute, fmt.Sprintf("watcher %d's first state", i), func() bool { return len(ew.seen()) > 0 })
-	}
+	watchers := watchEachInstance(t, envs, name)
 
 	mid := func() {
-		// The hang guards end the wait, not the test: the run goes on.
-		waitFor := func(n int) {
-			end := time.Now().Add(time.Minute)
-			for watchers[0].elected() < n && time.Now().Before(end) && t.Context().Err() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		waitFor(4)
+		watchers[0].awaitElected(4)
 		pr.pauseFor(500 * time.Millisecond)
-		waitFor(8)
+		watchers[0].awaitElected(8)
 		pr.killSubscribers()
-		waitFor(12)
+		watchers[0].awaitElected(12)
 		// Killed while one of its candidates leads, when that comes soon.
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
 			r := envs[0].send(t.Context(), http.MethodGet, electionPath(name), "")
@@ -75,7 +62,7 @@ func TestElectionInvariantAcrossInstanceKills(t *testing.T) {
 		watchers[1].moveTo(envs[0])
 		watchers[3].moveTo(envs[0])
 		procs[1].start(t)
-		waitFor(20)
+		watchers[0].awaitElected(20)
 		watchers[3].switchTo(envs[1])
 	}
 	records, abandoned := runElection(t, envs, name, electionRun{mid: mid, killed: true})
@@ -92,15 +79,7 @@ func TestElectionInvariantAcrossInstanceKills(t *testing.T) {
 	last := envs[1].campaign(t, name, `{"value": "last", "ttl": "30s"}`)
 	wantStatus(t, envs[1].do(t, http.MethodDelete, electionPath(name), "", "Lock-Token", last.Token), http.StatusOK)
 	t.Logf("%d leaderships, %d campaigns abandoned, final term %d", len(records), abandoned, last.Term)
-	for i, ew := range watchers {
-		who := fmt.Sprintf("watcher %d", i)
-		eventually(t, time.Minute, who+" at the final state", func() bool {
-			evs := ew.seen()
-			return len(evs) > 0 && atVacancy(evs[len(evs)-1], last.Term)
-		})
-		ew.wantTermsIncreasing(t, who)
-		t.Logf("%s: %d events, %d elected", who, len(ew.seen()), ew.elected())
-	}
+	wantWatchersAtVacancy(t, watchers, last.Term)
 }
 
 // leadsFromSecond reports whether value (runElection's "c<i>-r<round>") is

@@ -253,29 +253,16 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 		return n.Load()
 	}
 	before := keys()
-	var watchers []*electionWatcher
-	for i := range 4 {
-		watchers = append(watchers, watchElection(t, envs[i%2], name))
-	}
-	for i, ew := range watchers {
-		eventually(t, time.Minute, fmt.Sprintf("watcher %d's first state", i), func() bool { return len(ew.seen()) > 0 })
-	}
+	watchers := watchEachInstance(t, envs, name)
 	// A watcher costs no Redis key: its subscription is a channel's.
 	if after := keys(); after != before {
 		t.Errorf("Redis holds %d keys with four watchers open, %d before: want a watcher to cost no key", after, before)
 	}
 
 	mid := func() {
-		// The hang guards end the wait, not the test: the run goes on.
-		waitFor := func(n int) {
-			end := time.Now().Add(time.Minute)
-			for watchers[0].elected() < n && time.Now().Before(end) && t.Context().Err() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		waitFor(4)
+		watchers[0].awaitElected(4)
 		pr.killSubscribers()
-		waitFor(8)
+		watchers[0].awaitElected(8)
 		watchers[1].reconnect()
 	}
 	records, abandoned := runElection(t, envs, name, electionRun{mid: mid})
@@ -305,18 +292,7 @@ func TestElectionWatchersUnderConcurrency(t *testing.T) {
 	}
 	t.Logf("%d leaderships, %d campaigns abandoned, final term %d", len(records), abandoned, last.Term)
 
-	for i, ew := range watchers {
-		who := fmt.Sprintf("watcher %d", i)
-		eventually(t, time.Minute, who+" at the final state", func() bool {
-			evs := ew.seen()
-			return len(evs) > 0 && atVacancy(evs[len(evs)-1], last.Term)
-		})
-		ew.wantTermsIncreasing(t, who)
-		t.Logf("%s: %d events, %d elected", who, len(ew.seen()), ew.elected())
-		if n := ew.elected(); n < 2 {
-			t.Errorf("%s read %d elected events, want the run's leaders", who, n)
-		}
-	}
+	wantWatchersAtVacancy(t, watchers, last.Term)
 }
 
 // pausableRedis is a Redis of the test's own (in the cluster pass a cluster
@@ -382,5 +358,47 @@ func (pr *pausableRedis) killSubscribers() {
 	})
 	if err != nil || killed.Load() < 1 {
 		pr.t.Errorf("CLIENT KILL TYPE pubsub = %d, %v; want the subscribers' connections killed", killed.Load(), err)
+	}
+}
+
+// watchEachInstance opens four watches of the election name, in turn on
+// each of envs, and waits for each one's first state.
+func watchEachInstance(t *testing.T, envs []*testEnv, name string) []*electionWatcher {
+	t.Helper()
+	var watchers []*electionWatcher
+	for i := range 4 {
+		watchers = append(watchers, watchElection(t, envs[i%len(envs)], name))
+	}
+	for i, ew := range watchers {
+		eventually(t, time.Minute, fmt.Sprintf("watcher %d's first state", i), func() bool { return len(ew.seen()) > 0 })
+	}
+	return watchers
+}
+
+// awaitElected waits until ew has read n elected events, for at most a
+// minute: the guard ends the wait, not the test, so a run beside it goes on.
+func (ew *electionWatcher) awaitElected(n int) {
+	end := time.Now().Add(time.Minute)
+	for ew.elected() < n && time.Now().Before(end) && ew.t.Context().Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// wantWatchersAtVacancy checks that every watcher reaches the state vacant
+// after term, with its terms increasing on the way, and has read at least
+// two elected events.
+func wantWatchersAtVacancy(t *testing.T, watchers []*electionWatcher, term int64) {
+	t.Helper()
+	for i, ew := range watchers {
+		who := fmt.Sprintf("watcher %d", i)
+		eventually(t, time.Minute, who+" at the final state", func() bool {
+			evs := ew.seen()
+			return len(evs) > 0 && atVacancy(evs[len(evs)-1], term)
+		})
+		ew.wantTermsIncreasing(t, who)
+		t.Logf("%s: %d events, %d elected", who, len(ew.seen()), ew.elected())
+		if n := ew.elected(); n < 2 {
+			t.Errorf("%s read %d elected events, want the run's leaders", who, n)
+		}
 	}
 }
