@@ -28,6 +28,7 @@ type electionLeaseJSON struct {
 	ExpiresAt time.Time      `json:"expires_at"`
 	Reentrant bool           `json:"reentrant"`
 	Keepalive *keepaliveJSON `json:"keepalive"`
+	WaitedMS  int64          `json:"waited_ms"` // present when the acquire waited
 }
 
 // leaderJSON is the Leader schema of api/openapi.yaml.

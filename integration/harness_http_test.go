@@ -119,6 +119,7 @@ type leaseJSON struct {
 	ExpiresAt time.Time      `json:"expires_at"`
 	Reentrant bool           `json:"reentrant"`
 	Keepalive *keepaliveJSON `json:"keepalive"`
+	WaitedMS  int64          `json:"waited_ms"` // present when the acquire waited
 }
 
 // keepaliveJSON is the Keepalive schema of api/openapi.yaml.

@@ -22,6 +22,7 @@ type semLeaseJSON struct {
 	TTLMS     int64          `json:"ttl_ms"`
 	ExpiresAt time.Time      `json:"expires_at"`
 	Keepalive *keepaliveJSON `json:"keepalive"`
+	WaitedMS  int64          `json:"waited_ms"` // present when the acquire waited
 }
 
 // semStateJSON is the SemaphoreState schema of api/openapi.yaml.

@@ -292,12 +292,14 @@ func (s *Service) giveBack(ctx context.Context, a acquisition, err error) {
 }
 
 const (
-	// queueHold is how far ahead an attempt registers its waiter (its
-	// remaining wait when shorter), and queueRenew how often a wait makes
-	// an attempt when nothing woke it sooner: each attempt renews the
-	// registration, so a waiter whose process died blocks a fair queue for
-	// at most queueHold plus queueGrace, whatever its wait (Redisson's fair
-	// lock bounds it the same way, by its thread wait time).
+	// queueHold is how far ahead an attempt registers a waiter that holds
+	// up others (see holdsUpOthers; its remaining wait when shorter), and
+	// queueRenew how often its wait makes an attempt when nothing woke it
+	// sooner: each attempt renews the registration, so a waiter whose
+	// process died blocks a queue for at most queueHold plus queueGrace,
+	// whatever its wait (Redisson's fair lock bounds it the same way, by
+	// its thread wait time). Any other waiter is registered for its whole
+	// wait and costs Redis nothing while nothing changes.
 	queueHold  = 6 * time.Second
 	queueRenew = queueHold / 3
 	// queueGrace is how much longer than that a waiter stays registered
@@ -328,8 +330,9 @@ type waiting struct {
 //   - without a message it tries again after min(holder's remaining TTL,
 //     remaining wait) (fair mode: the queue head's deadline when the lock is
 //     free), so an expired lease, a lost message or a dead subscriber
-//     connection never strands it; and at least every queueRenew, so its
-//     registration (below) is renewed while it waits;
+//     connection never strands it; and, when it holds up other waiters
+//     (holdsUpOthers), at least every queueRenew, renewing its
+//     registration (below);
 //   - every grant publishes a notice of the new lease's TTL: the waiter
 //     brings its re-check forward to that lease's end when that is sooner,
 //     without an attempt (see pause), so a queue head granted a lease that
@@ -383,8 +386,9 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 	ready := l.Ready() // nil once an attempt was made after the confirmation
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	queued := holdsUpOthers(a.p.kind(), a.req)
 	for first := true; ; first = false {
-		remaining, waiterTimeout, final := waitTurn(waitEnd)
+		remaining, waiterTimeout, final := waitTurn(waitEnd, queued)
 		ready = unlessClosed(ready)
 		tried := time.Now()
 		r, err = s.attempt(calls, a, waiterTimeout)
@@ -411,7 +415,10 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 			return lease, r, err
 		}
 		w.registered = true
-		after := min(recheckAfter(r.recheck, remaining), queueRenew)
+		after := recheckAfter(r.recheck, remaining)
+		if queued {
+			after = min(after, queueRenew) // in time to renew its registration
+		}
 		if err := s.pause(ctx, l, ready, timer, after, waitEnd); err != nil {
 			return Lease{}, r, err
 		}
@@ -467,15 +474,27 @@ func (s *Service) rechecking(after time.Duration, byNotice bool) {
 // waitTurn is the head of each turn of a wait that ends at waitEnd: the
 // time left, whether this attempt is the last (the wait is over), and the
 // waiter timeout the attempt registers the caller with when it is not
-// granted (none on the last attempt): the time left, at most queueHold,
-// plus queueGrace.
-func waitTurn(waitEnd time.Time) (remaining, waiterTimeout time.Duration, final bool) {
+// granted (none on the last attempt): the time left plus queueGrace, the
+// time left at most queueHold when the waiter is queued (holdsUpOthers).
+func waitTurn(waitEnd time.Time, queued bool) (remaining, waiterTimeout time.Duration, final bool) {
 	remaining = time.Until(waitEnd)
 	final = remaining <= time.Millisecond
 	if !final {
-		waiterTimeout = min(remaining, queueHold) + queueGrace
+		waiterTimeout = remaining + queueGrace
+		if queued {
+			waiterTimeout = min(remaining, queueHold) + queueGrace
+		}
 	}
 	return remaining, waiterTimeout, final
+}
+
+// holdsUpOthers reports whether a waiter of kind k asking req holds up
+// other waiters while it is registered, so that its registration must end
+// soon when its process dies: in a fair queue (an election's is always),
+// or as a read/write lock's writer, which the readers after it queue
+// behind.
+func holdsUpOthers(k kind, req AcquireRequest) bool {
+	return req.Fair || k == kindEl || k == kindRW && req.Mode == ModeWrite
 }
 
 // unlessClosed is c, or nil once c is closed: a wait selects on its
