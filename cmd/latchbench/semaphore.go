@@ -22,6 +22,6 @@ func semaphoreScenario(b *bench) scenario {
 		},
 		wrk: wrkCycle("/v1/semaphores/bench-sem", 0,
 			fmt.Sprintf(`{"permits":%d,"count":1,"ttl":"5s","wait":"2s"}`, semaphorePermits),
-			fmt.Sprintf(`{"permits":%d,"count":2,"ttl":"5s","wait":"2s"}`, semaphorePermits)),
+			fmt.Sprintf(`{"permits":%d,"count":2,"ttl":"5s","wait":"2s"}`, semaphorePermits)).settled(),
 	}
 }

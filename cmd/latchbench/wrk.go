@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -30,6 +31,9 @@ type wrkLoad struct {
 	script string
 	path   string
 	args   []string
+	// settle are the leases' paths that must be free before the next run
+	// (see settle); none for a load of many names.
+	settle []string
 }
 
 // wrkCeiling is the ceiling's load under wrk: GET /healthz.
@@ -264,10 +268,52 @@ func (d *wrkDriver) release(ctx context.Context, base string, leases []wrkLease)
 	client.CloseIdleConnections()
 }
 
-// runRelease is run, then release of what the run left held.
-func (d *wrkDriver) runRelease(ctx context.Context, base string, conns int, dur time.Duration, load wrkLoad) (wrkRun, error) {
-	r, err := d.run(ctx, base, conns, dur, load)
+// settleTimeout bounds settle's wait: longer than the TTL (5 s) of the
+// leases of every load that settles.
+const settleTimeout = 7 * time.Second
+
+// settle gives back the leases run r of load left held and waits, for at
+// most settleTimeout, until every path of load.settle is free. wrk stops
+// in the middle of its requests: a grant whose answer it did not read, or a
+// release it sent that the server dropped with the connection, holds its
+// lease for its TTL, and on a few names (contended, rwlock, semaphore) the
+// next run's waits would queue behind it. The Go client finishes every
+// iteration it began instead. These requests are not measured.
+func (d *wrkDriver) settle(ctx context.Context, base string, load wrkLoad, r wrkRun) {
 	d.release(ctx, base, r.Unreleased)
+	deadline := time.Now().Add(settleTimeout)
+	for _, path := range load.settle {
+		for ctx.Err() == nil && time.Now().Before(deadline) && !leaseFree(ctx, base+path) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// leaseFree says whether the lock, read/write lock or semaphore at url is
+// held by no one, by its inspect answer (held, write_held, readers,
+// in_use).
+func leaseFree(ctx context.Context, url string) bool {
+	resp, err := http.DefaultClient.Do(newRequest(ctx, http.MethodGet, url, ""))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Held      bool `json:"held"`
+		WriteHeld bool `json:"write_held"`
+		Readers   int  `json:"readers"`
+		InUse     int  `json:"in_use"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return false
+	}
+	return !st.Held && !st.WriteHeld && st.Readers == 0 && st.InUse == 0
+}
+
+// runSettle is run, then settle.
+func (d *wrkDriver) runSettle(ctx context.Context, base string, conns int, dur time.Duration, load wrkLoad) (wrkRun, error) {
+	r, err := d.run(ctx, base, conns, dur, load)
+	d.settle(ctx, base, load, r)
 	return r, err
 }
 
@@ -325,7 +371,7 @@ func wrkPaired(name string, ceilings, rounds []wrkRun) Result {
 func runWrkScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 	d, base := o.wrk, o.b.base
 	if o.warmup > 0 {
-		if _, err := d.runRelease(ctx, base, o.conns, o.warmup, *sc.wrk); err != nil {
+		if _, err := d.runSettle(ctx, base, o.conns, o.warmup, *sc.wrk); err != nil {
 			return Result{}, err
 		}
 	}
@@ -356,7 +402,7 @@ func runWrkScenario(ctx context.Context, o *options, sc scenario) (Result, error
 		}
 		u := o.meter.usage(before, o.meter.read(ctx), s.Requests)
 		u.LoadgenCPUSeconds += s.CPUSeconds
-		d.release(ctx, base, s.Unreleased) // after the reading: not measured
+		d.settle(ctx, base, *sc.wrk, s) // after the reading: not measured
 		used = addUsage(used, u, r == 0)
 		ceilings, rounds = append(ceilings, c), append(rounds, s)
 	}
