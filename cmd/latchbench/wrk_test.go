@@ -342,3 +342,43 @@ func TestRunWithWrk(t *testing.T) {
 		t.Errorf("rows (-want +got):\n%s\n%s", diff, text.String())
 	}
 }
+
+// After a run, settle gives back the leases the run reported and waits
+// until every path it settles on is free.
+func TestWrkSettleReleasesAndWaits(t *testing.T) {
+	var mu sync.Mutex
+	var released []string
+	inspects := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.Method {
+		case http.MethodDelete:
+			released = append(released, r.URL.Path+" "+r.Header.Get("Lock-Token"))
+			w.WriteHeader(http.StatusNoContent)
+		case http.MethodGet:
+			inspects[r.URL.Path]++
+			switch n := inspects[r.URL.Path]; r.URL.Path {
+			case "/v1/semaphores/s": // two polls in use, then free
+				fmt.Fprintf(w, `{"name":"s","in_use":%d,"available":8}`, max(0, 3-n))
+			case "/v1/rwlocks/r": // a reader, then free
+				fmt.Fprintf(w, `{"name":"r","write_held":false,"readers":%d}`, max(0, 2-n))
+			default:
+				fmt.Fprint(w, `{"name":"l","held":false}`)
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	d := &wrkDriver{}
+	load := wrkLoad{settle: []string{"/v1/semaphores/s", "/v1/rwlocks/r", "/v1/locks/l"}}
+	d.settle(t.Context(), srv.URL, load, wrkRun{Unreleased: []wrkLease{{"/v1/locks/l", "tok-1"}}})
+
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]string{"/v1/locks/l tok-1"}, released); diff != "" {
+		t.Errorf("releases (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"/v1/semaphores/s": 3, "/v1/rwlocks/r": 2, "/v1/locks/l": 1}, inspects); diff != "" {
+		t.Errorf("inspections until free (-want +got):\n%s", diff)
+	}
+}
