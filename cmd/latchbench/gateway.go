@@ -30,16 +30,19 @@ func (b *bench) gatewayScenarios() []scenario {
 			name:        "multi1",
 			description: "GET /v1/ratelimit/gate/bench1: a policy of one limit in the limits: form (one ratelimit_multi.lua call)",
 			op:          gate("bench1"),
+			wrk:         b.wrkGate("bench1", true),
 		},
 		{
 			name:        "multi",
 			description: "GET /v1/ratelimit/gate/bench3: three limits (per-ip fixed window, per-key sliding window, global token bucket) in one call",
 			op:          gate("bench3"),
+			wrk:         b.wrkGate("bench3", true),
 		},
 		{
 			name:        "leased",
 			description: "GET /v1/ratelimit/gate/leased: a global fixed-window limit of 1e9 per minute with lease: 1000",
 			op:          gate("leased"),
+			wrk:         b.wrkGate("leased", true),
 		},
 		{
 			name:        "nginx",
@@ -109,6 +112,9 @@ func (b *bench) runGateway(ctx context.Context, name string, start func(context.
 		return Result{}, err
 	}
 	defer stop()
+	if o.wrk != nil {
+		return b.runGatewayWrk(ctx, name, alone, gated)
+	}
 	op := func(url string) func(context.Context, *worker) {
 		return func(ctx context.Context, w *worker) {
 			w.do(newRequest(ctx, http.MethodGet, url+"/", ""), false)
@@ -131,8 +137,7 @@ func (b *bench) runGateway(ctx context.Context, name string, start func(context.
 		}
 	}
 	res := summarize(name, all, elapsed)
-	res.RoundRPSRatios = ratios
-	res.RPSRatio = median(ratios)
+	setRoundRatios(&res, ratios, nil)
 	res.Notes = append(res.Notes, fmt.Sprintf("ratio to %s alone (%.0f req/s, median of rounds), not to /healthz", name, median(aloneRPS)))
 	return res, nil
 }

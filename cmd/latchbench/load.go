@@ -114,10 +114,22 @@ type Result struct {
 	// RoundRPSRatios are the throughput ratios of each paired round, whose
 	// median is RPSRatio.
 	RoundRPSRatios []float64 `json:"rps_ratio_by_round,omitempty"`
-	Description    string    `json:"description"`
-	Usage          usage     `json:"usage"`
-	Notes          []string  `json:"notes,omitempty"`
+	// RPSRatioMin and RPSRatioMax are the lowest and highest of them.
+	RPSRatioMin float64 `json:"rps_ratio_min,omitempty"`
+	RPSRatioMax float64 `json:"rps_ratio_max,omitempty"`
+	// Driver is the load generator that sent the requests: driverGo or
+	// driverWrk.
+	Driver      string   `json:"load_generator"`
+	Description string   `json:"description"`
+	Usage       usage    `json:"usage"`
+	Notes       []string `json:"notes,omitempty"`
 }
+
+// The load generators a Result names.
+const (
+	driverGo  = "latchbench"
+	driverWrk = "wrk"
+)
 
 // summarize turns samples into a Result. Requests cancelled by the end of
 // the run (transport errors after the deadline) are not counted as errors.

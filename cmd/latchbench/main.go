@@ -9,6 +9,7 @@
 //	go run ./cmd/latchbench -start -nginx /usr/sbin/nginx -caddy /usr/bin/caddy -scenarios gate,multi1,multi,leased,nginx,caddy
 //	go run ./cmd/latchbench -start -scenarios gate,grpc1,grpc3   # Envoy's ShouldRateLimit beside the HTTP gate
 //	go run ./cmd/latchbench -start -scenarios watchers,lock,election   # 10,000 watch streams; elections beside locks
+//	go run ./cmd/latchbench -start -wrk /usr/bin/wrk -scenarios gate,check,lock   # the same rows driven by wrk
 //	go run ./cmd/latchbench -start -redis-cluster 'redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002'
 //
 // Every scenario's notes say what each Redis node did per request: CPU,
@@ -57,8 +58,13 @@ type options struct {
 	cluster   string
 	compare   bool
 	redisCLI  string
-	b         bench
-	meter     meter
+	// wrkBin, when set, is the wrk that drives the closed-loop scenarios
+	// it can express (wrk, set from it, runs it), with wrkThreads threads.
+	wrkBin     string
+	wrkThreads int
+	wrk        *wrkDriver
+	b          bench
+	meter      meter
 	// ceilingOp is the ceiling scenario's iteration, run in every round of
 	// a paired scenario.
 	ceilingOp func(context.Context, *worker)
@@ -98,6 +104,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.cluster, "redis-cluster", "", "seed URL of a Redis Cluster on loopback (redis://h1:p1?addr=h2:p2&addr=h3:p3): -start runs Latchkey on it instead of a redis-server of its own; Redis commands and CPU are reported per primary")
 	fs.BoolVar(&o.compare, "compare-clusters", false, "with -start: run the scenarios on a single redis-server, then on a cluster of 3 primaries without replicas, then with one replica each (all started on loopback ports 17000-17999), and report each cluster's throughput and Redis CPU per request as ratios to the single node's")
 	fs.StringVar(&o.redisCLI, "redis-cli", "redis-cli", "redis-cli binary, which creates the clusters of -compare-clusters")
+	fs.StringVar(&o.wrkBin, "wrk", "", "path to the wrk binary (Debian: /usr/bin/wrk); when set, wrk instead of latchbench's Go client drives every closed-loop scenario it can express "+
+		"(ceiling, gate, check, lock, election, contended, rwlock, keepalive, keepidle, semaphore, multi1, multi, leased, nginx, caddy), in the same paired rounds against a wrk-driven ceiling, "+
+		"with the same -c connections (nginx and caddy: wrk against the gateway alone, then gated); wrk takes whole seconds, so each round lasts d/rounds rounded (at least 1s), "+
+		"and its latency percentiles are the median of the rounds'; the others (waiters, watchers, grpc1, grpc3) keep the Go client")
+	fs.IntVar(&o.wrkThreads, "wrk-threads", 2, "wrk's threads with -wrk (1-64, at most -c; -c must be a multiple of them: wrk gives each thread c/threads connections)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,11 +133,25 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.b.grpcConns < 1 || o.b.grpcConns > 64 {
 		return fmt.Errorf("-grpc-conns %d: want 1-64", o.b.grpcConns)
 	}
+	if o.wrkThreads < 1 || o.wrkThreads > 64 {
+		return fmt.Errorf("-wrk-threads %d: want 1-64", o.wrkThreads)
+	}
+	if t := min(o.wrkThreads, o.conns); o.wrkBin != "" && o.conns%t != 0 {
+		return fmt.Errorf("-c %d is not a multiple of -wrk-threads %d: wrk would open %d connections", o.conns, t, o.conns/t*t)
+	}
 	if o.start == (o.url != "") {
 		return errors.New("give exactly one of -url and -start")
 	}
 	if o.cluster != "" && o.redisURL != "" {
 		return errors.New("give at most one of -redis-url and -redis-cluster")
+	}
+	if o.wrkBin != "" {
+		d, err := newWrkDriver(o.wrkBin, o.wrkThreads)
+		if err != nil {
+			return err
+		}
+		defer d.close()
+		o.wrk = d
 	}
 	if o.compare {
 		if !o.start || o.cluster != "" || o.redisURL != "" {
@@ -144,6 +169,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	report := Report{Connections: o.conns, Duration: o.duration.String(), Rounds: o.rounds, Results: results, Machine: machine()}
+	if o.wrk != nil {
+		report.LoadGenerator = fmt.Sprintf("wrk -t%d -c%d (%s) in rounds of %ds where it can express the scenario; latchbench's Go client elsewhere",
+			o.wrk.threadsFor(o.conns), o.conns, o.wrk.bin, wrkSeconds(o.duration/time.Duration(o.rounds)))
+	}
 	printText(stdout, report)
 	printLegend(stdout)
 	if o.jsonOut != "" {
@@ -196,7 +225,9 @@ func (o *options) connect(ctx context.Context) (func(), error) {
 
 // printLegend explains printText's columns.
 func printLegend(w io.Writer) {
-	fmt.Fprintln(w, "cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
+	fmt.Fprintln(w, "by: the load generator (go: latchbench's client; wrk: -wrk, its percentiles the median of the rounds');\n"+
+		"x rps, x p99: ratio to the ceiling (median of the paired rounds), [min–max]: the rounds' lowest and highest x rps;\n"+
+		"cpu s: server CPU seconds; rss: server resident memory at the end; r ops/q: Redis commands per request,\n"+
 		"counting those the scripts run (INFO total_commands_processed); r cpu s: Redis CPU seconds;\n"+
 		"lg cpu s: the load generator's own CPU seconds; redis notes: per node (every primary of a cluster),\n"+
 		"CPU µs and commands per request and the most called commands per request (INFO commandstats)")
@@ -223,12 +254,18 @@ func runScenarios(ctx context.Context, o *options) ([]Result, error) {
 		if err != nil {
 			res = Result{Scenario: sc.name, Description: sc.description, Notes: []string{"skipped: " + err.Error()}}
 		}
+		if res.Driver == "" {
+			res.Driver = driverGo
+			if o.wrk != nil && err == nil {
+				res.Notes = append(res.Notes, "driven by latchbench's Go client: wrk cannot express it")
+			}
+		}
 		res.Notes = append(res.Notes, nodeNotes(res.Usage.RedisNodes, res.Requests)...)
 		if sc.name == "ceiling" {
 			ceiling = res
 			res.RPSRatio, res.P99Ratio = 1, 1
 		}
-		if res.RPSRatio == 0 && ceiling.RPS > 0 && res.RPS > 0 && sc.name != "watchers" {
+		if res.RPSRatio == 0 && ceiling.RPS > 0 && res.RPS > 0 && sc.name != "watchers" && res.Driver == ceiling.Driver {
 			// (watchers' rate is events delivered, no request's.)
 			// A scenario of its own shape: against the ceiling measured first.
 			res.RPSRatio = res.RPS / ceiling.RPS
@@ -260,23 +297,38 @@ func runScenario(ctx context.Context, o *options, sc scenario) (Result, error) {
 		before := o.meter.read(ctx)
 		res, err := sc.run(ctx)
 		if !sc.metered {
+			// (wrk's CPU, when it ran the load, is not this process's.)
+			wrkCPU := res.Usage.LoadgenCPUSeconds
 			res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
+			res.Usage.LoadgenCPUSeconds += wrkCPU
 		}
 		res.Description = sc.description
 		return res, err
 	}
-	if o.warmup > 0 {
-		runLoad(ctx, o.b.base, o.conns, o.warmup, sc.op)
+	var res Result
+	switch {
+	case o.wrk != nil && sc.wrk != nil:
+		var err error
+		if res, err = runWrkScenario(ctx, o, sc); err != nil {
+			return res, err
+		}
+		if sc.name == "ceiling" {
+			return res, nil
+		}
+	default:
+		if o.warmup > 0 {
+			runLoad(ctx, o.b.base, o.conns, o.warmup, sc.op)
+		}
+		if sc.name == "ceiling" {
+			before := o.meter.read(ctx)
+			samples, elapsed := runLoad(ctx, o.b.base, o.conns, o.duration, sc.op)
+			res := summarize(sc.name, samples, elapsed)
+			res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
+			res.Description = sc.description
+			return res, nil
+		}
+		res = runPaired(ctx, o, sc)
 	}
-	if sc.name == "ceiling" {
-		before := o.meter.read(ctx)
-		samples, elapsed := runLoad(ctx, o.b.base, o.conns, o.duration, sc.op)
-		res := summarize(sc.name, samples, elapsed)
-		res.Usage = o.meter.usage(before, o.meter.read(ctx), res.Requests)
-		res.Description = sc.description
-		return res, nil
-	}
-	res := runPaired(ctx, o, sc)
 	if sc.name == "keepalive" || sc.name == "keepidle" {
 		res.Notes = append(res.Notes, o.meter.keepaliveReport(ctx)...)
 		if u := res.Usage; sc.name == "keepidle" && u.KeepaliveRenewals > 0 && u.RedisCPUSeconds > 0 {
@@ -311,17 +363,23 @@ func checkLoopback(raw string) error {
 
 // Report is the whole run.
 type Report struct {
-	Machine     string   `json:"machine"`
-	Connections int      `json:"connections"`
-	Duration    string   `json:"duration_per_scenario"`
-	Rounds      int      `json:"rounds"`
-	Results     []Result `json:"results"`
+	Machine     string `json:"machine"`
+	Connections int    `json:"connections"`
+	Duration    string `json:"duration_per_scenario"`
+	Rounds      int    `json:"rounds"`
+	// LoadGenerator says which load generator drove the rows, when wrk
+	// drove some of them (each row's load_generator says which).
+	LoadGenerator string   `json:"load_generator,omitempty"`
+	Results       []Result `json:"results"`
 }
 
 func printText(w io.Writer, r Report) {
 	fmt.Fprintf(w, "latchbench: %d connections, %s per scenario in %d paired rounds, %s\n", r.Connections, r.Duration, r.Rounds, r.Machine)
-	fmt.Fprintf(w, "%-10s %9s %7s %7s %8s %8s %6s %6s %6s %7s %7s %7s %7s %7s  %s\n",
-		"scenario", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "x p99",
+	if r.LoadGenerator != "" {
+		fmt.Fprintf(w, "load: %s\n", r.LoadGenerator)
+	}
+	fmt.Fprintf(w, "%-10s %-4s %9s %7s %7s %8s %8s %6s %6s %-11s %6s %7s %7s %7s %7s %7s  %s\n",
+		"scenario", "by", "req/s", "p50ms", "p90ms", "p99ms", "p99.9ms", "errors", "x rps", "[min–max]", "x p99",
 		"cpu s", "rss MiB", "r ops/q", "r cpu s", "lg cpu s", "non-2xx")
 	for _, res := range r.Results {
 		if res.Requests == 0 {
@@ -329,15 +387,33 @@ func printText(w io.Writer, r Report) {
 			continue
 		}
 		u := res.Usage
-		fmt.Fprintf(w, "%-10s %9.0f %7.2f %7.2f %8.2f %8.2f %6d %6.2f %6.2f %7.2f %7.1f %7.2f %7.2f %8.2f  %v\n",
-			res.Scenario, res.RPS, res.P50MS, res.P90MS, res.P99MS, res.P999MS, res.Errors, res.RPSRatio, res.P99Ratio,
-			u.ServerCPUSeconds, u.ServerRSSEndMiB, u.RedisCmdsPerReq, u.RedisCPUSeconds, u.LoadgenCPUSeconds, res.Non2xx)
+		fmt.Fprintf(w, "%-10s %-4s %9.0f %7.2f %7.2f %8.2f %8.2f %6d %6.2f %-11s %6.2f %7.2f %7.1f %7.2f %7.2f %8.2f  %v\n",
+			res.Scenario, driverColumn(res.Driver), res.RPS, res.P50MS, res.P90MS, res.P99MS, res.P999MS, res.Errors, res.RPSRatio,
+			ratioRange(res), res.P99Ratio, u.ServerCPUSeconds, u.ServerRSSEndMiB, u.RedisCmdsPerReq, u.RedisCPUSeconds,
+			u.LoadgenCPUSeconds, res.Non2xx)
 	}
 	for _, res := range r.Results {
 		for _, n := range res.Notes {
 			fmt.Fprintf(w, "  %s: %s\n", res.Scenario, n)
 		}
 	}
+}
+
+// driverColumn is printText's short name for a row's load generator.
+func driverColumn(driver string) string {
+	if driver == driverWrk {
+		return "wrk"
+	}
+	return "go"
+}
+
+// ratioRange is printText's [min–max] of a row's per-round throughput
+// ratios, "-" for a row without rounds.
+func ratioRange(res Result) string {
+	if len(res.RoundRPSRatios) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("[%.2f–%.2f]", res.RPSRatioMin, res.RPSRatioMax)
 }
 
 func writeJSON(stdout io.Writer, path string, r any) error {

@@ -33,14 +33,35 @@ func runPaired(ctx context.Context, o *options, sc scenario) Result {
 	}
 	res := summarize(sc.name, all, elapsed)
 	res.Description = sc.description
-	used.RedisCmdsPerReq = 0
-	if res.Requests > 0 && used.RedisCommands > 0 {
-		used.RedisCmdsPerReq = float64(used.RedisCommands) / float64(res.Requests)
-	}
-	res.Usage = used
-	res.RoundRPSRatios = rpsRatios
-	res.RPSRatio, res.P99Ratio = median(rpsRatios), median(p99Ratios)
+	res.Usage = perRequest(used, res.Requests)
+	setRoundRatios(&res, rpsRatios, p99Ratios)
 	return res
+}
+
+// perRequest is the rounds' summed usage with its Redis commands per
+// request recomputed over all of the rounds' requests.
+func perRequest(used usage, requests int) usage {
+	used.RedisCmdsPerReq = 0
+	if requests > 0 && used.RedisCommands > 0 {
+		used.RedisCmdsPerReq = float64(used.RedisCommands) / float64(requests)
+	}
+	return used
+}
+
+// setRoundRatios sets res's ratios from its paired rounds' throughput and
+// p99 ratios: the median of each, and the range of the throughput ones.
+func setRoundRatios(res *Result, rps, p99 []float64) {
+	res.RoundRPSRatios = rps
+	res.RPSRatio, res.P99Ratio = median(rps), median(p99)
+	res.RPSRatioMin, res.RPSRatioMax = 0, 0
+	for i, x := range rps {
+		if i == 0 || x < res.RPSRatioMin {
+			res.RPSRatioMin = x
+		}
+		if i == 0 || x > res.RPSRatioMax {
+			res.RPSRatioMax = x
+		}
+	}
 }
 
 // addUsage adds one round's usage to the total: CPU and commands add up,

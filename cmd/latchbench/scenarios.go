@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +28,9 @@ type scenario struct {
 	// metered says run meters its own measured part (Result.Usage), so the
 	// streams it opens before it are not counted.
 	metered bool
+	// wrk, when set, is the same load for wrk (-wrk); nil: wrk cannot
+	// express it.
+	wrk *wrkLoad
 }
 
 // bench holds what the scenarios need to know about the server.
@@ -78,11 +83,13 @@ func (b *bench) scenarios() []scenario {
 			name:        "ceiling",
 			description: "GET /healthz: the same server's trivial route, the throughput ceiling",
 			op:          healthz,
+			wrk:         &wrkCeiling,
 		},
 		{
 			name:        "gate",
 			description: "GET /v1/ratelimit/gate/{policy} with many client IPs in a trusted X-Forwarded-For",
 			op:          b.gate,
+			wrk:         b.wrkGate(b.gatePolicy, false),
 		},
 		{
 			name:        "check",
@@ -91,6 +98,7 @@ func (b *bench) scenarios() []scenario {
 				body := fmt.Sprintf(`{"policy":%q,"key":"user-%d"}`, b.checkPolicy, w.next()%uint64(b.ips))
 				w.do(newRequest(ctx, http.MethodPost, b.base+"/v1/ratelimit/check", body), false)
 			},
+			wrk: &wrkLoad{script: "check.lua", path: "/", args: []string{b.checkPolicy, strconv.Itoa(b.ips)}},
 		},
 		{
 			name:        "lock",
@@ -98,6 +106,7 @@ func (b *bench) scenarios() []scenario {
 			op: func(ctx context.Context, w *worker) {
 				b.acquireRelease(ctx, w, fmt.Sprintf("bench-%d", w.next()%uint64(b.names)), `{"ttl":"10s"}`)
 			},
+			wrk: wrkCycle("/v1/locks/bench-", b.names, `{"ttl":"10s"}`),
 		},
 		{
 			name: "election",
@@ -107,6 +116,7 @@ func (b *bench) scenarios() []scenario {
 				b.acquireReleaseAt(ctx, w, "/v1/elections/"+fmt.Sprintf("bench-%d", w.next()%uint64(b.names)),
 					`{"value":"10.0.0.7:5432","ttl":"10s"}`)
 			},
+			wrk: wrkCycle("/v1/elections/bench-", b.names, `{"value":"10.0.0.7:5432","ttl":"10s"}`),
 		},
 		{
 			name:        "contended",
@@ -114,6 +124,7 @@ func (b *bench) scenarios() []scenario {
 			op: func(ctx context.Context, w *worker) {
 				b.acquireRelease(ctx, w, fmt.Sprintf("hot-%d", w.next()%uint64(b.hotNames)), `{"ttl":"5s","wait":"2s"}`)
 			},
+			wrk: wrkCycle("/v1/locks/hot-", b.hotNames, `{"ttl":"5s","wait":"2s"}`).settled(),
 		},
 		{
 			name:        "rwlock",
@@ -127,12 +138,16 @@ func (b *bench) scenarios() []scenario {
 				b.acquireReleaseAt(ctx, w, "/v1/rwlocks/"+fmt.Sprintf("hot-%d", n%uint64(b.hotNames)),
 					`{"mode":"`+mode+`","ttl":"5s","wait":"2s"}`)
 			},
+			// Nine read bodies to one write body: 90% read leases.
+			wrk: wrkCycle("/v1/rwlocks/hot-", b.hotNames, append(slices.Repeat([]string{`{"mode":"read","ttl":"5s","wait":"2s"}`}, 9),
+				`{"mode":"write","ttl":"5s","wait":"2s"}`)...).settled(),
 		},
 		{
 			name:        "keepalive",
 			description: "gate traffic while keep-alive leases are held and renewed by the server",
 			setup:       b.holdKeepaliveLeases,
 			op:          b.gate,
+			wrk:         b.wrkGate(b.gatePolicy, false),
 		},
 		{
 			name: "keepidle",
@@ -140,6 +155,7 @@ func (b *bench) scenarios() []scenario {
 				"the Redis cost of renewing alone (not in the default list)",
 			setup: b.holdKeepaliveLeases,
 			op:    healthz,
+			wrk:   &wrkCeiling,
 		},
 		{
 			name:        "waiters",
@@ -162,6 +178,36 @@ func (b *bench) gate(ctx context.Context, w *worker) {
 	req := newRequest(ctx, http.MethodGet, b.base+"/v1/ratelimit/gate/"+b.gatePolicy, "")
 	req.Header.Set("X-Forwarded-For", clientIP(w.next()%uint64(b.ips)))
 	w.do(req, false)
+}
+
+// wrkGate is gate.lua's load: GET the policy's gate with one of b.ips client
+// IPs in X-Forwarded-For and, with apiKey, the X-Api-Key of the same number.
+func (b *bench) wrkGate(policy string, apiKey bool) *wrkLoad {
+	key := "0"
+	if apiKey {
+		key = "1"
+	}
+	return &wrkLoad{script: "gate.lua", path: "/", args: []string{"/v1/ratelimit/gate/" + policy, strconv.Itoa(b.ips), key}}
+}
+
+// wrkCycle is cycle.lua's load: acquire prefix+N (N below names; names 0:
+// prefix itself) with one of bodies, release with its token.
+func wrkCycle(prefix string, names int, bodies ...string) *wrkLoad {
+	return &wrkLoad{script: "cycle.lua", path: "/", args: append([]string{prefix, strconv.Itoa(names)}, bodies...)}
+}
+
+// settled is l with settle set to every one of its cycle's names: few
+// names, on which what a stopped run left held would block the next.
+func (l *wrkLoad) settled() *wrkLoad {
+	prefix, names := l.args[0], l.args[1]
+	n, _ := strconv.Atoi(names)
+	if n == 0 {
+		l.settle = []string{prefix}
+	}
+	for i := range n {
+		l.settle = append(l.settle, prefix+strconv.Itoa(i))
+	}
+	return l
 }
 
 // acquireRelease acquires name with body and, when granted, releases it

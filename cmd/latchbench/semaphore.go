@@ -20,5 +20,8 @@ func semaphoreScenario(b *bench) scenario {
 			b.acquireReleaseAt(ctx, w, "/v1/semaphores/bench-sem",
 				fmt.Sprintf(`{"permits":%d,"count":%d,"ttl":"5s","wait":"2s"}`, semaphorePermits, count))
 		},
+		wrk: wrkCycle("/v1/semaphores/bench-sem", 0,
+			fmt.Sprintf(`{"permits":%d,"count":1,"ttl":"5s","wait":"2s"}`, semaphorePermits),
+			fmt.Sprintf(`{"permits":%d,"count":2,"ttl":"5s","wait":"2s"}`, semaphorePermits)).settled(),
 	}
 }

@@ -1,0 +1,2 @@
+-- plain.lua: wrk's own request, a GET of the URL it is given (the ceiling's
+-- /healthz, a gateway's /), built once; report.lua prints the figures.
