@@ -204,8 +204,8 @@ func TestListItemsAreWhatGetAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	past := float64(now.UnixMilli() - 1000)
+	expireReader(t, e, "stale", stale.Token(), now.UnixMilli()-1000)
 	for key, token := range map[string]string{
-		locks.RWKeysOf(e.Prefix, "stale").Readers:             stale.Token(),
 		locks.SemaphoreKeysOf(e.Prefix, "pool-stale").Holders: semStale.Token(),
 	} {
 		if err := e.RDB.ZAddXX(ctx, key, redis.Z{Score: past, Member: token}).Err(); err != nil {

@@ -186,7 +186,7 @@ func TestFenceRetentionFollowsTheLeaseOnRedis(t *testing.T) {
 		grant   func(ttl time.Duration) (token string, err error)
 		release func(token string) error
 	}{
-		{"read lease", locks.RWKeysOf(e.Prefix, "catalog").Fence,
+		{"read lease", locks.RWKeysOf(e.Prefix, "catalog").State,
 			func(ttl time.Duration) (string, error) {
 				l, err := svc.AcquireRW(t.Context(), "catalog", read(ttl))
 				return l.Token, err

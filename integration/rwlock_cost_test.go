@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -57,4 +58,80 @@ func TestRWLockAttemptCostDoesNotGrowWithItsQueue(t *testing.T) {
 			t.Errorf("a queued writer ended with %d, want granted and released (200)", s)
 		}
 	}
+}
+
+// TestRWLockRequestCost: a read/write lock's request costs Redis a handful
+// of commands, as the exclusive lock's does (counting those the scripts
+// run, INFO commandstats on every primary, averaged over 20 requests so
+// that the sampler's background reads are a fraction of one): a grant
+// reads the state hash once and writes it once, reads the queue only when
+// someone waits, and the readers one by one only once one may have expired.
+// Before the readers' expiries were folded into the state hash a contended
+// request cost 40 commands.
+func TestRWLockRequestCost(t *testing.T) {
+	e := newTestEnv(t)
+	const n = 20
+	perRequest := func(requests int, do func(i int)) float64 {
+		t.Helper()
+		before := redisCalls(t, e.RDB)
+		for i := range n {
+			do(i)
+		}
+		after := redisCalls(t, e.RDB)
+		var total int64
+		for cmd, calls := range after {
+			if cmd != "info" {
+				total += calls - before[cmd]
+			}
+		}
+		return float64(total) / float64(n*requests)
+	}
+	cycle := func(name, mode string) {
+		r := e.do(t, "POST", "/v1/rwlocks/"+name, `{"mode":"`+mode+`","ttl":"30s"}`)
+		wantStatus(t, r, http.StatusCreated)
+		wantStatus(t, e.do(t, "DELETE", "/v1/rwlocks/"+name, "", "Lock-Token", r.Header.Get("Lock-Token")), http.StatusOK)
+	}
+	// A lock read by others: every reader's grant and release.
+	others := e.do(t, "POST", "/v1/rwlocks/shared", `{"mode":"read","ttl":"1m"}`)
+	wantStatus(t, others, http.StatusCreated)
+	for _, c := range []struct {
+		what string
+		do   func(i int)
+		most float64
+	}{
+		{"a read lease taken and released on a free lock", func(int) { cycle("free-read", "read") }, 8},
+		{"a write lease taken and released on a free lock", func(int) { cycle("free-write", "write") }, 8},
+		{"a read lease taken and released beside another reader", func(int) { cycle("shared", "read") }, 8},
+	} {
+		if got := perRequest(2, c.do); got > c.most {
+			t.Errorf("%s: %.1f Redis commands a request, want at most %.0f", c.what, got, c.most)
+		} else {
+			t.Logf("%s: %.1f Redis commands a request", c.what, got)
+		}
+	}
+
+	// Behind a writer with 8 writers queued: a reader's refused attempt
+	// reads the queue once and registers nothing.
+	w := e.do(t, "POST", "/v1/rwlocks/busy", `{"mode":"write","ttl":"1m"}`)
+	wantStatus(t, w, http.StatusCreated)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { e.send(ctx, "POST", "/v1/rwlocks/busy", `{"mode":"write","ttl":"10s","wait":"60s"}`) })
+	}
+	eventually(t, 20*time.Second, "8 writers queued", func() bool {
+		st := e.do(t, "GET", "/v1/rwlocks/busy", "").JSON(t)
+		wt, _ := st["waiters"].(map[string]any)
+		return wt != nil && wt["write"] == float64(8)
+	})
+	refused := perRequest(1, func(int) {
+		wantStatus(t, e.do(t, "POST", "/v1/rwlocks/busy", `{"mode":"read","ttl":"10s"}`), http.StatusConflict)
+	})
+	if refused > 8 {
+		t.Errorf("a read attempt behind a writer and 8 queued writers: %.1f Redis commands, want at most 8", refused)
+	} else {
+		t.Logf("a read attempt behind a writer and 8 queued writers: %.1f Redis commands", refused)
+	}
+	cancel()
+	wg.Wait()
 }

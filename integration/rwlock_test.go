@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,5 +327,26 @@ func TestRWLockHoldWithCurl(t *testing.T) {
 	}
 	if got := metricValue(t, e, `latchkey_rwlock_releases_total{kind="final",mode="read"}`); got != 1 {
 		t.Errorf("read releases = %v, want 1 (the hold's)", got)
+	}
+}
+
+// expireReader moves the expiry of token's read lease of the read/write
+// lock name to atMS (Redis clock, ms), as time would, leaving its field in
+// the state hash: the reader's own expiry and the state's soonest one.
+func expireReader(t *testing.T, e *testEnv, name, token string, atMS int64) {
+	t.Helper()
+	ctx := t.Context()
+	state := locks.RWKeysOf(e.Prefix, name).State
+	v, err := e.RDB.HGet(ctx, state, token).Result()
+	if err != nil {
+		t.Fatalf("the reader's field of %s: %v", name, err)
+	}
+	f := strings.SplitN(v, ",", 8) // n,l,f,ku,kh,kb,x,o
+	if len(f) != 8 {
+		t.Fatalf("the reader's field of %s is %q, want n,l,f,ku,kh,kb,x,o", name, v)
+	}
+	f[6] = strconv.FormatInt(atMS, 10)
+	if err := e.RDB.HSet(ctx, state, token, strings.Join(f, ","), "rlo", atMS).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,13 +1,11 @@
 -- rw_inspect: read the state of a read/write lock (read-only). Expired
 -- leases are not counted, though only a state change removes them.
 --
--- KEYS[1]  state hash (fields: see rw_acquire.lua)
--- KEYS[2]  readers zset (token -> expiry, ms)
--- KEYS[3]  fence counter
--- KEYS[4]  waiters zset (token -> deadline, ms)
--- KEYS[5]  queue list ("r<token>" / "w<token>")
--- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
--- KEYS[7]  keep-alive registry (zset)
+-- KEYS[1]  state hash (its fields: see lib/rw.lua)
+-- KEYS[2]  waiters zset (token -> deadline, ms)
+-- KEYS[3]  queue list ("r<token>" / "w<token>")
+-- KEYS[4]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[5]  keep-alive registry (zset)
 -- ARGV[1]  token to look up, or "" for none
 -- ARGV[2]  the token's keep-alive registry member, or ""
 -- ARGV[3]  the most leases to describe in leases (0 for none)
@@ -29,34 +27,48 @@
 --   is the Redis TIME of its grant in µs (see rw_acquire.lua), never its
 --   token. leases_truncated is 1 when more leases are held than listed.
 --#include lib/rw.lua
-local S, H, F, W, Q, L, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local S, W, Q, L, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tok = ARGV[1]
-local v = redis.call('HMGET', S, 'w', 'wn', 'wf', 'wl', 'wx', 'm', 'wku', 'wkh', 'wkb', 'wo')
-local wx = tonumber(v[5]) or 0
-local write_held = v[1] and wx > now_ms
-local readers = redis.call('ZCOUNT', H, '(' .. now_ms, '+inf')
-local fence = write_held and tonumber(v[3]) or tonumber(redis.call('GET', F) or '0') or 0
-local wr, ww = 0, 0
-local live = {}
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', W, '(' .. now_ms, '+inf')) do live[m] = true end
-for _, e in ipairs(redis.call('LRANGE', Q, 0, -1)) do
-  if live[string.sub(e, 2)] then
-    if string.sub(e, 1, 1) == 'w' then ww = ww + 1 else wr = wr + 1 end
+local all = redis.call('HGETALL', S)
+local v, readers = {}, {}
+for i = 1, #all, 2 do
+  local f = all[i]
+  if rw_is_reader(f) then
+    local r = rw_reader(all[i + 1])
+    if r.x > now_ms then
+      r.tok = f
+      readers[#readers + 1] = r
+    end
+  else
+    v[f] = all[i + 1]
   end
 end
-local busy = write_held or readers > 0 or wr + ww > 0
-local fair = (busy and v[6] == '1') and 1 or 0
+local wx = tonumber(v.wx) or 0
+local write_held = v.w and wx > now_ms
+local fence = write_held and tonumber(v.wf) or tonumber(v.lf) or 0
+local wr, ww = 0, 0
+if (tonumber(v.qn) or 0) > 0 then
+  local live = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', W, '(' .. now_ms, '+inf')) do live[m] = true end
+  for _, e in ipairs(redis.call('LRANGE', Q, 0, -1)) do
+    if live[string.sub(e, 2)] then
+      if string.sub(e, 1, 1) == 'w' then ww = ww + 1 else wr = wr + 1 end
+    end
+  end
+end
+local busy = write_held or #readers > 0 or wr + ww > 0
+local fair = (busy and v.m == '1') and 1 or 0
 local mode, n, ttl, ku, kh, kb, owner, lost = 0, 0, 0, 0, 0, 0, '', ''
 if tok ~= '' then
-  local exp = tonumber(redis.call('ZSCORE', H, tok))
-  if exp and exp > now_ms then
-    local r = rw_reader(redis.call('HGET', S, tok))
-    mode, n, ttl, ku, kh, kb, owner = 1, r.n, exp - now_ms, r.ku, r.kh, r.kb, r.o
+  for _, r in ipairs(readers) do
+    if r.tok == tok then
+      mode, n, ttl, ku, kh, kb, owner = 1, r.n, r.x - now_ms, r.ku, r.kh, r.kb, r.o
+    end
   end
-  if write_held and v[1] == tok then
+  if write_held and v.w == tok then
     mode = mode + 2
-    n, ttl, owner = tonumber(v[2]), wx - now_ms, v[10] or ''
-    ku, kh, kb = tonumber(v[7]) or 0, tonumber(v[8]) or 0, tonumber(v[9]) or 0
+    n, ttl, owner = tonumber(v.wn), wx - now_ms, v.wo or ''
+    ku, kh, kb = tonumber(v.wku) or 0, tonumber(v.wkh) or 0, tonumber(v.wkb) or 0
   end
   if mode == 0 then
     lost = redis.call('HGET', L, tok) or ''
@@ -67,18 +79,18 @@ if tok ~= '' then
 end
 local leases, most = {}, tonumber(ARGV[3]) or 0
 if write_held and most > 0 then
-  leases[1] = {v[10] or '', tonumber(v[3]) or 0, wx - now_ms, 2}
+  leases[1] = {v.wo or '', tonumber(v.wf) or 0, wx - now_ms, 2}
 end
-if most > #leases then
-  local rs = redis.call('ZRANGEBYSCORE', H, '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, most - #leases)
-  for i = 1, #rs, 2 do
-    local rv = redis.call('HGET', S, rs[i])
-    if rv then
-      local r = rw_reader(rv)
-      leases[#leases + 1] = {r.o, tonumber(r.f), tonumber(rs[i + 1]) - now_ms, 1}
-    end
+if most > #leases and #readers > 0 then
+  table.sort(readers, function(a, b)
+    if a.x ~= b.x then return a.x < b.x end
+    return a.tok < b.tok
+  end)
+  for i = 1, math.min(#readers, most - #leases) do
+    local r = readers[i]
+    leases[#leases + 1] = {r.o, tonumber(r.f), r.x - now_ms, 1}
   end
 end
-local truncated = most > 0 and (write_held and 1 or 0) + readers > most and 1 or 0
-return {write_held and 1 or 0, readers, fence, now_ms, wr, ww, fair, mode, n, ttl, ku, kh, kb, lost, owner,
+local truncated = most > 0 and (write_held and 1 or 0) + #readers > most and 1 or 0
+return {write_held and 1 or 0, #readers, fence, now_ms, wr, ww, fair, mode, n, ttl, ku, kh, kb, lost, owner,
   leases, truncated}

@@ -2,14 +2,12 @@
 -- read/write lock. The last hold of the write lease, and the last hold of
 -- the last reader, publish a wake-up for waiters.
 --
--- KEYS[1]  state hash (fields: see rw_acquire.lua)
--- KEYS[2]  readers zset (token -> expiry, ms)
--- KEYS[3]  waiters zset (token -> deadline, ms)
--- KEYS[4]  pub/sub channel that waiters of this lock listen on
--- KEYS[5]  keep-alive registry (zset)
--- KEYS[6]  lost-lease reasons of this lock (hash: token -> reason)
--- KEYS[7]  fence counter; when nobody holds the lock any more it is kept
---          for the fence retention only
+-- KEYS[1]  state hash (its fields: see lib/rw.lua); when nobody holds the
+--          lock any more it is kept for the fence retention only (and
+--          while someone waits)
+-- KEYS[2]  pub/sub channel that waiters of this lock listen on
+-- KEYS[3]  keep-alive registry (zset)
+-- KEYS[4]  lost-lease reasons of this lock (hash: token -> reason)
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  mode: "w" write, "r" read, "" the token's write lease when it
 --          holds one, else its read lease
@@ -23,55 +21,58 @@
 --   mode 1 = the read lease, 2 = the write lease.
 --#include lib/rw.lua
 --#include lib/lost.lua
-local S, H, W, C, R, L, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local S, C, R, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tok, mode = ARGV[1], ARGV[2]
-local writer, readers = rw_prune(S, H)
+local st = rw_load(S, tok)
+rw_prune(st)
+local writer = st.w
 if mode == '' then
   mode = writer == tok and 'w' or 'r'
 end
 local m = mode == 'w' and 2 or 1
-local rv = mode == 'r' and redis.call('HGET', S, tok)
+local rv = mode == 'r' and st.mine
 if (mode == 'w' and writer ~= tok) or (mode == 'r' and not rv) then
-  if writer or readers > 0 then
+  if rw_held(st) then
     return {-2, 0, m}
   end
   return {-1, 0, m}
 end
-local count, freed, ka_left
+local count, kept, ka_left
 if mode == 'w' then
-  count = redis.call('HINCRBY', S, 'wn', -1)
-  if count <= 0 then
-    redis.call('HDEL', S, unpack(rw_writer_fields))
-    freed = true
-    local r = rv or redis.call('HGET', S, tok)
-    ka_left = r and rw_reader(r).ku > 0
+  count = st.wn - 1
+  if count > 0 then
+    rw_put(st, 'wn', count)
+  else
+    kept = st.wku
+    rw_drop_writer(st)
+    ka_left = st.mine and rw_reader(st.mine).ku > 0
   end
 else
   local r = rw_reader(rv)
   r.n = r.n - 1
   count = r.n
   if count > 0 then
-    redis.call('HSET', S, tok, rw_packed(r))
+    rw_put(st, tok, rw_packed(r))
   else
-    redis.call('HDEL', S, tok)
-    redis.call('ZREM', H, tok)
-    freed = redis.call('ZCARD', H) == 0
-    ka_left = writer == tok and redis.call('HGET', S, 'wku')
+    kept = r.ku > 0
+    rw_drop(st, tok)
+    rw_sub_reader(st)
+    ka_left = writer == tok and st.wku
   end
 end
-if count <= 0 then
+if count <= 0 and kept then
   if not ka_left then
     -- no renewal may follow: the token keeps no other kept-alive lease here
     redis.call('ZREM', R, ARGV[3])
   end
-  lost_forget(L, tok) -- a released lease is not lost
+  lost_forget(L, tok) -- a released lease is not lost (nor at its max hold)
 end
-rw_settle(S, H, W)
+local freed = count <= 0 and not rw_held(st)
 if freed then
-  if redis.call('ZCARD', H) == 0 and redis.call('HEXISTS', S, 'w') == 0 then
-    -- nobody holds the lock: the counter outlives its last lease by the retention
-    redis.call('PEXPIRE', F, ARGV[4])
-  end
+  rw_free(st, tonumber(ARGV[4]))
+end
+rw_flush(st)
+if count <= 0 and (mode == 'w' or st.rc == 0) then
   redis.call('PUBLISH', C, 'released')
 end
 return {1, math.max(count, 0), m}

@@ -2,14 +2,12 @@
 -- its read lease, or both). On a keep-alive lease this is also the
 -- holder's heartbeat, and the TTL never reaches past its max-hold deadline.
 --
--- KEYS[1]  state hash (fields: see rw_acquire.lua)
--- KEYS[2]  readers zset (token -> expiry, ms)
--- KEYS[3]  lost-lease reasons of this lock (hash: token -> reason)
--- KEYS[4]  keep-alive registry (zset: member -> next renewal due, ms)
--- KEYS[5]  pub/sub channel that waiters and hold streams listen on
--- KEYS[6]  fence counter; kept, as a grant keeps it, for at least the
---          renewed leases' span and the fence retention after it
--- KEYS[7]  waiters zset (token -> deadline, ms)
+-- KEYS[1]  state hash (its fields: see lib/rw.lua); kept, as a grant keeps
+--          it, for at least the renewed leases' span and the fence
+--          retention after it
+-- KEYS[2]  lost-lease reasons of this lock (hash: token -> reason)
+-- KEYS[3]  keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[4]  pub/sub channel that waiters and hold streams listen on
 -- ARGV[1]  token (base64url)
 -- ARGV[2]  new lease TTL in milliseconds; 0 renews for each lease's own TTL
 -- ARGV[3]  how long lost-lease reasons are kept, in milliseconds
@@ -27,13 +25,14 @@
 --#include lib/rw.lua
 --#include lib/lost.lua
 --#include lib/heartbeat.lua
-local S, H, L, R, C, F, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local S, L, R, C = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tok, mode = ARGV[1], ARGV[6]
-local writer, readers = rw_prune(S, H)
-local want_w = (mode == 'w' or mode == '') and writer == tok
-local rv = (mode == 'r' or mode == '') and readers > 0 and redis.call('HGET', S, tok)
+local st = rw_load(S, tok)
+rw_prune(st)
+local want_w = (mode == 'w' or mode == '') and st.w == tok
+local rv = (mode == 'r' or mode == '') and st.mine
 if not want_w and not rv then
-  if writer or readers > 0 then
+  if rw_held(st) then
     return {-2, 0, 0, 0, now_ms, 0, 0, 0}
   end
   return {-1, 0, 0, 0, now_ms, 0, 0, 0}
@@ -51,6 +50,7 @@ local function renew(lttl, untl, old_exp, fence, owner)
   end
   if now_ms + pttl < old_exp then shortened = true end
   span = math.max(span, pttl, (untl or 0) - now_ms)
+  rw_live(st, now_ms + pttl)
   return pttl
 end
 local out
@@ -59,26 +59,27 @@ if rv then
   local lttl = ask > 0 and ask or r.l
   r.l = lttl
   if r.ku > 0 then r.kb = now_ms end
-  local pttl = renew(lttl, r.ku, tonumber(redis.call('ZSCORE', H, tok)), r.f, r.o)
-  redis.call('HSET', S, tok, rw_packed(r))
-  redis.call('ZADD', H, now_ms + pttl, tok)
+  local pttl = renew(lttl, r.ku, r.x, r.f, r.o)
+  r.x = now_ms + pttl
+  rw_put(st, tok, rw_packed(r))
+  rw_reader_until(st, r.x)
   out = {1, r.n, tonumber(r.f), pttl, now_ms, r.ku, r.kh, 1}
 end
 if want_w then
-  local v = redis.call('HMGET', S, 'wn', 'wf', 'wl', 'wx', 'wku', 'wkh', 'wo')
-  local lttl = ask > 0 and ask or tonumber(v[3])
-  local untl = tonumber(v[5])
-  if untl then redis.call('HSET', S, 'wkb', now_ms) end
-  local pttl = renew(lttl, untl, tonumber(v[4]), v[2], v[7])
-  redis.call('HSET', S, 'wl', lttl, 'wx', now_ms + pttl)
-  out = {1, tonumber(v[1]), tonumber(v[2]), pttl, now_ms, untl or 0, tonumber(v[6]) or 0, 2}
+  local lttl = ask > 0 and ask or st.wl
+  local untl = st.wku
+  if untl then rw_put(st, 'wkb', now_ms) end
+  local pttl = renew(lttl, untl, st.wx, st.wf, st.wo)
+  rw_put(st, 'wl', lttl)
+  rw_put(st, 'wx', now_ms + pttl)
+  out = {1, st.wn, tonumber(st.wf), pttl, now_ms, untl or 0, st.wkh or 0, 2}
 end
 if due and ask > 0 then
   -- the next renewal was due on the old TTL's schedule
   redis.call('ZADD', R, due, ARGV[4])
 end
-rw_settle(S, H, W)
-rw_keep(F, span + tonumber(ARGV[5]))
+rw_keep(st, span + tonumber(ARGV[5]))
+rw_flush(st)
 if shortened then
   redis.call('PUBLISH', C, 'shortened')
 end

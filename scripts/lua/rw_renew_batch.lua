@@ -5,9 +5,8 @@
 -- each is checked against its own bounds and renewed, or lost.
 --
 -- KEYS[1]      keep-alive registry (zset: member -> next renewal due, ms)
--- KEYS[3i-1]   state hash of entry i's lock (fields: see rw_acquire.lua)
--- KEYS[3i]     readers zset of entry i's lock
--- KEYS[3i+1]   lost-lease reasons of entry i's lock (hash: token -> reason)
+-- KEYS[2i]     state hash of entry i's lock (its fields: see lib/rw.lua)
+-- KEYS[2i+1]   lost-lease reasons of entry i's lock (hash: token -> reason)
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("rw/<token>:<name>")
 --
@@ -21,27 +20,26 @@
 --#include lib/lost.lua
 --#include lib/keepalive.lua
 return renew_entries(function(i, m)
-    local S, H, L = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+    local S, L = KEYS[2 * i], KEYS[2 * i + 1]
     local code, reason = 0, ''
     local tok = string.match(m, '^%a+/([^:]+):')
     local ok = pcall(function()
-      -- the token's kept-alive leases: {ttl, until, hb, hb_at, set(expiry)}
+      local st = rw_load(S, tok)
+      -- the token's kept-alive leases: {ttl, until, hb, hb_at, w, f, o, exp}
       local leases = {}
       local any = false
-      local v = redis.call('HMGET', S, 'w', 'wx', 'wl', 'wku', 'wkh', 'wkb', 'wf', 'wo')
-      if v[1] == tok and (tonumber(v[2]) or 0) > now_ms then
+      if st.w == tok and (st.wx or 0) > now_ms then
         any = true
-        if v[4] then
-          leases[#leases + 1] = {ttl = tonumber(v[3]), untl = tonumber(v[4]), hb = tonumber(v[5]) or 0,
-            hb_at = tonumber(v[6]) or 0, w = true, f = v[7], o = v[8], exp = tonumber(v[2])}
+        if st.wku then
+          leases[#leases + 1] = {ttl = st.wl, untl = st.wku, hb = st.wkh or 0, hb_at = st.wkb or 0, w = true,
+            f = st.wf, o = st.wo, exp = st.wx}
         end
       end
-      local exp = tonumber(redis.call('ZSCORE', H, tok))
-      if exp and exp > now_ms then
+      local r = st.mine and rw_reader(st.mine)
+      if r and r.x > now_ms then
         any = true
-        local r = rw_reader(redis.call('HGET', S, tok))
         if r.ku > 0 then
-          leases[#leases + 1] = {ttl = r.l, untl = r.ku, hb = r.kh, hb_at = r.kb, w = false, f = r.f, o = r.o, exp = exp}
+          leases[#leases + 1] = {ttl = r.l, untl = r.ku, hb = r.kh, hb_at = r.kb, w = false, f = r.f, o = r.o, exp = r.x}
         end
       end
       if not any then
@@ -55,33 +53,36 @@ return renew_entries(function(i, m)
         redis.call('ZREM', KEYS[1], m)
         return
       end
-      local nxt, renewed, missed, upto = nil, false, false, 0
+      local nxt, renewed, missed = nil, false, false
       for _, l in ipairs(leases) do
         if now_ms >= l.untl then
           reason = 'max_hold'
           lose(L, tok, reason, l.untl, l.f, l.o)
           if l.w then
-            redis.call('HDEL', S, unpack(rw_writer_fields))
+            rw_drop_writer(st)
           else
-            redis.call('HDEL', S, tok)
-            redis.call('ZREM', H, tok)
+            rw_drop(st, tok)
+            rw_sub_reader(st)
           end
         elseif l.hb > 0 and now_ms - l.hb_at > l.hb then
           missed = true
           reason = 'heartbeat_missed'
           lose(L, tok, reason, l.exp, l.f, l.o)
-          local e = l.w and tonumber(v[2]) or exp
-          if not nxt or e < nxt then nxt = e end
+          if not nxt or l.exp < nxt then nxt = l.exp end
         else
           renewed = true
           local pttl, d, why = next_renewal(L, tok, l.ttl, l.untl, l.f, l.o)
           if why ~= '' then reason = why end
           if l.w then
-            redis.call('HSET', S, 'wx', now_ms + pttl)
+            rw_put(st, 'wx', now_ms + pttl)
           else
-            redis.call('ZADD', H, now_ms + pttl, tok)
+            r.x = now_ms + pttl
+            rw_put(st, tok, rw_packed(r))
+            rw_reader_until(st, r.x)
           end
-          upto = math.max(upto, pttl)
+          -- S lives at least as long as the renewed leases (waiters may
+          -- need it longer: never shortened here)
+          rw_live(st, now_ms + pttl)
           if not nxt or d < nxt then nxt = d end
         end
       end
@@ -98,12 +99,7 @@ return renew_entries(function(i, m)
       else
         redis.call('ZREM', KEYS[1], m)
       end
-      -- the keys live at least as long as the renewed leases (waiters may
-      -- need them longer: never shortened here)
-      for _, k in ipairs({S, H}) do
-        local pt = redis.call('PTTL', k)
-        if pt >= 0 and pt < upto then redis.call('PEXPIRE', k, upto) end
-      end
+      rw_flush(st)
     end)
     if not ok then
       -- not a read/write lock's keys (written by something else): drop the

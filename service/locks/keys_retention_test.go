@@ -153,7 +153,7 @@ var retentionCases = map[string]retentionCase{
 				t.Fatal(err)
 			}
 		},
-		counter: func(name string) string { return "lk:rw:fence:{" + name + "}" },
+		counter: func(name string) string { return "lk:rw:lock:{" + name + "}" },
 		shared:  true,
 	},
 	"semaphore": {

@@ -57,12 +57,18 @@ func (rwlock) kind() kind { return kindRW }
 // listen: a release may let many readers in at once.
 func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l.join(k, true) }
 
-// acquireCall is rw_acquire.lua on the lock's keys, its holders and its
-// channel.
+// acquireCall is rw_acquire.lua on the lock's keys and its channel.
 func (l rwlock) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := l.s, a.k
-	return rwScripts.acquire, []string{k.lock, k.fence, k.waiters, k.queue, s.registryKey(k), k.lost, k.holders, k.channel},
-		rwAcquireArgs(s.cfg, a.req, k.regName(), waiterTimeout, a.keepTTL)
+	return rwScripts.acquire, []string{k.lock, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
+		rwAcquireArgs(s.cfg, a.req, k.regName(), waiterTimeout, a.keepTTL, a.ownToken)
+}
+
+// leave runs rw_leave.lua, which also counts the waiter out of the state's
+// queued waiters.
+func (l rwlock) leave(ctx context.Context, k lockKeys, token string) error {
+	_, err := l.s.st.Run(ctx, l.ls.leave, []string{k.waiters, k.queue, k.channel, k.lock}, leaveArgs(token)...)
+	return err
 }
 
 // readAttempt reads acquire.lua's reply, the lease's mode, and an upgrade
@@ -88,7 +94,7 @@ func (l rwlock) release(ctx context.Context, k lockKeys, token string) (Released
 func (l rwlock) releaseMode(ctx context.Context, k lockKeys, token string, mode RWMode) (Released, error) {
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwScripts.release,
-		[]string{k.lock, k.holders, k.waiters, k.channel, s.registryKey(k), k.lost, k.fence},
+		[]string{k.lock, k.channel, s.registryKey(k), k.lost},
 		rwReleaseArgs(s.cfg, k.regName(), token, mode)...)
 	v, err := ownerReply("rw_release", 3, res, err)
 	if err != nil {
@@ -116,7 +122,7 @@ func (l rwlock) renew(ctx context.Context, k lockKeys, token string, ttl time.Du
 func (l rwlock) renewMode(ctx context.Context, k lockKeys, token string, mode RWMode, ttl time.Duration) (Lease, error) {
 	s := l.s
 	res, err := s.st.RunReplicated(ctx, rwScripts.renew,
-		[]string{k.lock, k.holders, k.lost, s.registryKey(k), k.channel, k.fence, k.waiters},
+		[]string{k.lock, k.lost, s.registryKey(k), k.channel},
 		rwRenewArgs(s.cfg, k.regName(), token, mode, ttl)...)
 	v, err := ownerReply("rw_renew", 8, res, err)
 	if err != nil {
@@ -140,7 +146,7 @@ func (l rwlock) lostReason(ctx context.Context, k lockKeys, token string) string
 }
 
 func (rwlock) batchKeys(keys []string, k lockKeys) []string {
-	return append(keys, k.lock, k.holders, k.lost)
+	return append(keys, k.lock, k.lost)
 }
 
 func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState, error) {
@@ -151,7 +157,7 @@ func (l rwlock) inspect(ctx context.Context, k lockKeys, token string) (RWState,
 func (l rwlock) inspectListing(ctx context.Context, k lockKeys, token string, most int) (RWState, error) {
 	s := l.s
 	res, err := s.st.Run(ctx, rwScripts.inspect,
-		[]string{k.lock, k.holders, k.fence, k.waiters, k.queue, k.lost, s.registryKey(k)},
+		[]string{k.lock, k.waiters, k.queue, k.lost, s.registryKey(k)},
 		heldInspectArgs(kindRW, k.regName(), token, most)...)
 	arr, v, err := inspectReply("rw_inspect", 17, 13, res, err)
 	if err != nil {
@@ -276,7 +282,7 @@ func (s *Service) ForceReleaseRW(ctx context.Context, name string) (bool, error)
 	}
 	k := s.keysIn(ctx, kindRW, name)
 	res, err := s.st.RunReplicated(ctx, rwScripts.forceRelease,
-		[]string{k.lock, k.holders, k.fence, k.channel, s.registryKey(k), k.lost, k.waiters},
+		[]string{k.lock, k.channel, s.registryKey(k), k.lost},
 		forceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return false, err
@@ -315,9 +321,7 @@ func (s *Service) HoldRW(ctx context.Context, name string, req AcquireRequest) (
 // RWKeys are the Redis keys of one read/write lock, as the service names
 // them: for whoever looks at its state in Redis from outside the service.
 type RWKeys struct {
-	State   string // hash: the writer's fields, fairness, one field per reader
-	Readers string // zset: reader token -> lease expiry (ms)
-	Fence   string // fence counter
+	State   string // hash: the writer's fields, fairness, one field per reader (with its expiry), their count, the fence counter
 	Channel string // pub/sub channel for wake-ups
 	Waiters string // zset: waiter token -> deadline
 	Queue   string // list: "r<token>" / "w<token>" of waiters in arrival order
@@ -327,7 +331,7 @@ type RWKeys struct {
 // RWKeysOf names the keys of the read/write lock called name under the key prefix.
 func RWKeysOf(prefix, name string) RWKeys {
 	k := keysOf(prefix, kindRW, name)
-	return RWKeys{State: k.lock, Readers: k.holders, Fence: k.fence, Channel: k.channel,
+	return RWKeys{State: k.lock, Channel: k.channel,
 		Waiters: k.waiters, Queue: k.queue, Lost: k.lost}
 }
 
@@ -371,10 +375,12 @@ func modeOf(v int64) RWMode {
 	return ""
 }
 
-// rwAcquireArgs is rw_acquire.lua's ARGV: acquire.lua's, then the mode.
-func rwAcquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL bool) []any {
-	return append(acquireArgs(cfg, kindRW, req, name, waiterTimeout, keepTTL, 1),
+// rwAcquireArgs is rw_acquire.lua's ARGV: acquire.lua's, then the mode
+// and whether the service made the token for this acquire.
+func rwAcquireArgs(cfg Config, req AcquireRequest, name string, waiterTimeout time.Duration, keepTTL, ownToken bool) []any {
+	return append(acquireArgs(cfg, kindRW, req, name, waiterTimeout, keepTTL, 2),
 		modeArg(req.Mode), // ARGV[13] mode: "r" or "w"
+		flag(ownToken),    // ARGV[14] "1": no earlier lease of the token to clear up after
 	)
 }
 

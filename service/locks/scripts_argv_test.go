@@ -61,7 +61,7 @@ func TestScriptArgsMatchTheirHeaders(t *testing.T) {
 		{"leave.lua", lua.Source("leave"), leaveArgs(req.Token), 0},
 		{"keepalive_due.lua", lua.Source("keepalive_due"), keepaliveDueArgs(10), 0},
 		{"renew_batch.lua", lua.Source("renew_batch"), renewBatchArgs(cfg, members), len(members)},
-		{"rw_acquire.lua", lua.Source("rw_acquire"), rwAcquireArgs(cfg, req, "orders", time.Second, true), 0},
+		{"rw_acquire.lua", lua.Source("rw_acquire"), rwAcquireArgs(cfg, req, "orders", time.Second, true, true), 0},
 		{"rw_release.lua", lua.Source("rw_release"), rwReleaseArgs(cfg, "orders", req.Token, ModeRead), 0},
 		{"rw_renew.lua", lua.Source("rw_renew"), rwRenewArgs(cfg, "orders", req.Token, "", time.Second), 0},
 		{"rw_inspect.lua", lua.Source("rw_inspect"), heldInspectArgs(kindRW, "orders", req.Token, MaxListedLeases), 0},

@@ -49,7 +49,7 @@ func TestSharedArgsCarryTheKindsMember(t *testing.T) {
 		want string
 	}{
 		{"acquire ARGV[9]", acquireArgs(cfg, kindMutex, req.AcquireRequest, "pool", 0, false, 0)[8], registryMember(tok, "pool")},
-		{"rw_acquire ARGV[9]", rwAcquireArgs(cfg, req.AcquireRequest, "pool", 0, false)[8], kindRW.member(tok, "pool")},
+		{"rw_acquire ARGV[9]", rwAcquireArgs(cfg, req.AcquireRequest, "pool", 0, false, false)[8], kindRW.member(tok, "pool")},
 		{"sem_acquire ARGV[9]", semAcquireArgs(cfg, req, "pool", 0)[8], semMember(tok, "pool")},
 		{"sem_release ARGV[2]", releaseArgs(cfg, kindSem, "pool", tok)[1], semMember(tok, "pool")},
 		{"sem_renew ARGV[4]", renewArgs(cfg, kindSem, "pool", tok, 0, 0)[3], semMember(tok, "pool")},
