@@ -109,6 +109,26 @@ func (b *bench) scenarios() []scenario {
 			wrk: wrkCycle("/v1/locks/bench-", b.names, `{"ttl":"10s"}`),
 		},
 		{
+			name: "rwread",
+			description: "POST /v1/rwlocks/{random name} for a read lease, then DELETE with its token (each request " +
+				"counted): the read/write lock's cycle, to compare with lock's (not in the default list)",
+			op: func(ctx context.Context, w *worker) {
+				b.acquireReleaseAt(ctx, w, "/v1/rwlocks/"+fmt.Sprintf("bench-%d", w.next()%uint64(b.names)),
+					`{"mode":"read","ttl":"10s"}`)
+			},
+			wrk: wrkCycle("/v1/rwlocks/bench-", b.names, `{"mode":"read","ttl":"10s"}`),
+		},
+		{
+			name: "semcycle",
+			description: fmt.Sprintf("POST /v1/semaphores/{random name} for 1 of %d permits, then DELETE with its token "+
+				"(each request counted): the semaphore's cycle, to compare with lock's (not in the default list)", semaphorePermits),
+			op: func(ctx context.Context, w *worker) {
+				b.acquireReleaseAt(ctx, w, "/v1/semaphores/"+fmt.Sprintf("bench-%d", w.next()%uint64(b.names)),
+					fmt.Sprintf(`{"permits":%d,"ttl":"10s"}`, semaphorePermits))
+			},
+			wrk: wrkCycle("/v1/semaphores/bench-", b.names, fmt.Sprintf(`{"permits":%d,"ttl":"10s"}`, semaphorePermits)),
+		},
+		{
 			name: "election",
 			description: "POST /v1/elections/{random name} with a value, then DELETE with its token: campaign/resign " +
 				"cycles, to compare with lock's (not in the default list)",
