@@ -12,22 +12,25 @@ import (
 )
 
 // decisionBatcher sends the rate-limit decisions of concurrent requests to
-// Redis together, as one call of their algorithm's script: the decisions that
-// arrive while a call is out wait, and go in the next call together. Redis
-// then sets a script up once per batch instead of once per decision, and each
-// side reads and writes once per batch. A decision that finds no call out is
-// sent at once, so a quiet server adds no delay.
+// Redis together, as one call of their script: their algorithm's for
+// single-limit decisions (one key each), ratelimit_multi_batch.lua for
+// multi-limit ones (a key per limit, all in one slot: see multiKey). The
+// decisions that arrive while a call is out wait, and go in the next call
+// together. Redis then sets a script up once per batch instead of once per
+// decision, and each side reads and writes once per batch. A decision that
+// finds no call out is sent at once, so a quiet server adds no delay.
 //
-// Normally one call per algorithm is out at a time, with at most max
-// decisions. A call still out after a stall (the decision timeout divided
-// by stallDivisor: Redis is slow) no longer holds the queue up: another call
-// takes it, up to maxSenders calls at once, so a decision waits for its own
-// call and not for the slow ones before it. On a Redis Cluster a batch is
-// one call per hash slot among its keys (per bucket, see ClusterBuckets),
-// and the sender goes on to the next batch once the stall time has passed
-// even while some of those calls are out: a primary that does not answer
-// holds up only the decisions of its own slots, each call ending at its
-// deadline.
+// Normally one call per batcher (per algorithm, and one for multi-limit
+// decisions) is out at a time, with at most max decisions. A call still
+// out after a stall (the decision timeout divided by stallDivisor: Redis
+// is slow) no longer holds the queue up: another call takes it, up to
+// maxSenders calls at once, so a decision waits for its own call and not
+// for the slow ones before it. On a Redis Cluster a batch is one call per
+// hash slot among its keys (per bucket, see ClusterBuckets; a multi-limit
+// decision's slot is its keys' one), and the sender goes on to the next
+// batch once the stall time has passed even while some of those calls are
+// out: a primary that does not answer holds up only the decisions of its
+// own slots, each call ending at its deadline.
 //
 // Each decision is bounded by the decision timeout from the moment it is
 // queued: its caller stops waiting at its deadline whatever the call it rides
