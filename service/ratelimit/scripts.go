@@ -73,7 +73,9 @@ func tokenBucketArgs(l Limit, cost int64) [4]any {
 }
 
 // limitArgs are limit l's five entries of ratelimit_multi.lua's ARGV, after
-// the cost and the units held from leases (n of them).
+// the cost and the units held from leases (n of them), and of a decision's
+// ARGV in ratelimit_multi_batch.lua, after its n and its cost (unleased,
+// not a calendar window there).
 func limitArgs(l NamedLimit) [5]any {
 	extra := l.Burst // tb: the burst
 	if l.Algorithm == TokenBucket && extra == 0 {
