@@ -52,6 +52,42 @@ func TestRateLimitScriptsKeepAKeysErrorToItself(t *testing.T) {
 	}
 }
 
+// ratelimit_multi_batch.lua decides each multi-limit decision of a call on
+// its own: one whose key is a list fails alone with Redis's WRONGTYPE text
+// and writes nothing; one denied by a limit that an earlier decision of
+// the call counted in writes nothing to its other limits.
+func TestMultiBatchScriptKeepsEachDecisionToItself(t *testing.T) {
+	rdb, _ := newRedis(t)
+	tag := uniquePrefix() + "{multi_batch}" // one slot: the script runs on a cluster too
+	keys := []string{tag + ":a1", tag + ":a2", tag + ":list", tag + ":b2", tag + ":a1", tag + ":c2", tag + ":c3"}
+	if err := rdb.RPush(t.Context(), keys[2], "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := redis.NewScript(lua.Source("ratelimit_multi_batch")).Run(t.Context(), rdb, keys,
+		2, 1, "fw", 2, 60000, 0, 0, "tb", 5, 60000, 5, 0, // allowed: a1 (2 a minute) and a2 count 1
+		2, 1, "fw", 5, 60000, 0, 0, "sw", 5, 60000, 0, 0, // a list, then b2: fails alone
+		3, 2, "fw", 2, 60000, 0, 0, "sw", 5, 60000, 0, 0, "tb", 5, 60000, 5, 0, // cost 2: a1 has 1 left
+	).Slice()
+	if err != nil || len(res) != 5*7 {
+		t.Fatalf("reply %v, %v; want 35 entries", res, err)
+	}
+	if !slices.Equal(res[0:7], []any{int64(1), int64(1), int64(60000), int64(0), int64(1), int64(1), int64(4)}) {
+		t.Errorf("first decision: %v, want both limits counted, 1 and 4 left", res[0:10])
+	}
+	if msg, _ := res[11].(string); res[10] != int64(-1) || !strings.HasPrefix(msg, "WRONGTYPE") || res[19] != int64(0) {
+		t.Errorf("second decision (a list): %v, want -1, Redis's WRONGTYPE error, then zeros", res[10:20])
+	}
+	if res[20] != int64(0) || res[21] != int64(1) || res[25] != int64(2) || res[30] != int64(2) {
+		t.Errorf("third decision: %v, want denied by a1 (1 left), the others allowing but blocked", res[20:35])
+	}
+	if n, err := rdb.Exists(t.Context(), keys[3], keys[5], keys[6]).Result(); err != nil || n != 0 {
+		t.Errorf("b2, c2 and c3: %d exist (%v), want none: neither failed nor denied decisions write", n, err)
+	}
+	if v, err := rdb.Get(t.Context(), keys[0]).Result(); err != nil || v != "1" {
+		t.Errorf("a1 = %q (%v), want 1: the first decision's alone", v, err)
+	}
+}
+
 // Many concurrent checks on a few keys, batched into shared script calls,
 // allow exactly each key's share of the limit and answer each caller for its
 // own key: key i costs i+1, so each allowed check leaves a remaining that

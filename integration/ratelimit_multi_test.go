@@ -93,9 +93,19 @@ func TestMultiLimitExactCountsAcrossInstances(t *testing.T) {
 		return e.Prefix + "rl:{multi}:" + limit + ":" + alg + ":" + key
 	}
 
+	var calls0 int64
+	if !onCluster() { // INFO reaches one node of a cluster
+		calls0 = commandCalls(t, e.RDB)["evalsha"]
+	}
 	allowed, deniedBy := gateRound(t, envs, 5, []string{"a", "b", "c", "d"})
 	if allowed != 80 || deniedBy["per-key"] != 400 || len(deniedBy) != 1 {
 		t.Fatalf("round 1: %d allowed, denials by limit %v; want 80 allowed and 400 denied by per-key", allowed, deniedBy)
+	}
+	// Concurrent decisions share script calls (ratelimit_multi_batch.lua).
+	if !onCluster() {
+		if calls := commandCalls(t, e.RDB)["evalsha"] - calls0; calls >= 480 {
+			t.Errorf("480 decisions made %d script calls, want fewer: concurrent ones share a call", calls)
+		}
 	}
 	for _, k := range []string{"a", "b", "c", "d"} {
 		if n, err := e.RDB.Get(t.Context(), keyOf("per-key", "fw", k)).Int64(); err != nil || n != 20 {

@@ -28,13 +28,13 @@ func (b *bench) gatewayScenarios() []scenario {
 	return []scenario{
 		{
 			name:        "multi1",
-			description: "GET /v1/ratelimit/gate/bench1: a policy of one limit in the limits: form (one ratelimit_multi.lua call)",
+			description: "GET /v1/ratelimit/gate/bench1: a policy of one limit in the limits: form (batched, as gate)",
 			op:          gate("bench1"),
 			wrk:         b.wrkGate("bench1", true),
 		},
 		{
 			name:        "multi",
-			description: "GET /v1/ratelimit/gate/bench3: three limits (per-ip fixed window, per-key sliding window, global token bucket) in one call",
+			description: "GET /v1/ratelimit/gate/bench3: three limits (per-ip fixed window, per-key sliding window, global token bucket) in one decision, batched",
 			op:          gate("bench3"),
 			wrk:         b.wrkGate("bench3", true),
 		},

@@ -19,7 +19,7 @@ var scripts = map[string]string{
 	"keepalive_due.lua":  lua.Source("keepalive_due"),
 	"keepalive_mark.lua": lua.Source("keepalive_mark"), "keepalive_claim.lua": lua.Source("keepalive_claim"), "keepalive_settle.lua": lua.Source("keepalive_settle"), "renew_batch.lua": lua.Source("renew_batch"),
 	"ratelimit_fixed_window.lua": lua.Source("ratelimit_fixed_window"), "ratelimit_sliding_window.lua": lua.Source("ratelimit_sliding_window"),
-	"ratelimit_token_bucket.lua": lua.Source("ratelimit_token_bucket"), "ratelimit_multi.lua": lua.Source("ratelimit_multi"),
+	"ratelimit_token_bucket.lua": lua.Source("ratelimit_token_bucket"), "ratelimit_multi.lua": lua.Source("ratelimit_multi"), "ratelimit_multi_batch.lua": lua.Source("ratelimit_multi_batch"),
 	"ratelimit_refund.lua": lua.Source("ratelimit_refund"), "ratelimit_reset.lua": lua.Source("ratelimit_reset"),
 	"rw_acquire.lua": lua.Source("rw_acquire"), "rw_release.lua": lua.Source("rw_release"), "rw_renew.lua": lua.Source("rw_renew"),
 	"rw_inspect.lua": lua.Source("rw_inspect"), "rw_force_release.lua": lua.Source("rw_force_release"), "rw_leave.lua": lua.Source("rw_leave"),

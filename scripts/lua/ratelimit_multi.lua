@@ -60,69 +60,15 @@
 --#include lib/muldiv.lua
 --#include lib/token_bucket.lua
 --#include lib/period.lua
+--#include lib/multi.lua
 
 local n = #KEYS
-local cost = tonumber(ARGV[1])
-local peek = ARGV[6 * n + 2] == '1'
 for i = 1, n do
   local a = n + 5 * i
   if ARGV[a - 3] == 'cw' and not in_period(ARGV[a], ARGV[a - 1]) then
     return period_miss()
   end
 end
-local checks = {}
-local all = true
-for i = 1, n do
-  local a = n + 5 * i
-  local alg = ARGV[a - 3]
-  local need = cost - tonumber(ARGV[1 + i])
-  local r
-  if need <= 0 then
-    r = {2, -1, -1, 0, function() return -1, -1, 0 end}
-  elseif alg == 'fw' then
-    r = {fixed_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], need, tonumber(ARGV[a]))}
-  elseif alg == 'cw' then
-    local left = string.format('%d', tonumber(ARGV[a - 1]) - math.floor(now_ms))
-    r = {fixed_window(KEYS[i], ARGV[a - 2], left, need, nil, ARGV[a - 1])}
-  elseif alg == 'sw' then
-    r = {sliding_window(KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[1])}
-  else
-    r = {token_bucket(KEYS[i], ARGV[a - 2], ARGV[a - 1], ARGV[a], ARGV[1])}
-  end
-  if r[1] == 0 then
-    if ARGV[a + 1] == '1' then
-      r[1] = 3
-    else
-      all = false
-    end
-  end
-  r[6] = need
-  checks[i] = r
-end
-
 local out = {}
-for i = 1, n do
-  local r = checks[i]
-  local o = 5 * i
-  if all and r[1] ~= 3 and peek then
-    out[o - 4] = 1
-    out[o - 3] = r[2]
-    out[o - 2] = r[3]
-    out[o - 1] = 0
-    out[o] = 0
-  elseif all and r[1] ~= 3 then
-    local remaining, reset, granted = r[5]()
-    out[o - 4] = 1
-    out[o - 3] = remaining
-    out[o - 2] = reset
-    out[o - 1] = 0
-    out[o] = granted or r[6]
-  else
-    out[o - 4] = r[1]
-    out[o - 3] = r[2]
-    out[o - 2] = r[3]
-    out[o - 1] = r[4]
-    out[o] = 0
-  end
-end
+decide_limits(n, 0, 1, n + 1, ARGV[1], ARGV[6 * n + 2] == '1', out, 0)
 return out

@@ -12,22 +12,25 @@ import (
 )
 
 // decisionBatcher sends the rate-limit decisions of concurrent requests to
-// Redis together, as one call of their algorithm's script: the decisions that
-// arrive while a call is out wait, and go in the next call together. Redis
-// then sets a script up once per batch instead of once per decision, and each
-// side reads and writes once per batch. A decision that finds no call out is
-// sent at once, so a quiet server adds no delay.
+// Redis together, as one call of their script: their algorithm's for
+// single-limit decisions (one key each), ratelimit_multi_batch.lua for
+// multi-limit ones (a key per limit, all in one slot: see multiKey). The
+// decisions that arrive while a call is out wait, and go in the next call
+// together. Redis then sets a script up once per batch instead of once per
+// decision, and each side reads and writes once per batch. A decision that
+// finds no call out is sent at once, so a quiet server adds no delay.
 //
-// Normally one call per algorithm is out at a time, with at most max
-// decisions. A call still out after a stall (the decision timeout divided
-// by stallDivisor: Redis is slow) no longer holds the queue up: another call
-// takes it, up to maxSenders calls at once, so a decision waits for its own
-// call and not for the slow ones before it. On a Redis Cluster a batch is
-// one call per hash slot among its keys (per bucket, see ClusterBuckets),
-// and the sender goes on to the next batch once the stall time has passed
-// even while some of those calls are out: a primary that does not answer
-// holds up only the decisions of its own slots, each call ending at its
-// deadline.
+// Normally one call per batcher (per algorithm, and one for multi-limit
+// decisions) is out at a time, with at most max decisions. A call still
+// out after a stall (the decision timeout divided by stallDivisor: Redis
+// is slow) no longer holds the queue up: another call takes it, up to
+// maxSenders calls at once, so a decision waits for its own call and not
+// for the slow ones before it. On a Redis Cluster a batch is one call per
+// hash slot among its keys (per bucket, see ClusterBuckets; a multi-limit
+// decision's slot is its keys' one), and the sender goes on to the next
+// batch once the stall time has passed even while some of those calls are
+// out: a primary that does not answer holds up only the decisions of its
+// own slots, each call ending at its deadline.
 //
 // Each decision is bounded by the decision timeout from the moment it is
 // queued: its caller stops waiting at its deadline whatever the call it rides
@@ -55,9 +58,11 @@ const maxSenders, stallDivisor = 8, 8
 
 // decisionCall is one decision waiting for its batch.
 type decisionCall struct {
-	key      string
-	args     [4]any // its script's ARGV entries: the first nargs are used
+	key      string   // its key: the first of keys for a multi-limit decision
+	keys     []string // a multi-limit decision's keys, one per limit; nil for one key
+	args     [4]any   // its script's ARGV entries: the first nargs are used,
 	nargs    int
+	more     []any // then these (a multi-limit decision's limits, shared)
 	deadline time.Time
 	gone     atomic.Bool // the caller stopped waiting
 	done     chan decisionResult
@@ -68,9 +73,10 @@ type decisionCall struct {
 }
 
 type decisionResult struct {
-	v    [4]int64
-	err  error
-	kind string // of err, see translateErr
+	v     [4]int64 // a single-limit decision's reply
+	multi []any    // a multi-limit decision's reply entries
+	err   error
+	kind  string // of err, see translateErr
 }
 
 var decisionCalls = sync.Pool{New: func() any {
@@ -100,24 +106,49 @@ func newDecisionBatcher(s *Service, sc *store.Script, cfg Config) *decisionBatch
 // script's error for a key it cannot use, or context.Canceled when the
 // caller went away.
 func (b *decisionBatcher) decide(ctx context.Context, key string, args ...any) ([4]int64, error) {
-	v, err, kind := b.wait(ctx, key, args)
-	b.s.st.CountErr(b.sc.Name(), kind)
-	return v, err
+	c := decisionCalls.Get().(*decisionCall)
+	c.key, c.keys, c.more = key, nil, nil
+	c.nargs = copy(c.args[:], args)
+	r := b.wait(ctx, c)
+	b.s.st.CountErr(b.sc.Name(), r.kind)
+	return r.v, r.err
 }
 
-// wait is decide without counting the error: it returns the error's kind.
-func (b *decisionBatcher) wait(ctx context.Context, key string, args []any) ([4]int64, error, string) {
+// decideMulti queues one multi-limit decision on keys, one per limit, with
+// the ARGV entries head and then limits (shared: never modified), and waits
+// for its reply entries, multiReplyPer per limit, not yet read. Returns the
+// errors decide returns.
+func (b *decisionBatcher) decideMulti(ctx context.Context, keys []string, head [2]any, limits []any) ([]any, error) {
 	c := decisionCalls.Get().(*decisionCall)
-	c.key = key
-	c.nargs = copy(c.args[:], args)
+	c.key, c.keys, c.more = keys[0], keys, limits
+	c.nargs = copy(c.args[:], head[:])
+	r := b.wait(ctx, c)
+	b.s.st.CountErr(b.sc.Name(), r.kind)
+	return r.multi, r.err
+}
+
+// replyLen is the entries of c's reply: four for a single-limit decision,
+// multiReplyPer per limit for a multi-limit one.
+func (c *decisionCall) replyLen() int {
+	if c.keys == nil {
+		return 4
+	}
+	return multiReplyPer * len(c.keys)
+}
+
+// wait queues c, filled in but for its deadline, and waits for its result;
+// the result's error is not counted yet. c goes back to decisionCalls
+// unless a sender may still answer it.
+func (b *decisionBatcher) wait(ctx context.Context, c *decisionCall) decisionResult {
 	c.deadline = time.Now().Add(b.timeout)
 	c.gone.Store(false)
 
 	b.mu.Lock()
 	if len(b.queue) >= b.maxQueued {
 		b.mu.Unlock()
+		c.keys, c.more = nil, nil
 		decisionCalls.Put(c)
-		return [4]int64{}, fmt.Errorf("%s: %w: %d decisions already queued", b.sc.Name(), store.ErrUnavailable, b.maxQueued), "unavailable"
+		return decisionResult{err: fmt.Errorf("%s: %w: %d decisions already queued", b.sc.Name(), store.ErrUnavailable, b.maxQueued), kind: "unavailable"}
 	}
 	b.queue = append(b.queue, c)
 	start := b.senders == 0
@@ -133,24 +164,25 @@ func (b *decisionBatcher) wait(ctx context.Context, key string, args []any) ([4]
 	select {
 	case r := <-c.done:
 		c.timer.Stop()
+		c.keys, c.more = nil, nil
 		decisionCalls.Put(c)
 		if ctx.Err() != nil {
 			// The caller went away while its call ran: it is told so, as
 			// when it leaves before.
 			err, kind := store.TranslateErr(ctx, b.sc.Name(), ctx.Err())
-			return [4]int64{}, err, kind
+			return decisionResult{err: err, kind: kind}
 		}
-		return r.v, r.err, r.kind
+		return r
 	case <-ctx.Done():
 		// The sender may still answer into c.done: c is not reused.
 		c.gone.Store(true)
 		c.timer.Stop()
 		err, kind := store.TranslateErr(ctx, b.sc.Name(), ctx.Err())
-		return [4]int64{}, err, kind
+		return decisionResult{err: err, kind: kind}
 	case <-c.timer.C:
 		c.gone.Store(true)
 		err, kind := store.TranslateErr(ctx, b.sc.Name(), context.DeadlineExceeded)
-		return [4]int64{}, err, kind
+		return decisionResult{err: err, kind: kind}
 	}
 }
 
@@ -269,11 +301,22 @@ func slotGroups(live []*decisionCall) [][]*decisionCall {
 // callGroup runs one script call for live, decisions whose keys share a
 // slot, bounded by ctx, and answers each decision.
 func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
-	keys := make([]string, len(live))
-	args := make([]any, 0, len(live)*live[0].nargs)
-	for i, c := range live {
-		keys[i] = c.key
+	nkeys, nargs, nreply := 0, 0, 0
+	for _, c := range live {
+		nkeys += max(len(c.keys), 1)
+		nargs += c.nargs + len(c.more)
+		nreply += c.replyLen()
+	}
+	keys := make([]string, 0, nkeys)
+	args := make([]any, 0, nargs)
+	for _, c := range live {
+		if c.keys != nil {
+			keys = append(keys, c.keys...)
+		} else {
+			keys = append(keys, c.key)
+		}
 		args = append(args, c.args[:c.nargs]...)
+		args = append(args, c.more...)
 	}
 	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
 	if err != nil && b.cluster && b.s.st.Rerouted(ctx, keys, err) {
@@ -287,14 +330,22 @@ func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
 		err, kind = store.TranslateErr(ctx, b.sc.Name(), err)
 	}
 	arr, ok := res.([]any)
-	if err == nil && (!ok || len(arr) != 4*len(live)) {
+	if err == nil && (!ok || len(arr) != nreply) {
 		err, kind = fmt.Errorf("%s: unexpected reply %T of %d decisions", b.sc.Name(), res, len(live)), "script"
 	}
-	for i, c := range live {
+	o := 0
+	for _, c := range live {
 		r := decisionResult{err: err, kind: kind}
+		n := c.replyLen()
 		if err == nil {
-			r.v, r.err, r.kind = decisionEntries(b.sc, arr[4*i:4*i+4])
+			e := arr[o : o+n : o+n]
+			if c.keys == nil {
+				r.v, r.err, r.kind = decisionEntries(b.sc, e)
+			} else {
+				r.multi, r.err, r.kind = multiEntries(b.sc, e)
+			}
 		}
+		o += n
 		c.done <- r
 	}
 }

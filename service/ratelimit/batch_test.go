@@ -34,10 +34,17 @@ type gatedClient struct {
 
 func newGatedClient(t *testing.T) *gatedClient {
 	t.Helper()
-	_, rdb := newTestRedis(t)
+	c, _ := newGatedRedis(t)
+	return c
+}
+
+// newGatedRedis is newGatedClient, also returning the miniredis beneath it.
+func newGatedRedis(t *testing.T) (*gatedClient, *miniredis.Miniredis) {
+	t.Helper()
+	m, rdb := newTestRedis(t)
 	c := &gatedClient{Client: rdb, entered: make(chan struct{}), gate: make(chan struct{})}
 	t.Cleanup(c.release)
-	return c
+	return c, m
 }
 
 func (c *gatedClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {

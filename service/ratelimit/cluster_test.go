@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // On a real Redis Cluster, concurrent decisions on keys spread over every
 // slot's primary are batched (one script call per slot of each batch) and
 // count exactly: every key allows exactly its limit, for every algorithm,
-// a leased limit, a multi-limit policy, a shadow policy (which never
+// a leased limit, multi-limit policies (one slot, or one per key), a shadow policy (which never
 // denies, and counts what it would deny), in the shared namespace and in a
 // tenant's.
 func TestClusterDecisionsCountExactly(t *testing.T) {
@@ -32,6 +32,9 @@ func TestClusterDecisionsCountExactly(t *testing.T) {
 	policies := []ratelimit.Policy{
 		fixed("fw", limit, hour), sliding("sw", limit, hour), bucket("tb", limit, hour, limit), leased("lease", limit, 2),
 		multi("multi", nl("per-key", "ip", ratelimit.FixedWindow, limit, hour), nl("all", "const", ratelimit.FixedWindow, 1e6, hour)),
+		// Keys by the request's key alone: each decision's keys in its
+		// key's slot, a batch split over every primary.
+		multi("multi-spread", nl("per-key", "ip", ratelimit.FixedWindow, limit, hour), nl("also", "ip", ratelimit.SlidingWindow, 1e6, hour)),
 		shadow,
 	}
 	cfg := rlConfig(0, policies...)

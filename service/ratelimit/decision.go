@@ -178,16 +178,21 @@ func (s *Service) decideLimits(ctx context.Context, set *policySet, pol Policy, 
 // status first). One unleased limit is decided here by its algorithm's
 // script, through the batcher, and a single-limit policy's denial is
 // cached, so a repeated request is denied without Redis (cached reports
-// such an answer); a leased limit, several, or a calendar window, by the
-// units this instance holds, else by ratelimit_multi.lua (run.go). A peek
-// is always decided by ratelimit_multi.lua, which then writes nothing, and
-// takes no lease. takes are the leased limits' takes, settled and
+// such an answer); several limits, none leased and no calendar window, by
+// ratelimit_multi_batch.lua through the multi batcher (run.go); a leased
+// limit, or a calendar window, by the units this instance holds, else by
+// ratelimit_multi.lua, one call per decision (run.go). A peek is always
+// decided by ratelimit_multi.lua, which then writes nothing, and takes no
+// lease. takes are the leased limits' takes, settled and
 // unpinned; at is the instant the calendar windows' periods were computed
 // for. Returns the store's error when Redis could not decide.
 func (s *Service) run(ctx context.Context, ctr *decisionCounters, sp limitSpec, rkeys keyList, cost int64, v []int64, peek bool) (takes []leaseTake, at time.Time, cached bool, err error) {
 	if sp.one && !peek {
 		cached, err = s.runOne(ctx, sp, rkeys.at(0), cost, v)
 		return nil, at, cached, err
+	}
+	if sp.batch && !peek && s.multi != nil {
+		return nil, at, false, s.runBatched(ctx, sp, rkeys.many, cost, v)
 	}
 	if !peek {
 		if takes, ok := s.fromLeases(ctr, sp, rkeys, cost, v); ok {

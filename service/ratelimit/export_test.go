@@ -39,3 +39,12 @@ func TopKeysSize(s *Service, tenant, policy string) int {
 	}
 	return pv.top.size()
 }
+
+// QueuedMultiDecisions reports how many multi-limit decisions wait for a
+// script call.
+func QueuedMultiDecisions(s *Service) int {
+	b := s.multi
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}

@@ -276,6 +276,10 @@ type limitSpec struct {
 	one   bool
 	argv  [4]any
 	nargv int
+	// batch is set for several limits, none leased and no calendar window:
+	// decided by ratelimit_multi_batch.lua through the Service's multi
+	// batcher (Service.runBatched), args being their entries of its ARGV.
+	batch bool
 	// cache is set for a single-limit policy: its denials are cached.
 	cache     bool
 	leased    bool // a limit has a lease
@@ -304,6 +308,7 @@ func newLimitSpec(pol Policy) limitSpec {
 		sp.argv, sp.nargv = requestArgs(ls[0].Limit, 1)
 		return sp
 	}
+	sp.batch = !sp.leased && !sp.calendar
 	sp.args = make([]any, 0, 5*len(ls))
 	for _, l := range ls {
 		a := limitArgs(l)

@@ -127,6 +127,25 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 	return takes, at, nil
 }
 
+// runBatched decides one request under sp's limits (sp.batch: several,
+// none leased, no calendar window) on rkeys through the multi batcher:
+// with the concurrent decisions of every multi-limit policy in one call of
+// ratelimit_multi_batch.lua, which decides each on its own, all or
+// nothing, as ratelimit_multi.lua decides one. The reply goes to out,
+// multiReplyPer entries per limit. The call is bounded by the decision
+// timeout from the moment it is queued. Returns the batcher's errors (see
+// decisionBatcher.decide).
+func (s *Service) runBatched(ctx context.Context, sp limitSpec, rkeys []string, cost int64, out []int64) error {
+	e, err := s.multi.decideMulti(ctx, rkeys, [2]any{
+		int64(len(sp.limits)), // ARGV[A+1] n: the limits
+		cost,                  // ARGV[A+2] cost
+	}, sp.args) // ARGV[A+2+5i-4 .. A+2+5i]: limitArgs of each
+	if err != nil {
+		return err
+	}
+	return s.multiFill(rateLimitMultiBatchScript, e, out)
+}
+
 // fromLeases answers a decision into out from the units this instance
 // holds when every limit of sp is leased and holds the cost: no Redis call,
 // no wait. It reports false otherwise, having taken nothing. The takes

@@ -10,8 +10,10 @@ import (
 
 // The rate-limit scripts, each named as its file in scripts/lua: one per
 // algorithm, which decides single-limit policies and batches concurrent
-// decisions in one call; ratelimit_multi.lua, which decides a policy of
-// several limits, a leased one or a calendar one, and a peek, in one call;
+// decisions in one call; ratelimit_multi_batch.lua, which does the same for
+// policies of several limits (none leased, no calendar window);
+// ratelimit_multi.lua, which decides one decision of a leased limit, a
+// calendar window or a peek (of any policy) in one call;
 // ratelimit_refund.lua, which gives units back, and ratelimit_reset.lua,
 // an operator's reset of one key.
 var (
@@ -19,13 +21,14 @@ var (
 	rateLimitSlidingWindowScript = store.NewScript("ratelimit_sliding_window", lua.Source("ratelimit_sliding_window"))
 	rateLimitTokenBucketScript   = store.NewScript("ratelimit_token_bucket", lua.Source("ratelimit_token_bucket"))
 	rateLimitMultiScript         = store.NewScript("ratelimit_multi", lua.Source("ratelimit_multi"))
+	rateLimitMultiBatchScript    = store.NewScript("ratelimit_multi_batch", lua.Source("ratelimit_multi_batch"))
 	rateLimitRefundScript        = store.NewScript("ratelimit_refund", lua.Source("ratelimit_refund"))
 	rateLimitResetScript         = store.NewScript("ratelimit_reset", lua.Source("ratelimit_reset"))
 )
 
 // scripts are every script the Service registers with its store.
 var scripts = []*store.Script{rateLimitFixedWindowScript, rateLimitSlidingWindowScript, rateLimitTokenBucketScript, rateLimitMultiScript,
-	rateLimitRefundScript, rateLimitResetScript}
+	rateLimitMultiBatchScript, rateLimitRefundScript, rateLimitResetScript}
 
 // limitScripts are the single-limit scripts by algorithm.
 var limitScripts = map[Algorithm]*store.Script{
@@ -70,7 +73,9 @@ func tokenBucketArgs(l Limit, cost int64) [4]any {
 }
 
 // limitArgs are limit l's five entries of ratelimit_multi.lua's ARGV, after
-// the cost and the units held from leases (n of them).
+// the cost and the units held from leases (n of them), and of a decision's
+// ARGV in ratelimit_multi_batch.lua, after its n and its cost (unleased,
+// not a calendar window there).
 func limitArgs(l NamedLimit) [5]any {
 	extra := l.Burst // tb: the burst
 	if l.Algorithm == TokenBucket && extra == 0 {
@@ -157,18 +162,36 @@ func decisionEntries(sc *store.Script, e []any) ([4]int64, error, string) {
 // multiReply reads ratelimit_multi.lua's reply into out (multiReplyPer
 // entries per limit), counting a malformed one as a script error.
 func (s *Service) multiReply(res any, out []int64) error {
-	sc := rateLimitMultiScript
 	arr, _ := res.([]any)
+	return s.multiFill(rateLimitMultiScript, arr, out)
+}
+
+// multiFill reads one decision's reply entries of sc, ratelimit_multi.lua
+// or ratelimit_multi_batch.lua, into out (multiReplyPer entries per
+// limit), counting a malformed one as a script error.
+func (s *Service) multiFill(sc *store.Script, e []any, out []int64) error {
 	var err error
-	if len(arr) != len(out) {
-		err = fmt.Errorf("%s: unexpected reply %v", sc.Name(), arr)
-	} else if i, ok := store.FillInt64s(arr, out); !ok {
-		err = fmt.Errorf("%s: reply[%d] is %T, want int64", sc.Name(), i, arr[i])
+	if len(e) != len(out) {
+		err = fmt.Errorf("%s: unexpected reply %v", sc.Name(), e)
+	} else if i, ok := store.FillInt64s(e, out); !ok {
+		err = fmt.Errorf("%s: reply[%d] is %T, want int64", sc.Name(), i, e[i])
 	}
 	if err != nil {
 		s.st.CountErr(sc.Name(), "script")
 	}
 	return err
+}
+
+// multiEntries checks one decision's entries of ratelimit_multi_batch.lua's
+// reply: -1 and the error Redis raised for one of its keys, translated (its
+// kind returned, see translateErr), or its entries.
+func multiEntries(sc *store.Script, e []any) ([]any, error, string) {
+	if len(e) >= 2 && e[0] == int64(decisionKeyError) {
+		msg, _ := e[1].(string)
+		err, kind := store.TranslateErr(context.Background(), sc.Name(), scriptError(msg))
+		return nil, err, kind
+	}
+	return e, nil, ""
 }
 
 // scriptError is an error Redis raised inside a rate-limit script for one

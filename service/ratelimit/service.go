@@ -49,7 +49,10 @@ type Service struct {
 	inline  *decisionCounters // the counters of inline limits
 	// batchers send concurrent decisions together, one per algorithm; nil
 	// when Batch is 1.
-	batchers  map[Algorithm]*decisionBatcher
+	batchers map[Algorithm]*decisionBatcher
+	// multi sends concurrent decisions of multi-limit policies together
+	// (ratelimit_multi_batch.lua); nil when Batch is 1.
+	multi     *decisionBatcher
 	cacheHits prometheus.Counter
 	failOpen  *prometheus.CounterVec // policy
 	wouldDeny *prometheus.CounterVec // policy
@@ -80,6 +83,9 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 		for alg, sc := range limitScripts {
 			s.batchers[alg] = newDecisionBatcher(s, sc, cfg)
 		}
+		// A multi-limit decision's keys share one hash tag (multiKey): it
+		// goes in its slot's call whole.
+		s.multi = newDecisionBatcher(s, rateLimitMultiBatchScript, cfg)
 	}
 	st.Register(scripts...)
 	return s, nil
