@@ -45,6 +45,13 @@ func (b *bench) gatewayScenarios() []scenario {
 			wrk:         b.wrkGate("leased", true),
 		},
 		{
+			name: "leased10k",
+			description: "GET /v1/ratelimit/gate/leased-ip: a per-ip fixed-window limit of 1e9 per minute with lease: 1000, " +
+				"over the gate's -ips (10,000) client IPs, one lease pool each",
+			op:  gate("leased-ip"),
+			wrk: b.wrkGate("leased-ip", true),
+		},
+		{
 			name:        "nginx",
 			description: "nginx with deploy/nginx/nginx.conf (auth_request to the gate, per-ip) against the same nginx without auth_request",
 			run: func(ctx context.Context) (Result, error) {
@@ -83,7 +90,7 @@ func cpuPerDecision(results []Result) {
 	}
 	for i, r := range results {
 		us, ok := per[r.Scenario]
-		if !ok || !slices.Contains([]string{"multi", "multi1", "gate", "leased", "grpc1", "grpc3"}, r.Scenario) {
+		if !ok || !slices.Contains([]string{"multi", "multi1", "gate", "leased", "leased10k", "grpc1", "grpc3"}, r.Scenario) {
 			continue
 		}
 		note := fmt.Sprintf("server CPU per decision %.1f µs", us)

@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.compare, "compare-clusters", false, "with -start: run the scenarios on a single redis-server, then on a cluster of 3 primaries without replicas, then with one replica each (all started on loopback ports 17000-17999), and report each cluster's throughput and Redis CPU per request as ratios to the single node's")
 	fs.StringVar(&o.redisCLI, "redis-cli", "redis-cli", "redis-cli binary, which creates the clusters of -compare-clusters")
 	fs.StringVar(&o.wrkBin, "wrk", "", "path to the wrk binary (Debian: /usr/bin/wrk); when set, wrk instead of latchbench's Go client drives every closed-loop scenario it can express "+
-		"(ceiling, gate, check, lock, election, contended, rwlock, keepalive, keepidle, semaphore, multi1, multi, leased, nginx, caddy), in the same paired rounds against a wrk-driven ceiling, "+
+		"(ceiling, gate, check, lock, rwread, semcycle, election, contended, rwlock, keepalive, keepidle, semaphore, multi1, multi, leased, leased10k, nginx, caddy), in the same paired rounds against a wrk-driven ceiling, "+
 		"with the same -c connections (nginx and caddy: wrk against the gateway alone, then gated); wrk takes whole seconds, so each round lasts d/rounds rounded (at least 1s), "+
 		"and its latency percentiles are the median of the rounds'; the others (waiters, watchers, grpc1, grpc3) keep the Go client")
 	fs.IntVar(&o.wrkThreads, "wrk-threads", 2, "wrk's threads with -wrk (1-64, at most -c; -c must be a multiple of them: wrk gives each thread c/threads connections)")

@@ -129,7 +129,9 @@ func startStack(ctx context.Context, serverBin, redisBin, clusterURL string) (*s
 // benchPolicies holds high-limit policies, so the scenarios measure the
 // decision path rather than denials: "bench" (gate and check), "bench1"
 // and "bench3" (one and three limits in the limits: form), "leased" (a
-// global limit with a lease) and "per-ip" (deploy/nginx/nginx.conf's).
+// global limit with a lease), "leased-ip" (a per-client limit with a
+// lease, on the gate's 10,000 client IPs) and "per-ip"
+// (deploy/nginx/nginx.conf's).
 const benchPolicies = `policies:
   bench:
     limit: 1000000000
@@ -145,6 +147,9 @@ const benchPolicies = `policies:
   leased:
     limits:
       - {name: global, key: const, limit: 1000000000, window: 1m, lease: 1000}
+  leased-ip:
+    limits:
+      - {name: per-ip, key: ip, limit: 1000000000, window: 1m, lease: 1000}
   per-ip:
     limit: 1000000000
     window: 10m

@@ -1,6 +1,8 @@
 -- rw_release: drop one hold of a token's read or write lease of a
--- read/write lock. The last hold of the write lease, and the last hold of
--- the last reader, publish a wake-up for waiters.
+-- read/write lock. The last hold of the write lease publishes "released",
+-- a wake-up for every waiter; the last hold of the last reader "drained",
+-- a wake-up for waiting writers only (a waiting reader is blocked by a
+-- writer, holding or queued ahead of it, never by readers).
 --
 -- KEYS[1]  state hash (its fields: see lib/rw.lua); when nobody holds the
 --          lock any more it is kept for the fence retention only (and
@@ -72,7 +74,9 @@ if freed then
   rw_free(st, tonumber(ARGV[4]))
 end
 rw_flush(st)
-if count <= 0 and (mode == 'w' or st.rc == 0) then
+if count <= 0 and mode == 'w' then
   redis.call('PUBLISH', C, 'released')
+elseif count <= 0 and st.rc == 0 then
+  redis.call('PUBLISH', C, 'drained')
 end
 return {1, math.max(count, 0), m}

@@ -261,7 +261,7 @@ func holdOutcome(err error, hint, recorded string, expired bool) (kind HoldEvent
 		return HoldRenewed, ""
 	case gone && recorded != "":
 		return HoldLost, recorded
-	case gone && hint == hintReleased && !expired:
+	case gone && (hint == hintReleased || hint == hintDrained) && !expired:
 		// A release deletes the lease's loss reason, and a waiter may take
 		// the lock before this renewal: the release was the owner's.
 		return HoldReleased, ""

@@ -129,3 +129,52 @@ func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainedWakesOnlyWriters: when a read/write lock's last reader leaves
+// (hintDrained) only its waiting writers are woken; a waiting reader, which
+// only a writer blocks, is not sent to Redis for nothing. A writer's
+// release (hintReleased) wakes both.
+func TestDrainedWakesOnlyWriters(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
+	t.Cleanup(func() { _ = sub.close() })
+	s := &Service{sub: sub}
+	p := rwlock{leaseBase{s: s}}
+	k := keysOf("lk:", kindRW, "orders")
+	listen := func(mode RWMode) wakeups {
+		t.Helper()
+		w, err := p.listen(k, AcquireRequest{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.leave(false) })
+		return w
+	}
+	pending := func(w wakeups) string {
+		select {
+		case msg := <-w.C():
+			return msg
+		default:
+			return ""
+		}
+	}
+	reader, writer := listen(ModeRead), listen(ModeWrite)
+	sub.deliver(k.channel, hintDrained)
+	if got := pending(reader); got != "" {
+		t.Errorf("a waiting reader heard %q when the last reader left, want nothing", got)
+	}
+	if got := pending(writer); got != hintDrained {
+		t.Errorf("a waiting writer heard %q when the last reader left, want %q", got, hintDrained)
+	}
+	sub.deliver(k.channel, hintReleased)
+	for _, w := range []struct {
+		name string
+		w    wakeups
+	}{{"reader", reader}, {"writer", writer}} {
+		if got := pending(w.w); got != hintReleased {
+			t.Errorf("a waiting %s heard %q when the writer left, want %q", w.name, got, hintReleased)
+		}
+	}
+}

@@ -54,8 +54,21 @@ type rwlock struct{ leaseBase }
 
 func (rwlock) kind() kind { return kindRW }
 
-// listen: a release may let many readers in at once.
-func (l rwlock) listen(k lockKeys, _ AcquireRequest) (wakeups, error) { return l.join(k, true) }
+// listen: a release may let many readers in at once. A reader is not woken
+// when the last reader leaves (hintDrained): only a writer is then let in,
+// and a waiting reader is blocked by a writer, holding or queued ahead of
+// it, whose release, departure or deadline it waits for.
+func (l rwlock) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
+	ignore := ""
+	if req.Mode == ModeRead {
+		ignore = hintDrained
+	}
+	w, err := l.s.sub.joinIgnoring(k.channel, true, ignore)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
 
 // acquireCall is rw_acquire.lua on the lock's keys and its channel.
 func (l rwlock) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {

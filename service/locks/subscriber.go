@@ -14,7 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Hints a listener may receive. A release publishes hintReleased, a
+// Hints a listener may receive. A release publishes hintReleased (a
+// read/write lock's last reader hintDrained, which only a writer can use), a
 // force-release hintForced, a departing fair waiter hintLeft, a renew that
 // shortened the lease hintShortened; hintResubscribed is delivered after the
 // subscriber connection was re-established, because messages published
@@ -24,6 +25,7 @@ import (
 // does not publish.
 const (
 	hintReleased     = "released"
+	hintDrained      = "drained"
 	hintForced       = "forced"
 	hintLeft         = "left"
 	hintShortened    = "shortened"
@@ -171,6 +173,7 @@ type listener struct {
 	sub       *subscriber
 	channel   string
 	broadcast bool
+	ignore    string        // a hint this listener has no use for ("" for none): never delivered to it
 	c         chan string   // buffered 1; a full buffer already holds a pending hint or notice (see offer)
 	ready     chan struct{} // the channel's: closed once the subscription is confirmed
 }
@@ -199,6 +202,12 @@ var errClosed = errors.New("locks: closed")
 // again when the connection comes back, and the caller's timed re-checks
 // keep it going meanwhile. It fails only after close.
 func (s *subscriber) join(channel string, broadcast bool) (*listener, error) {
+	return s.joinIgnoring(channel, broadcast, "")
+}
+
+// joinIgnoring is join for a listener that is never given the hint ignore:
+// a read/write lock's reader, which hintDrained cannot let in.
+func (s *subscriber) joinIgnoring(channel string, broadcast bool, ignore string) (*listener, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -220,7 +229,7 @@ func (s *subscriber) join(channel string, broadcast bool) (*listener, error) {
 		s.metrics.subscriptions.Inc()
 		s.changed(channel)
 	}
-	l := &listener{sub: s, channel: channel, broadcast: broadcast, c: make(chan string, 1), ready: ch.ready}
+	l := &listener{sub: s, channel: channel, broadcast: broadcast, ignore: ignore, c: make(chan string, 1), ready: ch.ready}
 	ch.listeners = append(ch.listeners, l)
 	s.metrics.listeners.Inc()
 	return l, nil
@@ -441,7 +450,7 @@ func (l *listener) leave(handOn bool) {
 // subscriber's lock held.
 func (ch *subChannel) wakeOne(hint string) {
 	for _, l := range ch.listeners {
-		if !l.broadcast && offer(l.c, hint) {
+		if !l.broadcast && hint != l.ignore && offer(l.c, hint) {
 			return
 		}
 	}
@@ -528,7 +537,7 @@ func (s *subscriber) deliver(channel, payload string) {
 		return
 	}
 	for _, l := range ch.listeners {
-		if l.broadcast {
+		if l.broadcast && payload != l.ignore {
 			offer(l.c, payload)
 		}
 	}

@@ -274,7 +274,7 @@ func TestEveryGrantPublishesItsNotice(t *testing.T) {
 	want := []string{
 		rw + " acquired:" + fmt.Sprint(r.Fence) + ":5000",
 		rw + " acquired:" + fmt.Sprint(r.Fence) + ":3000", // the re-entry, with its TTL
-		rw + " released",
+		rw + " drained", // the last reader: a wake-up for writers only
 		rw + " acquired:" + fmt.Sprint(w.Fence) + ":30000",
 		sem + " acquired:" + fmt.Sprint(s1.Fence) + ":30000:1",
 		sem + " acquired:" + fmt.Sprint(s2.Fence) + ":2000:0",

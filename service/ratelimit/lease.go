@@ -44,13 +44,14 @@ type leaseTable struct {
 }
 
 // MaxLeasePools is how many keys of leased limits an instance keeps units
-// for: about 230 bytes a pool with a 32-byte key, so about 1 MiB. A pool
+// for: about 230 bytes a pool with a 32-byte key, so about 4 MiB, enough
+// for a per-client limit over the 10,000 clients a gateway sees. A pool
 // is dropped only while it holds nothing (see idle), so no unit Redis
 // counted for it is lost. When the table is full and the pools looked at
 // all hold units, a new key gets no pool: its decisions are counted in
 // Redis without a lease, exact as an unleased limit's, until a pool can be
 // dropped (its units spent or its window ended).
-const MaxLeasePools = 4096
+const MaxLeasePools = 16384
 
 // evictScan is how many pools, from the least recently used, a new key
 // looks at when the table is full; each one that holds units is moved to
