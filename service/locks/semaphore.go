@@ -123,9 +123,10 @@ var ErrTokenInUse = fmt.Errorf("%w: the token already holds a lease on this sema
 
 // semKeys names the keys of the semaphore called name (keysOf, kind
 // "sem"). Its lock key is the capacity record (hash: p permits, f last
-// fence, m fair), holders map a token to its lease's expiry and leases to
-// its count, fence, TTL, keep-alive and owner; the fence key is not used:
-// the capacity record keeps the fence.
+// fence, m fair), leases map a token to its lease's count, expiry, fence,
+// TTL, keep-alive and owner, beside the permits in use and a bound on the
+// earliest expiry (scripts/lua/lib/sem.lua); the fence key is not used:
+// the capacity record keeps the fence, and the holders key neither.
 func (s *Service) semKeys(ctx context.Context, name string) lockKeys {
 	return s.keysIn(ctx, kindSem, name)
 }
@@ -133,13 +134,13 @@ func (s *Service) semKeys(ctx context.Context, name string) lockKeys {
 // SemaphoreKeys are the Redis keys of one semaphore, as the service names
 // them: for whoever looks at its state in Redis from outside the service.
 type SemaphoreKeys struct {
-	Capacity, Holders, Leases, Waiters, Queue, Lost, Channel string
+	Capacity, Leases, Waiters, Queue, Lost, Channel string
 }
 
 // SemaphoreKeysOf names the keys of the semaphore called name under the key prefix.
 func SemaphoreKeysOf(prefix, name string) SemaphoreKeys {
 	k := keysOf(prefix, kindSem, name)
-	return SemaphoreKeys{Capacity: k.lock, Holders: k.holders, Leases: k.leases, Waiters: k.waiters,
+	return SemaphoreKeys{Capacity: k.lock, Leases: k.leases, Waiters: k.waiters,
 		Queue: k.queue, Lost: k.lost, Channel: k.channel}
 }
 
@@ -226,7 +227,7 @@ func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 func (p semaphore) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := p.s, a.k
 	req := SemaphoreRequest{AcquireRequest: a.req, Permits: p.permits, Count: p.count}
-	return semScripts.acquire, []string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
+	return semScripts.acquire, []string{k.lock, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
 		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)
 }
 
@@ -304,7 +305,7 @@ func (p semaphore) lostReason(ctx context.Context, k lockKeys, token string) str
 }
 
 func (semaphore) batchKeys(keys []string, k lockKeys) []string {
-	return append(keys, k.holders, k.leases, k.lost)
+	return append(keys, k.leases, k.lost)
 }
 
 // semLease is a semaphore lease as the shared machinery carries it: its
@@ -333,7 +334,7 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.renew,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		[]string{k.lock, k.leases, s.registryKey(k), k.lost, k.channel},
 		renewArgs(s.cfg, kindSem, k.regName(), token, ttl, 0)...)
 	v, err := ownerReply("sem_renew", 7, res, err)
 	if err != nil {
@@ -359,7 +360,7 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.release,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		[]string{k.lock, k.leases, s.registryKey(k), k.lost, k.channel},
 		releaseArgs(s.cfg, kindSem, k.regName(), token)...)
 	v, err := ownerReply("sem_release", 2, res, err)
 	if err != nil {
@@ -381,7 +382,7 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.RunReplicated(ctx, semScripts.forceRelease,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		[]string{k.lock, k.leases, s.registryKey(k), k.lost, k.channel},
 		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return 0, err
@@ -431,7 +432,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 func (s *Service) inspectSemaphore(ctx context.Context, k lockKeys, token string, most int) (SemaphoreState, error) {
 	name := k.name
 	res, err := s.st.Run(ctx, semScripts.inspect,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
+		[]string{k.lock, k.leases, k.waiters, k.lost, s.registryKey(k)},
 		heldInspectArgs(kindSem, k.regName(), token, most)...)
 	arr, v, err := inspectReply("sem_inspect", 18, 14, res, err)
 	if err != nil {
