@@ -125,7 +125,7 @@ if available < count or (head and head ~= tok) then
       if new then redis.call('RPUSH', KEYS[4], tok) end
       redis.call('PEXPIRE', KEYS[4], keep)
     end
-    local x, later = sem_until(cap_x, now_ms + timeout + ret)
+    local x, later = sem_until(cap_x, now_ms + timeout + ret, 0)
     if new or later then
       -- a waiter sets the capacity and the mode as a holder does
       redis.call('HSET', KEYS[1], 'p', n, 'm', fair and '1' or '0', 'x', x)
@@ -164,8 +164,8 @@ end
 -- the record for the retention after it), never less than before
 local expiry = now_ms + pttl
 local span_end = math.max(expiry, untl)
-local cx, cap_later = sem_until(cap_x, span_end + ret)
-local lx, leases_later = sem_until(st.x, span_end)
+local cx, cap_later = sem_until(cap_x, span_end + ret, 0)
+local lx, leases_later = sem_until(st.x, span_end, sem_slack(span_end, now_ms))
 redis.call('HSET', KEYS[1], 'p', n, 'f', fence, 'm', fair and '1' or '0', 'x', cx)
 redis.call('HSET', KEYS[2], tok, table.concat({count, expiry, fence, ARGV[2], untl, hb, untl > 0 and now_ms or 0, ARGV[11]}, ':'),
   '#u', st.u + count, '#e', math.min(st.e or expiry, expiry), '#x', lx)

@@ -54,14 +54,14 @@ if ends < expiry then
   redis.call('PUBLISH', KEYS[5], 'shortened')
 end
 local span_end = math.max(ends, untl)
-local lx, leases_later = sem_until(tonumber(r[3]), span_end)
+local lx, leases_later = sem_until(tonumber(r[3]), span_end, sem_slack(span_end, now_ms))
 redis.call('HSET', KEYS[2], tok, table.concat({count, ends, fence, own, untl, hb, kb, owner}, ':'),
   '#e', math.min(tonumber(r[2]) or ends, ends), '#x', lx)
 if leases_later then
   redis.call('PEXPIRE', KEYS[2], lx - now_ms)
 end
 local cap = redis.call('HMGET', KEYS[1], 'p', 'x')
-local cx, cap_later = sem_until(tonumber(cap[2]), span_end + tonumber(ARGV[5]))
+local cx, cap_later = sem_until(tonumber(cap[2]), span_end + tonumber(ARGV[5]), 0)
 if cap[1] and cap_later then
   redis.call('HSET', KEYS[1], 'x', cx)
   redis.call('PEXPIRE', KEYS[1], cx - now_ms)

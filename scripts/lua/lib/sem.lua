@@ -78,11 +78,20 @@ end
 -- sem_until is when a key that the scripts last set to expire at at (ms,
 -- nil when not known) expires once it is kept until until_ms at least, and
 -- whether that is a change: a key's expiry is never brought forward, as it
--- may cover another lease's longer span. The caller sets it with PEXPIRE
--- and records it.
-local function sem_until(at, until_ms)
+-- may cover another lease's longer span. A change keeps it slack_ms longer
+-- still, so the grants that follow need none. The caller sets it with
+-- PEXPIRE and records it.
+local function sem_until(at, until_ms, slack_ms)
   if at and at >= until_ms then
     return at, false
   end
-  return until_ms, true
+  return until_ms + slack_ms, true
+end
+
+-- sem_slack is how much longer than a lease's span, ending at span_end,
+-- its leases hash is kept when the hash's expiry moves: as long again, at
+-- most a minute. Only a semaphore nobody calls keeps expired leases that
+-- long; a hash with no lease left is deleted.
+local function sem_slack(span_end, now_ms)
+  return math.min(span_end - now_ms, 60000)
 end
