@@ -74,7 +74,7 @@ if stored and stored ~= n then
 end
 
 -- Leases past their expiry give their permits back (sem_read).
-local st = sem_read(KEYS[2], tok, now_ms)
+local st = sem_read(KEYS[2], tok, now_ms, not cap_x)
 if st.v then
   return {-5, 0, 0, now_ms, 0, held_fair and 1 or 0, 0, 0, n, 0}
 end

@@ -17,6 +17,9 @@
 --#include lib/sem.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('HEXISTS', KEYS[2], '#u') == 0 then
+  sem_upgrade(KEYS[2], now_ms) -- a legacy hash's leases are evicted too
+end
 local all = redis.call('HGETALL', KEYS[2])
 redis.call('DEL', KEYS[2])
 local live = 0

@@ -31,10 +31,26 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
 local all = redis.call('HGETALL', KEYS[2])
+-- a legacy hash (see lib/sem.lua) is read as a writing script upgrades it
+local legacy_end
+if #all > 0 then
+  legacy_end = true
+  for i = 1, #all, 2 do
+    if all[i] == '#u' then
+      legacy_end = nil
+    end
+  end
+  if legacy_end then
+    legacy_end = sem_legacy_end(KEYS[2], now_ms)
+  end
+end
 local live, in_use, mine = {}, 0, nil
 for i = 1, #all, 2 do
-  local tok = all[i]
-  local count, expiry, fence, _, untl, hb, kb, owner = sem_lease(all[i + 1])
+  local tok, v = all[i], all[i + 1]
+  if legacy_end then
+    v = sem_from_legacy(v, legacy_end)
+  end
+  local count, expiry, fence, _, untl, hb, kb, owner = sem_lease(v)
   if string.sub(tok, 1, 1) ~= '#' and count and tonumber(expiry) > now_ms then
     local l = {tok = tok, expiry = tonumber(expiry), count = tonumber(count), fence = tonumber(fence),
       untl = tonumber(untl), hb = tonumber(hb), kb = tonumber(kb), owner = owner}

@@ -20,13 +20,13 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok = ARGV[1]
-local r = redis.call('HMGET', KEYS[2], tok, '#u', '#e')
-local count, expiry, _, _, untl = sem_lease(r[1])
+local r = sem_hmget(KEYS[2], now_ms, false, tok, '#e')
+local count, expiry, _, _, untl = sem_lease(r[2])
 if not count or tonumber(expiry) <= now_ms then
   return {-1, 0}
 end
 count = tonumber(count)
-local u = (tonumber(r[2]) or count) - count
+local u = (tonumber(r[1]) or count) - count
 if u <= 0 then
   redis.call('DEL', KEYS[2])
 else

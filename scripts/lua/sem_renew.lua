@@ -26,8 +26,8 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok = ARGV[1]
-local r = redis.call('HMGET', KEYS[2], tok, '#e', '#x')
-local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[1])
+local r = sem_hmget(KEYS[2], now_ms, false, tok, '#e', '#x')
+local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[2])
 expiry = tonumber(expiry)
 if not count or expiry <= now_ms then
   return {-1, 0, 0, 0, now_ms, 0, 0}
@@ -54,9 +54,9 @@ if ends < expiry then
   redis.call('PUBLISH', KEYS[5], 'shortened')
 end
 local span_end = math.max(ends, untl)
-local lx, leases_later = sem_until(tonumber(r[3]), span_end, sem_slack(span_end, now_ms))
+local lx, leases_later = sem_until(tonumber(r[4]), span_end, sem_slack(span_end, now_ms))
 redis.call('HSET', KEYS[2], tok, table.concat({count, ends, fence, own, untl, hb, kb, owner}, ':'),
-  '#e', math.min(tonumber(r[2]) or ends, ends), '#x', lx)
+  '#e', math.min(tonumber(r[3]) or ends, ends), '#x', lx)
 if leases_later then
   redis.call('PEXPIRE', KEYS[2], lx - now_ms)
 end

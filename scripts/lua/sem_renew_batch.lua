@@ -27,8 +27,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return renew_entries(function(i, m)
   local leases, lost = KEYS[2 * i], KEYS[2 * i + 1]
   local tok = string.match(m, '^[a-z]+/([^:]+):')
-  local r = redis.call('HMGET', leases, tok, '#u', '#e')
-  local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[1])
+  local r = sem_hmget(leases, now_ms, false, tok, '#e')
+  local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[2])
   expiry = tonumber(expiry)
   if not count or expiry <= now_ms or now_ms >= tonumber(untl) then
     local reason = redis.call('HGET', lost, tok) or 'expired'
@@ -37,7 +37,7 @@ return renew_entries(function(i, m)
     end
     if count then
       -- the lease is over: its permits are free
-      local u = (tonumber(r[2]) or 0) - tonumber(count)
+      local u = (tonumber(r[1]) or 0) - tonumber(count)
       if u <= 0 then
         redis.call('DEL', leases)
       else
