@@ -213,9 +213,12 @@ type semaphore struct {
 func (semaphore) kind() kind { return kindSem }
 
 // listen: one release may let several waiters in; it wakes the waiters of
-// this process whose counts fit in the permits it freed (semWakes).
+// this process whose counts fit in the permits it freed (semWakes). A
+// grant's notice of a lease that ends after the wait does not reach the
+// waiter: it could not bring its re-check forward.
 func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
-	sw, err := p.s.semWakes.join(k.channel, p.count, req.Fair)
+	// the wait began a moment ago: its end is a moment before this
+	sw, err := p.s.semWakes.join(k.channel, p.count, req.Fair, time.Now().Add(req.Wait))
 	if err != nil {
 		return nil, err
 	}
@@ -527,8 +530,11 @@ type semWaiter struct {
 	channel string
 	count   int64
 	fair    bool
-	c       chan string
-	ready   <-chan struct{}
+	// until is no earlier than the end of the wait (zero: not known); a
+	// notice of a lease that ends then or later is not passed on
+	until time.Time
+	c     chan string
+	ready <-chan struct{}
 }
 
 func (sw *semWaiter) C() <-chan string { return sw.c }
@@ -539,9 +545,10 @@ func (sw *semWaiter) Ready() <-chan struct{} { return sw.ready }
 // is not passed on: a release wakes every waiter it may let in.
 func (sw *semWaiter) leave(bool) { sw.w.leave(sw.channel, sw) }
 
-// join registers a waiter for count permits on channel. Returns the
-// subscriber's error when it is closed.
-func (w *semWakes) join(channel string, count int64, fair bool) (*semWaiter, error) {
+// join registers a waiter for count permits on channel, whose wait ends
+// by until (zero: not known). Returns the subscriber's error when it is
+// closed.
+func (w *semWakes) join(channel string, count int64, fair bool, until time.Time) (*semWaiter, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := w.groups[channel]
@@ -557,7 +564,7 @@ func (w *semWakes) join(channel string, count int64, fair bool) (*semWaiter, err
 		w.groups[channel] = g
 		go w.dispatch(g)
 	}
-	sw := &semWaiter{w: w, channel: channel, count: count, fair: fair, c: make(chan string, 1), ready: g.l.Ready()}
+	sw := &semWaiter{w: w, channel: channel, count: count, fair: fair, until: until, c: make(chan string, 1), ready: g.l.Ready()}
 	g.waiters = append(g.waiters, sw)
 	return sw, nil
 }
@@ -589,7 +596,10 @@ func (w *semWakes) dispatch(g *semGroup) {
 		case msg = <-g.l.C():
 		}
 		budget, counted := permitsIn(msg)
-		notice := isNotice(msg)
+		n, notice := parseAcquired(msg)
+		// a notice moves a waiter's re-check to the lease's end, never
+		// past the end of its wait (pause): not one whose wait ends first
+		ends := time.Now().Add(n.ttl)
 		w.mu.Lock()
 		for _, sw := range g.waiters {
 			wake := true
@@ -604,7 +614,7 @@ func (w *semWakes) dispatch(g *semGroup) {
 			switch {
 			case wake && notice:
 				offer(sw.c, hintGranted) // permits it fits are free: a hint to try
-			case wake, notice:
+			case wake, notice && (sw.until.IsZero() || ends.Before(sw.until)):
 				offer(sw.c, msg)
 			}
 		}
