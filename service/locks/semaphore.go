@@ -125,8 +125,9 @@ var ErrTokenInUse = fmt.Errorf("%w: the token already holds a lease on this sema
 // "sem"). Its lock key is the capacity record (hash: p permits, f last
 // fence, m fair), leases map a token to its lease's count, expiry, fence,
 // TTL, keep-alive and owner, beside the permits in use and a bound on the
-// earliest expiry (scripts/lua/lib/sem.lua); the fence key is not used:
-// the capacity record keeps the fence, and the holders key neither.
+// earliest expiry (scripts/lua/lib/sem.lua). Neither the fence key nor the
+// holders key is used: the capacity record keeps the fence, each lease's
+// entry its expiry.
 func (s *Service) semKeys(ctx context.Context, name string) lockKeys {
 	return s.keysIn(ctx, kindSem, name)
 }
