@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -205,12 +206,17 @@ func TestListItemsAreWhatGetAnswers(t *testing.T) {
 	}
 	past := float64(now.UnixMilli() - 1000)
 	expireReader(t, e, "stale", stale.Token(), now.UnixMilli()-1000)
-	for key, token := range map[string]string{
-		locks.SemaphoreKeysOf(e.Prefix, "pool-stale").Holders: semStale.Token(),
-	} {
-		if err := e.RDB.ZAddXX(ctx, key, redis.Z{Score: past, Member: token}).Err(); err != nil {
-			t.Fatal(err)
-		}
+	// a semaphore lease's expiry is the second field of its value
+	leases := locks.SemaphoreKeysOf(e.Prefix, "pool-stale").Leases
+	v, err := e.RDB.HGet(ctx, leases, semStale.Token()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.SplitN(v, ":", 3)
+	if err := e.RDB.HSet(ctx, leases, semStale.Token(), f[0]+":"+strconv.FormatFloat(past, 'f', 0, 64)+":"+f[2]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{locks.RWKeysOf(e.Prefix, "stale").State, leases} {
 		if n, _ := e.RDB.Exists(ctx, key).Result(); n != 1 {
 			t.Fatalf("%s is gone, want it to linger", key)
 		}

@@ -6,22 +6,21 @@
 -- permits, so a large request is never overtaken by small ones.
 --
 -- KEYS[1]  capacity hash: p permits (N), f last fence issued, m "1" when
---          the last grant or waiter was fair ("0" when not); every grant
---          keeps it for at least the lease's span (its TTL, or for a
---          keep-alive lease its max hold) and the fence retention (ARGV[3])
---          after it, a waiter for its wait and the retention
--- KEYS[2]  holders zset: member = lease token, score = the lease's expiry
---          (ms, Redis clock); every script drops the members past it, and
---          their permits return at once. It and the leases hash are kept
---          for at least the lease's span
--- KEYS[3]  leases hash: token -> "count:fence:ttl_ms:ku:kh:kb:owner", ku the
---          keep-alive max-hold deadline (ms, 0 when not kept alive), kh the
---          heartbeat interval (ms, 0 for none), kb the last heartbeat (ms)
--- KEYS[4]  waiters zset: member = waiter token, score = its deadline (ms)
--- KEYS[5]  fair queue list: tokens of fair waiters in arrival order
--- KEYS[6]  keep-alive registry (zset: member -> next renewal due, ms)
--- KEYS[7]  lost-lease reasons of this semaphore (hash: token -> reason)
--- KEYS[8]  pub/sub channel that waiters of this semaphore listen on: every
+--          the last grant or waiter was fair ("0" when not), x when the
+--          scripts last set it to expire (ms); every grant keeps it for at
+--          least the lease's span (its TTL, or for a keep-alive lease its
+--          max hold) and the fence retention (ARGV[3]) after it, a waiter
+--          for its wait and the retention
+-- KEYS[2]  leases hash: token -> "count:expiry:fence:ttl_ms:ku:kh:kb:owner",
+--          with the permits in use and a bound on the earliest expiry
+--          (lib/sem.lua): the leases past their expiry are dropped, and
+--          their permits return at once, before anything is decided. It is
+--          kept for at least the lease's span
+-- KEYS[3]  waiters zset: member = waiter token, score = its deadline (ms)
+-- KEYS[4]  fair queue list: tokens of fair waiters in arrival order
+-- KEYS[5]  keep-alive registry (zset: member -> next renewal due, ms)
+-- KEYS[6]  lost-lease reasons of this semaphore (hash: token -> reason)
+-- KEYS[7]  pub/sub channel that waiters of this semaphore listen on: every
 --          grant publishes "acquired:<fence>:<ttl_ms>:<available>" on it,
 --          the lease's fence, its TTL from the grant and the permits left
 --          free (0 when none, or fewer than none), so waiters whose counts
@@ -57,122 +56,126 @@
 --   permits is the stored capacity, available the permits free after this
 --   call (negative when the admin lowered N below the permits in use).
 --   When not granted, recheck_ms is the latest time to try again without a
---   wake-up: until the first lease expires, or the queue head's deadline.
+--   wake-up: until the first lease expires (or sooner: the bound on it that
+--   the leases hash keeps), or the queue head's deadline.
 -- A grant's fence is max(last fence + 1, Redis TIME in µs), as acquire.lua's.
 --#include lib/lost.lua
+--#include lib/sem.lua
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- keep_for keeps key K for at least ms more; it never shortens K's TTL, which
--- may cover another holder's longer lease
-local function keep_for(K, ms)
-  if redis.call('PTTL', K) < ms then
-    redis.call('PEXPIRE', K, ms)
-  end
-end
 local tok, fair = ARGV[1], ARGV[4] == '1'
 local n, count = tonumber(ARGV[12]), tonumber(ARGV[13])
-local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
-local stored = tonumber(cap[1])
-if stored and stored ~= n then
-  return {-4, 0, 0, now_ms, 0, cap[3] == '1' and 1 or 0, 0, 0, stored, 0}
-end
-
--- Leases past their expiry give their permits back.
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-  redis.call('HDEL', KEYS[3], unpack(gone))
-end
-if redis.call('HEXISTS', KEYS[3], tok) == 1 then
-  return {-5, 0, 0, now_ms, 0, cap[3] == '1' and 1 or 0, 0, 0, n, 0}
-end
-
--- Waiters: drop the ones past their deadline, and queue heads that are no
--- longer registered (departed or expired), so the queue never sticks.
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-local head = redis.call('LINDEX', KEYS[5], 0)
-while head and not redis.call('ZSCORE', KEYS[4], head) do
-  redis.call('LPOP', KEYS[5])
-  head = redis.call('LINDEX', KEYS[5], 0)
-end
-local waiters = redis.call('ZCARD', KEYS[4])
-local holders = redis.call('ZCARD', KEYS[2])
+local ret = tonumber(ARGV[3])
+local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm', 'x')
+local stored, cap_x = tonumber(cap[1]), tonumber(cap[4])
 local held_fair = cap[3] == '1'
-if (holders > 0 or waiters > 0) and held_fair ~= fair then
+if stored and stored ~= n then
+  return {-4, 0, 0, now_ms, 0, held_fair and 1 or 0, 0, 0, stored, 0}
+end
+
+-- Leases past their expiry give their permits back (sem_read).
+local st = sem_read(KEYS[2], tok, now_ms, not cap_x)
+if st.v then
+  return {-5, 0, 0, now_ms, 0, held_fair and 1 or 0, 0, 0, n, 0}
+end
+if held_fair ~= fair and (st.u > 0 or redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf') > 0) then
   return {-3, 0, 0, now_ms, 0, held_fair and 1 or 0, 0, 0, n, 0}
 end
 
-local in_use = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[3])) do
-  in_use = in_use + tonumber(string.match(v, '^%d+'))
+-- Fair mode: the queue's head, once the heads no longer registered
+-- (departed or past their deadline) are dropped, so the queue never
+-- sticks. In plain mode no fair waiter is registered (the mode check).
+local head, head_until
+if fair then
+  head = redis.call('LINDEX', KEYS[4], 0)
+  while head do
+    head_until = tonumber(redis.call('ZSCORE', KEYS[3], head))
+    if head_until and head_until > now_ms then
+      break
+    end
+    redis.call('LPOP', KEYS[4])
+    head = redis.call('LINDEX', KEYS[4], 0)
+  end
 end
-local available = n - in_use
 
+local available = n - st.u
 if available < count or (head and head ~= tok) then
   -- the first lease to expire frees permits; a queue head that goes away
   -- lets the next one in
   local recheck = -1
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if #first > 0 then
-    recheck = tonumber(first[2]) - now_ms
+  if st.e then
+    recheck = st.e - now_ms
   end
   if head and head ~= tok then
-    local d = tonumber(redis.call('ZSCORE', KEYS[4], head)) - now_ms
+    local d = head_until - now_ms
     if recheck < 0 or d < recheck then
       recheck = d
     end
   end
   local timeout = tonumber(ARGV[5])
   if timeout > 0 then
-    -- a waiter already registered keeps its place and moves its deadline
-    local new = redis.call('ZADD', KEYS[4], now_ms + timeout, tok) == 1
-    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    -- a waiter already registered keeps its place and moves its deadline;
+    -- one past its deadline is gone, and comes back as a new one
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+    local new = redis.call('ZADD', KEYS[3], now_ms + timeout, tok) == 1
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     local keep = tonumber(last[2]) - now_ms + 1000
-    redis.call('PEXPIRE', KEYS[4], keep)
-    if new then
-      -- a waiter sets the capacity and the mode as a holder does
-      redis.call('HSET', KEYS[1], 'p', n, 'm', fair and '1' or '0')
-    end
+    redis.call('PEXPIRE', KEYS[3], keep)
     if fair then
-      if new then redis.call('RPUSH', KEYS[5], tok) end
-      redis.call('PEXPIRE', KEYS[5], keep)
+      if new then redis.call('RPUSH', KEYS[4], tok) end
+      redis.call('PEXPIRE', KEYS[4], keep)
     end
-    keep_for(KEYS[1], timeout + tonumber(ARGV[3]))
+    local x, later = sem_until(cap_x, now_ms + timeout + ret, 0)
+    if new or later then
+      -- a waiter sets the capacity and the mode as a holder does
+      redis.call('HSET', KEYS[1], 'p', n, 'm', fair and '1' or '0', 'x', x)
+    end
+    if later then
+      redis.call('PEXPIRE', KEYS[1], x - now_ms)
+    end
   end
   return {0, 0, 0, now_ms, recheck, fair and 1 or 0, 0, 0, n, available}
 end
 
 -- Granted.
 if head then
-  redis.call('LPOP', KEYS[5])
+  redis.call('LPOP', KEYS[4])
 end
-redis.call('ZREM', KEYS[4], tok)
+redis.call('ZREM', KEYS[3], tok)
 local granted = t[1] .. string.sub('000000' .. t[2], -6)
 local fence = granted
 local last = tonumber(cap[2])
 if last and last >= tonumber(fence) then
   fence = string.format('%d', last + 1)
 end
-redis.call('HSET', KEYS[1], 'p', n, 'f', fence, 'm', fair and '1' or '0')
 local ttl = tonumber(ARGV[2])
 local pttl, untl, hb = ttl, 0, 0
 if ARGV[6] == '1' then
   untl, hb = now_ms + tonumber(ARGV[7]), tonumber(ARGV[8])
   pttl = math.max(math.min(ttl, untl - now_ms), 1)
-  redis.call('ZADD', KEYS[6], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
+  redis.call('ZADD', KEYS[5], math.min(now_ms + math.max(math.floor(ttl / 3), 1), untl), ARGV[9])
 end
-lost_forget(KEYS[7], tok)
+lost_forget(KEYS[6], tok)
 if pttl < ttl then
   -- the max-hold deadline ends this lease; say so if it is not renewed by hand
-  lost_record(KEYS[7], tok, 'max_hold', untl, fence, ARGV[11], ARGV[10])
+  lost_record(KEYS[6], tok, 'max_hold', untl, fence, ARGV[11], ARGV[10])
 end
-redis.call('HSET', KEYS[3], tok, table.concat({count, fence, ARGV[2], untl, hb, untl > 0 and now_ms or 0, ARGV[11]}, ':'))
-redis.call('ZADD', KEYS[2], now_ms + pttl, tok)
-local span = math.max(pttl, untl - now_ms)
-keep_for(KEYS[1], span + tonumber(ARGV[3]))
-keep_for(KEYS[2], span)
-keep_for(KEYS[3], span)
+-- the capacity record and the leases are kept for the lease's span (and
+-- the record for the retention after it), never less than before
+local expiry = now_ms + pttl
+local span_end = math.max(expiry, untl)
+local cx, cap_later = sem_until(cap_x, span_end + ret, 0)
+local lx, leases_later = sem_until(st.x, span_end, sem_slack(span_end, now_ms))
+redis.call('HSET', KEYS[1], 'p', n, 'f', fence, 'm', fair and '1' or '0', 'x', cx)
+redis.call('HSET', KEYS[2], tok, table.concat({count, expiry, fence, ARGV[2], untl, hb, untl > 0 and now_ms or 0, ARGV[11]}, ':'),
+  '#u', st.u + count, '#e', math.min(st.e or expiry, expiry), '#x', lx)
+if cap_later then
+  redis.call('PEXPIRE', KEYS[1], cx - now_ms)
+end
+if leases_later then
+  redis.call('PEXPIRE', KEYS[2], lx - now_ms)
+end
 available = available - count
 -- every grant says so; when permits remain, the next waiters may take them
-redis.call('PUBLISH', KEYS[8], 'acquired:' .. fence .. ':' .. pttl .. ':' .. math.max(available, 0))
+redis.call('PUBLISH', KEYS[7], 'acquired:' .. fence .. ':' .. pttl .. ':' .. math.max(available, 0))
 return {1, tonumber(fence), pttl, now_ms, 0, fair and 1 or 0, untl, hb, n, available}

@@ -7,9 +7,8 @@
 -- permits are free at once.
 --
 -- KEYS[1]      keep-alive registry (zset: member -> next renewal due, ms)
--- KEYS[3i-1]   holders zset of entry i's semaphore (token -> expiry, ms)
--- KEYS[3i]     leases hash of entry i's semaphore (see sem_acquire.lua)
--- KEYS[3i+1]   lost-lease reasons of entry i's semaphore (hash: token -> reason)
+-- KEYS[2i]     leases hash of entry i's semaphore (see lib/sem.lua)
+-- KEYS[2i+1]   lost-lease reasons of entry i's semaphore (hash: token -> reason)
 -- ARGV[1]      how long lost-lease reasons are kept, in milliseconds
 -- ARGV[1+i]    registry member of entry i ("sem/<token>:<name>")
 --
@@ -23,24 +22,29 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 --#include lib/lost.lua
 --#include lib/keepalive.lua
+--#include lib/sem.lua
 
 return renew_entries(function(i, m)
-  local holders, leases, lost = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local leases, lost = KEYS[2 * i], KEYS[2 * i + 1]
   local tok = string.match(m, '^[a-z]+/([^:]+):')
-  local expiry = tonumber(redis.call('ZSCORE', holders, tok))
-  local v = redis.call('HGET', leases, tok)
-  local count, fence, own, untl, hb, kb, owner
-  if v then
-    count, fence, own, untl, hb, kb, owner = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
-  end
-  if not v or not expiry or expiry <= now_ms or not untl or now_ms >= tonumber(untl) then
+  local r = sem_hmget(leases, now_ms, false, tok, '#e')
+  local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[2])
+  expiry = tonumber(expiry)
+  if not count or expiry <= now_ms or now_ms >= tonumber(untl) then
     local reason = redis.call('HGET', lost, tok) or 'expired'
-    if v and expiry and expiry > now_ms then
+    if count and expiry > now_ms then
       reason = 'max_hold'
     end
-    -- the lease is over: its permits are free
-    redis.call('ZREM', holders, tok)
-    redis.call('HDEL', leases, tok)
+    if count then
+      -- the lease is over: its permits are free
+      local u = (tonumber(r[1]) or 0) - tonumber(count)
+      if u <= 0 then
+        redis.call('DEL', leases)
+      else
+        redis.call('HDEL', leases, tok)
+        redis.call('HSET', leases, '#u', u)
+      end
+    end
     local at = now_ms
     if reason == 'max_hold' then at = tonumber(untl) elseif expiry and expiry <= now_ms then at = expiry end
     lose(lost, tok, reason, at, fence, owner)
@@ -55,7 +59,9 @@ return renew_entries(function(i, m)
     return 2, 'heartbeat_missed'
   end
   local pttl, nxt, reason = next_renewal(lost, tok, tonumber(own), tonumber(untl), fence, owner)
-  redis.call('ZADD', holders, now_ms + pttl, tok)
+  local ends = now_ms + pttl
+  redis.call('HSET', leases, tok, table.concat({count, ends, fence, own, untl, hb, kb, owner}, ':'),
+    '#e', math.min(tonumber(r[3]) or ends, ends))
   redis.call('ZADD', KEYS[1], nxt, m)
   return 1, reason
 end)

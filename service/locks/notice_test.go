@@ -87,7 +87,7 @@ func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
 	w := &semWakes{sub: sub}
 	join := func(channel string, count int64, fair bool) *semWaiter {
 		t.Helper()
-		sw, err := w.join(channel, count, fair)
+		sw, err := w.join(channel, count, fair, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,6 +127,48 @@ func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
 		if got := heard(fair); got != want {
 			t.Errorf("fair waiter on %q: %q, want %q", msg, got, want)
 		}
+	}
+}
+
+// TestSemaphoreNoticePastTheWaitIsNotPassedOn: a grant's notice of a lease
+// that ends after a waiter's wait is over could not bring its re-check
+// forward, and does not reach it (a waiter whose wait's end is not known
+// hears it); a hint does.
+func TestSemaphoreNoticePastTheWaitIsNotPassedOn(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
+	t.Cleanup(func() { _ = sub.close() })
+	w := &semWakes{sub: sub}
+	join := func(until time.Time) *semWaiter {
+		t.Helper()
+		sw, err := w.join("plain", 2, false, until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sw.leave(false) })
+		return sw
+	}
+	short, unknown := join(time.Now().Add(time.Second)), join(time.Time{})
+	heard := func(sw *semWaiter) string {
+		t.Helper()
+		select {
+		case msg := <-sw.C():
+			return msg
+		case <-time.After(time.Minute): // a hang guard
+			t.Fatal("no message within a minute")
+			return ""
+		}
+	}
+	const notice, released = "acquired:9:60000:0", "released:4"
+	sub.deliver("plain", notice)
+	if got := heard(unknown); got != notice {
+		t.Errorf("waiter whose wait's end is not known heard %q, want %q", got, notice)
+	}
+	sub.deliver("plain", released)
+	if got := heard(short); got != released {
+		t.Errorf("waiter whose wait ends in a second heard %q first, want %q", got, released)
 	}
 }
 

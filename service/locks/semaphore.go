@@ -123,9 +123,11 @@ var ErrTokenInUse = fmt.Errorf("%w: the token already holds a lease on this sema
 
 // semKeys names the keys of the semaphore called name (keysOf, kind
 // "sem"). Its lock key is the capacity record (hash: p permits, f last
-// fence, m fair), holders map a token to its lease's expiry and leases to
-// its count, fence, TTL, keep-alive and owner; the fence key is not used:
-// the capacity record keeps the fence.
+// fence, m fair), leases map a token to its lease's count, expiry, fence,
+// TTL, keep-alive and owner, beside the permits in use and a bound on the
+// earliest expiry (scripts/lua/lib/sem.lua). Neither the fence key nor the
+// holders key is used: the capacity record keeps the fence, each lease's
+// entry its expiry.
 func (s *Service) semKeys(ctx context.Context, name string) lockKeys {
 	return s.keysIn(ctx, kindSem, name)
 }
@@ -133,13 +135,13 @@ func (s *Service) semKeys(ctx context.Context, name string) lockKeys {
 // SemaphoreKeys are the Redis keys of one semaphore, as the service names
 // them: for whoever looks at its state in Redis from outside the service.
 type SemaphoreKeys struct {
-	Capacity, Holders, Leases, Waiters, Queue, Lost, Channel string
+	Capacity, Leases, Waiters, Queue, Lost, Channel string
 }
 
 // SemaphoreKeysOf names the keys of the semaphore called name under the key prefix.
 func SemaphoreKeysOf(prefix, name string) SemaphoreKeys {
 	k := keysOf(prefix, kindSem, name)
-	return SemaphoreKeys{Capacity: k.lock, Holders: k.holders, Leases: k.leases, Waiters: k.waiters,
+	return SemaphoreKeys{Capacity: k.lock, Leases: k.leases, Waiters: k.waiters,
 		Queue: k.queue, Lost: k.lost, Channel: k.channel}
 }
 
@@ -212,9 +214,12 @@ type semaphore struct {
 func (semaphore) kind() kind { return kindSem }
 
 // listen: one release may let several waiters in; it wakes the waiters of
-// this process whose counts fit in the permits it freed (semWakes).
+// this process whose counts fit in the permits it freed (semWakes). A
+// grant's notice of a lease that ends after the wait does not reach the
+// waiter: it could not bring its re-check forward.
 func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
-	sw, err := p.s.semWakes.join(k.channel, p.count, req.Fair)
+	// the wait began a moment ago: its end is a moment before this
+	sw, err := p.s.semWakes.join(k.channel, p.count, req.Fair, time.Now().Add(req.Wait))
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +231,7 @@ func (p semaphore) listen(k lockKeys, req AcquireRequest) (wakeups, error) {
 func (p semaphore) acquireCall(a acquisition, waiterTimeout time.Duration) (*store.Script, []string, []any) {
 	s, k := p.s, a.k
 	req := SemaphoreRequest{AcquireRequest: a.req, Permits: p.permits, Count: p.count}
-	return semScripts.acquire, []string{k.lock, k.holders, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
+	return semScripts.acquire, []string{k.lock, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
 		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)
 }
 
@@ -304,7 +309,7 @@ func (p semaphore) lostReason(ctx context.Context, k lockKeys, token string) str
 }
 
 func (semaphore) batchKeys(keys []string, k lockKeys) []string {
-	return append(keys, k.holders, k.leases, k.lost)
+	return append(keys, k.leases, k.lost)
 }
 
 // semLease is a semaphore lease as the shared machinery carries it: its
@@ -333,7 +338,7 @@ func (s *Service) RenewSemaphore(ctx context.Context, name, token string, ttl ti
 // renewSemaphore is RenewSemaphore on validated input.
 func (s *Service) renewSemaphore(ctx context.Context, k lockKeys, token string, ttl time.Duration) (SemaphoreLease, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.renew,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		[]string{k.lock, k.leases, s.registryKey(k), k.lost, k.channel},
 		renewArgs(s.cfg, kindSem, k.regName(), token, ttl, 0)...)
 	v, err := ownerReply("sem_renew", 7, res, err)
 	if err != nil {
@@ -359,7 +364,7 @@ func (s *Service) ReleaseSemaphore(ctx context.Context, name, token string) (int
 // releaseSemaphore is ReleaseSemaphore on validated input.
 func (s *Service) releaseSemaphore(ctx context.Context, k lockKeys, token string) (int64, error) {
 	res, err := s.st.RunReplicated(ctx, semScripts.release,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		[]string{k.lock, k.leases, s.registryKey(k), k.lost, k.channel},
 		releaseArgs(s.cfg, kindSem, k.regName(), token)...)
 	v, err := ownerReply("sem_release", 2, res, err)
 	if err != nil {
@@ -381,7 +386,7 @@ func (s *Service) ForceReleaseSemaphore(ctx context.Context, name string) (int64
 	}
 	k := s.semKeys(ctx, name)
 	res, err := s.st.RunReplicated(ctx, semScripts.forceRelease,
-		[]string{k.lock, k.holders, k.leases, s.registryKey(k), k.lost, k.channel},
+		[]string{k.lock, k.leases, s.registryKey(k), k.lost, k.channel},
 		semForceReleaseArgs(s.cfg, k.regName())...)
 	if err != nil {
 		return 0, err
@@ -431,7 +436,7 @@ func (s *Service) InspectSemaphore(ctx context.Context, name, token string) (Sem
 func (s *Service) inspectSemaphore(ctx context.Context, k lockKeys, token string, most int) (SemaphoreState, error) {
 	name := k.name
 	res, err := s.st.Run(ctx, semScripts.inspect,
-		[]string{k.lock, k.holders, k.leases, k.waiters, k.lost, s.registryKey(k)},
+		[]string{k.lock, k.leases, k.waiters, k.lost, s.registryKey(k)},
 		heldInspectArgs(kindSem, k.regName(), token, most)...)
 	arr, v, err := inspectReply("sem_inspect", 18, 14, res, err)
 	if err != nil {
@@ -526,8 +531,11 @@ type semWaiter struct {
 	channel string
 	count   int64
 	fair    bool
-	c       chan string
-	ready   <-chan struct{}
+	// until is no earlier than the end of the wait (zero: not known); a
+	// notice of a lease that ends then or later is not passed on
+	until time.Time
+	c     chan string
+	ready <-chan struct{}
 }
 
 func (sw *semWaiter) C() <-chan string { return sw.c }
@@ -538,9 +546,10 @@ func (sw *semWaiter) Ready() <-chan struct{} { return sw.ready }
 // is not passed on: a release wakes every waiter it may let in.
 func (sw *semWaiter) leave(bool) { sw.w.leave(sw.channel, sw) }
 
-// join registers a waiter for count permits on channel. Returns the
-// subscriber's error when it is closed.
-func (w *semWakes) join(channel string, count int64, fair bool) (*semWaiter, error) {
+// join registers a waiter for count permits on channel, whose wait ends
+// by until (zero: not known). Returns the subscriber's error when it is
+// closed.
+func (w *semWakes) join(channel string, count int64, fair bool, until time.Time) (*semWaiter, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := w.groups[channel]
@@ -556,7 +565,7 @@ func (w *semWakes) join(channel string, count int64, fair bool) (*semWaiter, err
 		w.groups[channel] = g
 		go w.dispatch(g)
 	}
-	sw := &semWaiter{w: w, channel: channel, count: count, fair: fair, c: make(chan string, 1), ready: g.l.Ready()}
+	sw := &semWaiter{w: w, channel: channel, count: count, fair: fair, until: until, c: make(chan string, 1), ready: g.l.Ready()}
 	g.waiters = append(g.waiters, sw)
 	return sw, nil
 }
@@ -588,7 +597,10 @@ func (w *semWakes) dispatch(g *semGroup) {
 		case msg = <-g.l.C():
 		}
 		budget, counted := permitsIn(msg)
-		notice := isNotice(msg)
+		n, notice := parseAcquired(msg)
+		// a notice moves a waiter's re-check to the lease's end, never
+		// past the end of its wait (pause): not one whose wait ends first
+		ends := time.Now().Add(n.ttl)
 		w.mu.Lock()
 		for _, sw := range g.waiters {
 			wake := true
@@ -603,7 +615,7 @@ func (w *semWakes) dispatch(g *semGroup) {
 			switch {
 			case wake && notice:
 				offer(sw.c, hintGranted) // permits it fits are free: a hint to try
-			case wake, notice:
+			case wake, notice && (sw.until.IsZero() || ends.Before(sw.until)):
 				offer(sw.c, msg)
 			}
 		}
