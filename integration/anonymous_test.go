@@ -36,7 +36,7 @@ func (b anonymousBounds) horizon() time.Duration {
 // limit × (horizon / window + 2) requests in any horizon (it may start and
 // end in part of a window); plus the client's own self-protection counter.
 func (b anonymousBounds) maxKeys() int {
-	const keysPerRequest = 3 // a semaphore's capacity, holders and leases
+	const keysPerRequest = 2 // a semaphore's capacity and leases, a sliding window's two counters
 	allowed := int(b.limit) * (int(b.horizon()/b.window) + 2)
 	return keysPerRequest*allowed + 1
 }

@@ -16,8 +16,8 @@ func KeyPrefix(s *Service) string { return s.prefix }
 func KeysOfKind(prefix, tag, name string) []string {
 	k := keysOf(prefix, kind(tag), name)
 	ks := []string{k.lock, k.fence, k.channel, k.waiters, k.queue, k.lost}
-	if k.holders != "" {
-		ks = append(ks, k.holders, k.leases)
+	if k.leases != "" {
+		ks = append(ks, k.leases)
 	}
 	return ks
 }

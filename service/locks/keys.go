@@ -32,8 +32,7 @@ type lockKeys struct {
 	waiters string // zset: waiter token -> deadline (ms, Redis clock)
 	queue   string // list: fair waiters in arrival order
 	lost    string // hash: token -> why that token lost its keep-alive lease
-	holders string // zset: holder token -> lease expiry (ms); primitives with many holders only
-	leases  string // hash: per-holder fields; primitives with many holders only
+	leases  string // hash: per-holder fields; the semaphore only
 	name    string // the name (keep-alive registry members carry it)
 	kind    kind
 	tenant  string // the tenant whose namespace the keys are in, "" for none
@@ -52,7 +51,7 @@ func (k lockKeys) regName() string {
 
 // keyParts are the roles of lockKeys in order; the exclusive lock has the
 // first six.
-var keyParts = [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:", "holders:", "leases:"}
+var keyParts = [...]string{"lock:", "fence:", "unlock:", "waiters:", "queue:", "lost:", "leases:"}
 
 // mutexParts is how many keyParts the exclusive lock has.
 const mutexParts = 6
@@ -86,7 +85,7 @@ func keysOf(prefix string, k kind, name string) lockKeys {
 	key := func(i int) string { return all[ends[i]:ends[i+1]] }
 	lk := lockKeys{lock: key(0), fence: key(1), channel: key(2), waiters: key(3), queue: key(4), lost: key(5), name: name, kind: k}
 	if n > mutexParts {
-		lk.holders, lk.leases = key(6), key(7)
+		lk.leases = key(6)
 	}
 	return lk
 }
