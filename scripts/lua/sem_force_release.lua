@@ -43,7 +43,8 @@ if last >= tonumber(bump) then
   bump = string.format('%d', last + 1)
 end
 -- no lease is left: kept for the retention
-redis.call('HSET', KEYS[1], 'f', bump, 'x', now_ms + tonumber(ARGV[1]))
+redis.call('HSET', KEYS[1], 'f', bump)
+redis.call('HDEL', KEYS[1], 'x') -- the next grant sets the expiry again
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PUBLISH', KEYS[5], 'forced')
 return live

@@ -49,8 +49,10 @@ end
 local p = tonumber(redis.call('HGET', KEYS[1], 'p'))
 local available = (p or 0) - u
 if u <= 0 and p then
-  -- no lease is left: the capacity record outlives the last by the retention
-  redis.call('HSET', KEYS[1], 'x', now_ms + tonumber(ARGV[3]))
+  -- no lease is left: the capacity record outlives the last by the
+  -- retention, and drops its expiry's record (the next grant sets both), so
+  -- an idle name keeps the fewest bytes
+  redis.call('HDEL', KEYS[1], 'x')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 redis.call('PUBLISH', KEYS[5], 'released:' .. math.max(available, 0))
