@@ -94,16 +94,7 @@ func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
 		t.Cleanup(func() { sw.leave(false) })
 		return sw
 	}
-	heard := func(sw *semWaiter) string {
-		t.Helper()
-		select {
-		case msg := <-sw.C():
-			return msg
-		case <-time.After(time.Minute): // a hang guard
-			t.Fatal("no message within a minute")
-			return ""
-		}
-	}
+	heard := func(sw *semWaiter) string { t.Helper(); return heardOn(t, sw.C()) }
 
 	two, three, one := join("plain", 2, false), join("plain", 3, false), join("plain", 1, false)
 	const left3 = "acquired:9:1000:3"
@@ -151,16 +142,7 @@ func TestSemaphoreNoticePastTheWaitIsNotPassedOn(t *testing.T) {
 		return sw
 	}
 	short, unknown := join(time.Now().Add(time.Second)), join(time.Time{})
-	heard := func(sw *semWaiter) string {
-		t.Helper()
-		select {
-		case msg := <-sw.C():
-			return msg
-		case <-time.After(time.Minute): // a hang guard
-			t.Fatal("no message within a minute")
-			return ""
-		}
-	}
+	heard := func(sw *semWaiter) string { t.Helper(); return heardOn(t, sw.C()) }
 	const notice, released = "acquired:9:60000:0", "released:4"
 	sub.deliver("plain", notice)
 	if got := heard(unknown); got != notice {
@@ -218,5 +200,18 @@ func TestDrainedWakesOnlyWriters(t *testing.T) {
 		if got := pending(w.w); got != hintReleased {
 			t.Errorf("a waiting %s heard %q when the writer left, want %q", w.name, got, hintReleased)
 		}
+	}
+}
+
+// heardOn is the next message on c; a minute without one fails t (a hang
+// guard).
+func heardOn(t *testing.T, c <-chan string) string {
+	t.Helper()
+	select {
+	case msg := <-c:
+		return msg
+	case <-time.After(time.Minute):
+		t.Fatal("no message within a minute")
+		return ""
 	}
 }
