@@ -244,7 +244,7 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 	next.ServeHTTP(ww, r)
 	name, _ := routeName(rctx)
 	au.a.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action",
-		slog.String("request_id", middleware.GetReqID(r.Context())),
+		slog.String("request_id", requestIDOf(r.Context())),
 		slog.String("key_id", key.ID),
 		slog.String("tenant", tenantName(tenant)),
 		slog.String("method", r.Method),
