@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/handlers"
+	"github.com/latchkey/latchkey/service/auth"
 	"github.com/latchkey/latchkey/service/ratelimit"
 )
 
@@ -55,12 +56,18 @@ func TestHotPathAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newTestRouter(t, fake, handlers.Config{
+	open := newTestRouter(t, fake, handlers.Config{
 		RateLimit: handlers.RateLimitConfig{ClientIP: handlers.ClientIPConfig{TrustedProxies: trusted}},
+	})
+	set := mustKeySet(t, "")
+	keyed := newTestRouter(t, fake, handlers.Config{
+		RateLimit: handlers.RateLimitConfig{ClientIP: handlers.ClientIPConfig{TrustedProxies: trusted}},
+		Auth:      handlers.AuthConfig{Keys: func() *auth.KeySet { return set }},
 	})
 	const checkBody = `{"policy":"per-ip","key":"user-1"}`
 	tests := []struct {
 		name   string
+		keys   bool // API keys are on, and the request sends one
 		method string
 		target string
 		body   string
@@ -73,13 +80,19 @@ func TestHotPathAllocations(t *testing.T) {
 		// recorder, the request's copy with it; chi's context value, its copy
 		// of the request and the path value (two); the client's key and the
 		// request's source; the decision's two header values.
-		{"gate GET", http.MethodGet, "/v1/ratelimit/gate/per-ip", "", []string{"X-Forwarded-For", "10.1.2.3"}, http.StatusOK, 12},
+		{"gate GET", false, http.MethodGet, "/v1/ratelimit/gate/per-ip", "", []string{"X-Forwarded-For", "10.1.2.3"}, http.StatusOK, 12},
 		// As GET: nginx's auth_request asks with HEAD.
-		{"gate HEAD", http.MethodHead, "/v1/ratelimit/gate/per-ip", "", []string{"X-Forwarded-For", "10.1.2.3"}, http.StatusOK, 12},
+		{"gate HEAD", false, http.MethodHead, "/v1/ratelimit/gate/per-ip", "", []string{"X-Forwarded-For", "10.1.2.3"}, http.StatusOK, 12},
 		// 10 today (20 before): as the gate without a path value or client
 		// key, plus the body's two strings; no decoder, validator, limit
 		// reader or body buffer of its own.
-		{"check", http.MethodPost, "/v1/ratelimit/check", checkBody, []string{"Content-Type", "application/json"}, http.StatusOK, 11},
+		{"check", false, http.MethodPost, "/v1/ratelimit/check", checkBody, []string{"Content-Type", "application/json"}, http.StatusOK, 11},
+		// 18 today (26 before the route context was pooled and a tenant's
+		// label stopped being stored anew): as the gate GET, plus the key's
+		// and the tenant's context values and their copy of the request,
+		// the throttle's client key, the key set's lookup.
+		{"gate GET with an API key", true, http.MethodGet, "/v1/ratelimit/gate/per-ip", "",
+			[]string{"X-Forwarded-For", "10.1.2.3", "Authorization", "Bearer " + testSecret("ratelimit-gate")}, http.StatusOK, 19},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +105,10 @@ func TestHotPathAllocations(t *testing.T) {
 			if tt.body != "" {
 				req.Body = readCloser{body}
 				req.ContentLength = int64(len(tt.body))
+			}
+			h := open
+			if tt.keys {
+				h = keyed
 			}
 			w := &discardWriter{h: http.Header{}}
 			serveOnce := func() {
