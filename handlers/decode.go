@@ -161,6 +161,9 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]by
 		// its own: net/http's body reader ends it at Content-Length.
 		body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
 	}
+	if buf == nil {
+		buf = make([]byte, 0, 512) // as io.ReadAll starts
+	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
