@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -309,6 +310,25 @@ type httpMetrics struct {
 	// routes are the router's patterns, filled in once every route is
 	// registered (see NewRouter) and only read afterwards.
 	routes map[string]bool
+
+	// series are the counter and histogram of each route, method and
+	// status seen, found once: looking them up by their label values
+	// hashes the labels on every request. The labels are bounded (see
+	// above), and so is series.
+	mu     sync.RWMutex
+	series map[seriesKey]requestSeries
+}
+
+// seriesKey is the labels of one request counter.
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+// requestSeries are the metrics a request of one seriesKey counts in.
+type requestSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 // unmatchedRoute labels requests no route pattern served.
@@ -324,6 +344,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route", "method"}),
 		routes: map[string]bool{},
+		series: map[seriesKey]requestSeries{},
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
@@ -343,9 +364,19 @@ func (m *httpMetrics) count(route, method string, status int, elapsed time.Durat
 	if !m.routes[route] {
 		route = unmatchedRoute
 	}
-	method = methodLabel(method)
-	m.requests.WithLabelValues(route, method, statusLabel(status)).Inc()
-	m.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
+	k := seriesKey{route, methodLabel(method), status}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		s = requestSeries{m.requests.WithLabelValues(k.route, k.method, statusLabel(status)),
+			m.duration.WithLabelValues(k.route, k.method)}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	s.requests.Inc()
+	s.duration.Observe(elapsed.Seconds())
 }
 
 // statusLabels are the labels of the statuses 100-599, made once: the
