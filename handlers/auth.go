@@ -86,6 +86,20 @@ var routeScopes = map[string]auth.Scope{
 	"* /v1/ratelimit/gate/{policy}/*":                   auth.ScopeRateLimitGate,
 }
 
+// routeKey is a method (or "*") and a route pattern.
+type routeKey struct{ method, pattern string }
+
+// routeScopeIndex is routeScopes by method and pattern, so that finding a
+// request's scope builds no string.
+var routeScopeIndex = func() map[routeKey]auth.Scope {
+	m := make(map[routeKey]auth.Scope, len(routeScopes))
+	for k, scope := range routeScopes {
+		method, pattern, _ := strings.Cut(k, " ")
+		m[routeKey{method, pattern}] = scope
+	}
+	return m
+}()
+
 // authKey is the context key of the API key a request was made with.
 type authKey struct{}
 
@@ -155,8 +169,14 @@ func (au *authenticator) middleware(next http.Handler) http.Handler {
 	})
 }
 
+// routeContexts are the route contexts authorize finds routes with, kept
+// for the next request: a fresh one costs several allocations per request.
+var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
 func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *auth.KeySet, next http.Handler) error {
-	rctx := chi.NewRouteContext()
+	rctx := routeContexts.Get().(*chi.Context)
+	rctx.Reset()
+	defer routeContexts.Put(rctx)
 	pattern := au.mux.Find(rctx, r.Method, routePath(r))
 	if _, gate := gatePolicy(r.URL.Path); pattern == "" && !gate {
 		// No route: the router answers 404 or 405 whoever asks (the
@@ -244,7 +264,7 @@ func (au *authenticator) authorize(w http.ResponseWriter, r *http.Request, set *
 	next.ServeHTTP(ww, r)
 	name, _ := routeName(rctx)
 	au.a.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action",
-		slog.String("request_id", middleware.GetReqID(r.Context())),
+		slog.String("request_id", requestIDOf(r.Context())),
 		slog.String("key_id", key.ID),
 		slog.String("tenant", tenantName(tenant)),
 		slog.String("method", r.Method),
@@ -264,9 +284,9 @@ func (au *authenticator) routeScope(r *http.Request, pattern string, rctx *chi.C
 		policy, _ := gatePolicy(r.URL.Path) // the gate answers every method (see NewRouter)
 		return auth.ScopeRateLimitGate, policy, nil
 	}
-	scope, ok := routeScopes[r.Method+" "+pattern]
+	scope, ok := routeScopeIndex[routeKey{r.Method, pattern}]
 	if !ok {
-		scope, ok = routeScopes["* "+pattern]
+		scope, ok = routeScopeIndex[routeKey{"*", pattern}]
 	}
 	if !ok {
 		return auth.ScopeAdmin, "", nil
@@ -342,7 +362,9 @@ func (au *authenticator) count(t *auth.Tenant, result string) {
 	label := "-"
 	if t != nil {
 		label = t.Name // only ever a tenant of the keys file
-		au.seen.Store(label, true)
+		if _, ok := au.seen.Load(label); !ok {
+			au.seen.Store(label, true)
+		}
 	}
 	au.results.WithLabelValues(label, result).Inc()
 }

@@ -139,17 +139,53 @@ func outOfRangeDetail(field, v string) string {
 // or firewall that validates bodies against the spec reads them as Latchkey
 // does.
 func (a *api) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
-	if err := checkContentEncoding(r.Header.Values("Content-Encoding")); err != nil {
+	body, err := a.readBody(w, r, nil)
+	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return err
-		}
-		return badRequest("body", "readable", "could not read the request body: "+err.Error())
+	return a.decodeBody(r, body, dst)
+}
+
+// readBody reads r's body, appended to buf: it must be sent without a
+// content coding (see checkContentEncoding) and be at most maxBytes long.
+// Returns an unsupported-media error for a content coding, the
+// *http.MaxBytesError of a body that is too long, and an invalid-request
+// error for one that cannot be read.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
+	if err := checkContentEncoding(r.Header.Values("Content-Encoding")); err != nil {
+		return nil, err
 	}
+	body := r.Body
+	if r.ContentLength < 0 || r.ContentLength > a.cfg.MaxBodyBytes {
+		// A body of a known length within the bound needs no limit of
+		// its own: net/http's body reader ends it at Content-Length.
+		body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
+	}
+	if buf == nil {
+		buf = make([]byte, 0, 512) // as io.ReadAll starts
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return nil, err
+			}
+			return nil, badRequest("body", "readable", "could not read the request body: "+err.Error())
+		}
+	}
+}
+
+// decodeBody decodes body, read by readBody, into dst and validates it, as
+// decodeJSON says.
+func (a *api) decodeBody(r *http.Request, body []byte, dst any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return a.validate.StructCtx(r.Context(), dst)
 	}

@@ -159,14 +159,25 @@ const (
 // netHTTPRefusal reports whether p is an answer net/http wrote itself, not
 // a handler, and what it refused.
 func netHTTPRefusal(p []byte) (refusal, bool) {
+	// Every answer passes here: one whose status line is not one of a
+	// refusal's goes on after a look at its first 12 bytes.
+	if len(p) < 12 || string(p[:7]) != "HTTP/1." || p[8] != ' ' {
+		return refusal{}, false
+	}
+	switch string(p[9:12]) {
+	case "400", "417", "431", "501", "505":
+	default:
+		return refusal{}, false
+	}
 	for _, r := range netHTTPOtherRefusals {
 		if string(p) == r.answer {
 			return r.ref, true
 		}
 	}
 	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
-		if bytes.HasPrefix(p, []byte(proto+expectationFailedHeaders)) && bytes.HasSuffix(p, []byte(expectationFailedEnd)) &&
-			len(p) == len(proto+expectationFailedHeaders)+len(http.TimeFormat)+len(expectationFailedEnd) {
+		if len(p) == len(proto)+len(expectationFailedHeaders)+len(http.TimeFormat)+len(expectationFailedEnd) &&
+			string(p[:len(proto)]) == proto && string(p[len(proto):len(proto)+len(expectationFailedHeaders)]) == expectationFailedHeaders &&
+			bytes.HasSuffix(p, []byte(expectationFailedEnd)) {
 			return refusal{expectationFailed, FieldError{Field: "Expect", Rule: "oneof",
 				Detail: "Expect must be 100-continue, the only expectation the server meets (or be left out)"}, proto}, true
 		}

@@ -2,16 +2,17 @@ package handlers
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -120,49 +121,162 @@ func newRequestID() string {
 	return string(strconv.AppendUint(b, n, 10))
 }
 
-// requestID gives each request an ID: the client's X-Request-Id when it is
-// a valid one (see validRequestID), else a new one. The ID is in the
-// request's context (middleware.GetReqID reads it, for logs and problems)
-// and in the X-Request-Id header of the answer.
-func requestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(requestIDHeader)
-		if !validRequestID(id) {
-			id = newRequestID()
-		}
-		w.Header()[requestIDHeader] = []string{id}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), middleware.RequestIDKey, id)))
-	})
+// requestIDKey is the context key of a request's ID (see requestIDOf).
+type requestIDKey struct{}
+
+// requestCtx is a request's context with its ID. The ID is kept as the
+// one-element slice the X-Request-Id header of the answer holds, so the
+// context and the header share it.
+type requestCtx struct {
+	context.Context
+	id [1]string
+}
+
+// Value returns the request's context itself for requestIDKey, and the
+// parent's value for any other key.
+func (c *requestCtx) Value(key any) any {
+	if key == (requestIDKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// requestIDOf returns the ID the edge middleware gave the request of ctx,
+// "" outside one.
+func requestIDOf(ctx context.Context) string {
+	if c, ok := ctx.Value(requestIDKey{}).(*requestCtx); ok {
+		return c.id[0]
+	}
+	return ""
+}
+
+// exchange is what the edge middleware keeps of one request: its context
+// with the ID, and the writer that records the answer's status and size.
+// They are allocated together, once per request.
+type exchange struct {
+	ctx requestCtx
+	w   statusWriter
+}
+
+// edge is the outermost middleware, in this order: it gives each request
+// an ID (the client's X-Request-Id when it is a valid one, see
+// validRequestID, else a new one), which is in the request's context (see
+// requestIDOf, for logs and problems) and in the X-Request-Id header of the
+// answer; once the rest has answered, it counts the request in the HTTP
+// metrics and logs one line for it (see requestLogLevel). It never logs
+// headers, so lease tokens and credentials stay out of the logs. The
+// metrics sit outside the recoverer, so they count a panic's 500.
+//
+// This runs on every request: the ID, the context and the status recorder
+// are one allocation, the log line is built only when its level is
+// enabled, and the route is found once for both.
+func edge(log *slog.Logger, m *httpMetrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			id := r.Header.Get(requestIDHeader)
+			if !validRequestID(id) {
+				id = newRequestID()
+			}
+			x := &exchange{ctx: requestCtx{Context: r.Context(), id: [1]string{id}}, w: statusWriter{ResponseWriter: w}}
+			w.Header()[requestIDHeader] = x.ctx.id[:]
+			next.ServeHTTP(&x.w, r.WithContext(&x.ctx))
+			route := routeOf(r)
+			elapsed := time.Since(start)
+			m.count(route, r.Method, x.w.status, elapsed)
+			level := requestLogLevel(route, x.w.status)
+			if !log.Enabled(r.Context(), level) {
+				return
+			}
+			log.LogAttrs(r.Context(), level, "request",
+				slog.String("request_id", id),
+				slog.String("method", r.Method),
+				slog.String("route", route),
+				slog.Int("status", x.w.status),
+				slog.Int("bytes", x.w.bytes),
+				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+			)
+		})
+	}
 }
 
 // probeRoutes are polled by orchestrators and scrapers; their successful
 // requests are logged at debug level.
 var probeRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
-// requestLogger logs one line per request. It never logs headers, so lease
-// tokens and credentials stay out of the logs.
-func requestLogger(log *slog.Logger) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-			next.ServeHTTP(ww, r)
-			route := routeOf(r)
-			level := slog.LevelInfo
-			if probeRoutes[route] && ww.Status() < 500 {
-				level = slog.LevelDebug // health checks and scrapes every few seconds would drown the log
-			}
-			log.LogAttrs(r.Context(), level, "request",
-				slog.String("request_id", middleware.GetReqID(r.Context())),
-				slog.String("method", r.Method),
-				slog.String("route", route),
-				slog.Int("status", ww.Status()),
-				slog.Int("bytes", ww.BytesWritten()),
-				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			)
-		})
+// requestLogLevel is the level of a request's log line: info, but debug
+// for a probe's answer below 500 (health checks and scrapes every few
+// seconds would drown the log).
+func requestLogLevel(route string, status int) slog.Level {
+	if probeRoutes[route] && status < 500 {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// statusWriter passes an answer on and records its status (0 until one is
+// sent) and the bytes of its body, as chi's middleware.WrapResponseWriter
+// does. Flush, ReadFrom and Unwrap (for http.ResponseController: hold and
+// watch streams set write deadlines through it) reach the writer it wraps.
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	bytes       int
+	wroteHeader bool
+}
+
+// WriteHeader passes code on: an informational one (1xx but 101) every
+// time, else only the first, which is the status recorded.
+func (w *statusWriter) WriteHeader(code int) {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+		w.ResponseWriter.WriteHeader(code)
 	}
 }
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += n
+	return n, err
+}
+
+// ReadFrom lets io.Copy reach the wrapped writer's ReadFrom (net/http's
+// response has one), counting what it copies.
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	var n int64
+	var err error
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(src)
+	} else {
+		n, err = io.Copy(w.ResponseWriter, src)
+	}
+	w.bytes += int(n)
+	return n, err
+}
+
+// Flush sends what is buffered, as chi's wrapper does (a flush before any
+// status leaves the recorded status 0).
+func (w *statusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush, returning the wrapped writer's error (see
+// http.ResponseController.Flush).
+func (w *statusWriter) FlushError() error {
+	w.wroteHeader = true
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the writer statusWriter wraps.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // recoverer turns a panic into a logged 500 problem without a stack trace in
 // the response.
@@ -177,7 +291,7 @@ func recoverer(log *slog.Logger) func(http.Handler) http.Handler {
 				if rec == http.ErrAbortHandler {
 					panic(rec)
 				}
-				log.Error("panic", "request_id", middleware.GetReqID(r.Context()), "panic", rec)
+				log.Error("panic", "request_id", requestIDOf(r.Context()), "panic", rec)
 				writeProblem(w, r, &panicError{value: rec})
 			}()
 			next.ServeHTTP(w, r)
@@ -196,6 +310,25 @@ type httpMetrics struct {
 	// routes are the router's patterns, filled in once every route is
 	// registered (see NewRouter) and only read afterwards.
 	routes map[string]bool
+
+	// series are the counter and histogram of each route, method and
+	// status seen, found once: looking them up by their label values
+	// hashes the labels on every request. The labels are bounded (see
+	// above), and so is series.
+	mu     sync.RWMutex
+	series map[seriesKey]requestSeries
+}
+
+// seriesKey is the labels of one request counter.
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+// requestSeries are the metrics a request of one seriesKey counts in.
+type requestSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 // unmatchedRoute labels requests no route pattern served.
@@ -211,6 +344,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route", "method"}),
 		routes: map[string]bool{},
+		series: map[seriesKey]requestSeries{},
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
@@ -224,19 +358,43 @@ func (m *httpMetrics) learnRoutes(r chi.Routes) {
 	})
 }
 
-func (m *httpMetrics) middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
-		route := routeOf(r)
-		if !m.routes[route] {
-			route = unmatchedRoute
-		}
-		method := methodLabel(r.Method)
-		m.requests.WithLabelValues(route, method, strconv.Itoa(ww.Status())).Inc()
-		m.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
-	})
+// count counts one answered request of route (see routeOf) and method
+// with status, and its latency.
+func (m *httpMetrics) count(route, method string, status int, elapsed time.Duration) {
+	if !m.routes[route] {
+		route = unmatchedRoute
+	}
+	k := seriesKey{route, methodLabel(method), status}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		s = requestSeries{m.requests.WithLabelValues(k.route, k.method, statusLabel(status)),
+			m.duration.WithLabelValues(k.route, k.method)}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	s.requests.Inc()
+	s.duration.Observe(elapsed.Seconds())
+}
+
+// statusLabels are the labels of the statuses 100-599, made once: the
+// label of every request is one of them.
+var statusLabels = func() []string {
+	l := make([]string, 500)
+	for i := range l {
+		l[i] = strconv.Itoa(100 + i)
+	}
+	return l
+}()
+
+// statusLabel is status as a metric label.
+func statusLabel(status int) string {
+	if status >= 100 && status < 600 {
+		return statusLabels[status-100]
+	}
+	return strconv.Itoa(status)
 }
 
 // methodLabel is the method as a metric label: RFC 9110's methods as they

@@ -22,15 +22,15 @@ type instantRedis struct {
 	*redis.Client // never dialled: only the methods below are called
 }
 
-// EvalSha answers as the script with that many keys would: acquire (6
-// keys) a new grant, release (4) the last hold gone, a rate-limit
+// EvalSha answers as the script with that many keys would: acquire (7
+// keys) a new grant, release (5) the last hold gone, a rate-limit
 // script (1) an allowed decision.
 func (r *instantRedis) EvalSha(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
 	switch len(keys) {
-	case 6:
+	case 7:
 		return redis.NewCmdResult([]any{int64(1), int64(1), int64(42), int64(10000), time.Now().UnixMilli(),
 			int64(0), int64(0), int64(0), int64(0)}, nil)
-	case 4:
+	case 5:
 		return redis.NewCmdResult([]any{int64(1), int64(0)}, nil)
 	default:
 		return redis.NewCmdResult([]any{int64(1), int64(999), int64(60000), int64(0)}, nil)

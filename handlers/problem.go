@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
 	"github.com/latchkey/latchkey/service/locks"
 	"github.com/latchkey/latchkey/service/ratelimit"
@@ -241,7 +240,7 @@ func problemOf(err error) (problemRow, Problem) {
 // writeError answers err as problem+json. A caller that went away gets
 // nothing; 5xx answers are logged once here.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	reqID := middleware.GetReqID(r.Context())
+	reqID := requestIDOf(r.Context())
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		log.Debug("client went away", "request_id", reqID, "err", err)
 		return
@@ -263,7 +262,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) int {
 		row.header(w.Header(), err)
 	}
 	p.Instance = r.URL.Path
-	p.RequestID = middleware.GetReqID(r.Context())
+	p.RequestID = requestIDOf(r.Context())
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)

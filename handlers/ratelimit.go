@@ -94,11 +94,12 @@ func (req checkRequest) toServiceRequest() (ratelimit.Request, error) {
 }
 
 // handleCheckRateLimit implements operationId checkRateLimit. Returns the
-// errors of decoding the request and of ratelimit.Service.Check (finding
-// the caller's key or the cost among them).
+// errors of decoding the request (see decodeCheck) and of
+// ratelimit.Service.Check (finding the caller's key or the cost among
+// them).
 func (a *api) handleCheckRateLimit(w http.ResponseWriter, r *http.Request) error {
-	var req checkRequest
-	if err := a.decodeJSON(w, r, &req); err != nil {
+	req, err := a.decodeCheck(w, r)
+	if err != nil {
 		return err
 	}
 	sreq, err := req.toServiceRequest()

@@ -101,10 +101,8 @@ func NewRouter(lk Locks, rl RateLimits, cfg Config) http.Handler {
 		watches: watchStreams{perClient: map[string]int{}}}
 
 	r := chi.NewRouter()
-	r.Use(requestID)
-	r.Use(requestLogger(a.log))
 	metrics := newHTTPMetrics(cfg.Registry)
-	r.Use(metrics.middleware) // outside recoverer: it counts a panic's 500
+	r.Use(edge(a.log, metrics)) // request ID, log and metrics, outside recoverer: they count a panic's 500
 	r.Use(recoverer(a.log))
 	r.Use(a.selfProtect)
 	r.Use(a.newAuthenticator(r, cfg.Registry).middleware)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/latchkey/latchkey/service/ratelimit"
@@ -131,16 +132,32 @@ func appendJSONTime(b []byte, prefix string, t time.Time) []byte {
 	return append(b, '"')
 }
 
+// bodyBuffers hold the hand-built JSON bodies while they are written: a
+// writer keeps none of what it is given (io.Writer's contract), so the
+// buffer is used again by the next answer.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// writeBody sends the body build makes of v, from a pooled buffer.
+func writeBody[T any](w http.ResponseWriter, v T, build func([]byte, T) []byte) {
+	bp := bodyBuffers.Get().(*[]byte)
+	b := build((*bp)[:0], v)
+	_, _ = w.Write(b)
+	if cap(b) <= 4<<10 { // a rare large body does not stay in the pool
+		*bp = b[:0]
+		bodyBuffers.Put(bp)
+	}
+}
+
 // writeLeaseJSON answers l with the given status.
 func writeLeaseJSON(w http.ResponseWriter, status int, l leaseResponse) {
 	writeJSONHeader(w, status)
-	_, _ = w.Write(appendLeaseJSON(make([]byte, 0, 256), l))
+	writeBody(w, l, appendLeaseJSON)
 }
 
 // writeElectionLeaseJSON sends l with status, as writeLeaseJSON does.
 func writeElectionLeaseJSON(w http.ResponseWriter, status int, l electionLeaseResponse) {
 	writeJSONHeader(w, status)
-	_, _ = w.Write(appendElectionLeaseJSON(make([]byte, 0, 256), l))
+	writeBody(w, l, appendElectionLeaseJSON)
 }
 
 // appendDecisionJSON appends d as the JSON object encoding/json would write
@@ -192,7 +209,7 @@ func appendInt(b []byte, prefix string, n int64) []byte {
 // writeDecisionJSON answers d with the given status.
 func writeDecisionJSON(w http.ResponseWriter, status int, d decisionResponse) {
 	writeJSONHeader(w, status)
-	_, _ = w.Write(appendDecisionJSON(make([]byte, 0, 192), d))
+	writeBody(w, d, appendDecisionJSON)
 }
 
 // writeGateDecision answers a decision of the gate. Gateways act on the
