@@ -43,34 +43,40 @@ end
 -- rw_writer_fields are the writer's fields of S.
 local rw_writer_fields = {'w', 'wn', 'wf', 'wl', 'wx', 'wo', 'wku', 'wkh', 'wkb'}
 
--- rw_fields are the fields rw_load reads, and rw_numbers those of them that
--- are numbers.
-local rw_fields = {'w', 'wn', 'wf', 'wl', 'wx', 'wo', 'wku', 'wkh', 'wkb', 'm', 'rc', 'rlo', 'lf', 'sx', 'qn', 'qx'}
-local rw_numbers = {'wn', 'wl', 'wx', 'wku', 'wkh', 'wkb', 'rc', 'rlo', 'sx', 'qn', 'qx'}
-
--- rw_load reads S (and the field of token tok, when given) into a state
--- table: each field by its name (numbers as numbers, absent ones false or
--- nil), rc and qn 0 when absent, mine the field of tok.
+-- rw_load reads S (and the field of token tok, when given) with one HMGET
+-- into a state table: each field by its name (numbers as numbers, absent
+-- ones false or nil), rc and qn 0 when absent, mine the field of tok.
+-- Built without loops or tables of names: a script's Lua costs more than
+-- its commands at this size.
 local function rw_load(S, tok)
-  local args = {'HMGET', S}
-  for i, f in ipairs(rw_fields) do args[i + 2] = f end
-  if tok then args[#args + 1] = tok end
-  local v = redis.call(unpack(args))
-  local st = {S = S, tok = tok, put = {}, del = {}, keep = 0, exact = nil}
-  for i, f in ipairs(rw_fields) do st[f] = v[i] end
-  for _, f in ipairs(rw_numbers) do st[f] = tonumber(st[f]) end
-  st.rc, st.qn = st.rc or 0, math.max(st.qn or 0, 0)
-  st.mine = tok and v[#rw_fields + 1] or false
-  return st
+  local v = redis.call('HMGET', S, 'w', 'wn', 'wf', 'wl', 'wx', 'wo', 'wku', 'wkh', 'wkb', 'm', 'rc', 'rlo', 'lf',
+    'sx', 'qn', 'qx', tok or 'w')
+  return {S = S, tok = tok, put = {}, del = {}, keep = 0,
+    w = v[1], wn = tonumber(v[2]), wf = v[3], wl = tonumber(v[4]), wx = tonumber(v[5]), wo = v[6],
+    wku = tonumber(v[7]), wkh = tonumber(v[8]), wkb = tonumber(v[9]), m = v[10], rc = tonumber(v[11]) or 0,
+    rlo = tonumber(v[12]), lf = v[13], sx = tonumber(v[14]), qn = math.max(tonumber(v[15]) or 0, 0),
+    qx = tonumber(v[16]), mine = tok and v[17] or false}
 end
 
 -- rw_put sets field f of S to val, rw_drop removes it (both in st, and in
--- Redis at rw_flush).
+-- Redis at rw_flush). put is a list of fields and values, in the order
+-- set (a field set twice is written twice, the last value winning); del
+-- the fields to remove, which rw_put takes out again.
 local function rw_put(st, f, val)
-  st.put[f], st.del[f] = val, nil
+  local put = st.put
+  put[#put + 1] = f
+  put[#put + 1] = val
+  if st.del[f] then st.del[f] = nil end
 end
 local function rw_drop(st, f)
-  st.del[f], st.put[f] = true, nil
+  st.del[f] = true
+  local put = st.put
+  for i = #put - 1, 1, -2 do
+    if put[i] == f then
+      table.remove(put, i + 1)
+      table.remove(put, i)
+    end
+  end
 end
 
 -- rw_live keeps S for at least until (ms); rw_flush applies it.
@@ -81,9 +87,11 @@ end
 -- rw_flush writes st's changes to S, and extends S's TTL when it must live
 -- past what it was set to (st.exact: sets it to that, see rw_free).
 local function rw_flush(st)
-  local del = {}
-  for f in pairs(st.del) do del[#del + 1] = f end
-  if #del > 0 then redis.call('HDEL', st.S, unpack(del)) end
+  if next(st.del) then
+    local del = {}
+    for f in pairs(st.del) do del[#del + 1] = f end
+    redis.call('HDEL', st.S, unpack(del))
+  end
   local ttl
   if st.exact then
     ttl = st.exact - now_ms
@@ -91,12 +99,7 @@ local function rw_flush(st)
     rw_put(st, 'sx', st.keep)
     ttl = st.keep - now_ms
   end
-  local put = {}
-  for f, val in pairs(st.put) do
-    put[#put + 1] = f
-    put[#put + 1] = val
-  end
-  if #put > 0 then redis.call('HSET', st.S, unpack(put)) end
+  if #st.put > 0 then redis.call('HSET', st.S, unpack(st.put)) end
   if ttl then redis.call('PEXPIRE', st.S, math.max(ttl, 1)) end
 end
 
