@@ -79,11 +79,7 @@ func TestOfferNeverLosesAWakeUpToANotice(t *testing.T) {
 // the notice; a fair waiter is woken when permits are left, else it gets
 // the notice.
 func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
-	t.Cleanup(func() { _ = sub.close() })
+	sub := testSubscriber(t)
 	w := &semWakes{sub: sub}
 	join := func(channel string, count int64, fair bool) *semWaiter {
 		t.Helper()
@@ -126,11 +122,7 @@ func TestSemaphoreNoticeWakesWhoFits(t *testing.T) {
 // forward, and does not reach it (a waiter whose wait's end is not known
 // hears it); a hint does.
 func TestSemaphoreNoticePastTheWaitIsNotPassedOn(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
-	t.Cleanup(func() { _ = sub.close() })
+	sub := testSubscriber(t)
 	w := &semWakes{sub: sub}
 	join := func(until time.Time) *semWaiter {
 		t.Helper()
@@ -159,11 +151,7 @@ func TestSemaphoreNoticePastTheWaitIsNotPassedOn(t *testing.T) {
 // only a writer blocks, is not sent to Redis for nothing. A writer's
 // release (hintReleased) wakes both.
 func TestDrainedWakesOnlyWriters(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
-	t.Cleanup(func() { _ = sub.close() })
+	sub := testSubscriber(t)
 	s := &Service{sub: sub}
 	p := rwlock{leaseBase{s: s}}
 	k := keysOf("lk:", kindRW, "orders")
@@ -214,4 +202,15 @@ func heardOn(t *testing.T, c <-chan string) string {
 		t.Fatal("no message within a minute")
 		return ""
 	}
+}
+
+// testSubscriber is a subscriber on a miniredis of its own, closed with t.
+func testSubscriber(t *testing.T) *subscriber {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	sub := newSubscriber(rdb, false, time.Second, time.Minute, newMetrics(prometheus.NewRegistry()))
+	t.Cleanup(func() { _ = sub.close() })
+	return sub
 }
