@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -67,4 +68,47 @@ func nilIfEmpty(s string) any {
 		return nil
 	}
 	return s
+}
+
+// TestReadHoldEndsReleasedWhenItsReaderLeaves: the last reader's release
+// publishes "drained", not "released", and wakes only waiting writers; a
+// read lease's hold ends with "released" all the same, even when the
+// waiting writer takes the lock before the hold looks again.
+func TestReadHoldEndsReleasedWhenItsReaderLeaves(t *testing.T) {
+	e := newTestEnv(t, withShortStreams())
+	for i := range 5 {
+		name := fmt.Sprintf("read-hold-%d", i)
+		h := e.openHoldAt(t, "/v1/rwlocks/"+name+"/hold", `{"mode":"read","ttl":"10s"}`)
+		if ev := h.next(t, time.Second, false); ev.Name != "acquired" || ev.Data["mode"] != "read" {
+			t.Fatalf("first event %+v, want acquired read", ev)
+		}
+		got := make(chan response, 1)
+		go func() { got <- e.send(t.Context(), "POST", "/v1/rwlocks/"+name, `{"mode":"write","wait":"10s"}`) }()
+		eventually(t, 5*time.Second, name+" has a waiting writer", func() bool {
+			var st struct {
+				Waiters struct {
+					Write int64 `json:"write"`
+				} `json:"waiters"`
+			}
+			r := e.do(t, "GET", "/v1/rwlocks/"+name, "")
+			wantStatus(t, r, http.StatusOK)
+			return json.Unmarshal(r.Body, &st) == nil && st.Waiters.Write == 1
+		})
+		if r := e.send(t.Context(), "DELETE", "/v1/rwlocks/"+name, "", "Lock-Token", h.Header.Get("Lock-Token")); r.Status != http.StatusOK {
+			t.Fatalf("%d: release: %d %s", i, r.Status, r.Body)
+		}
+		if ev := h.next(t, 5*time.Second, false); ev.Name != "released" {
+			t.Errorf("%d: event %+v, want released", i, ev)
+		}
+		if !h.ended(5 * time.Second) {
+			t.Errorf("%d: the stream did not end after its release", i)
+		}
+		w := <-got
+		if w.Status != http.StatusCreated {
+			t.Fatalf("%d: writer: %d %s, want 201", i, w.Status, w.Body)
+		}
+		if r := e.send(t.Context(), "DELETE", "/v1/rwlocks/"+name, "", "Lock-Token", w.Token()); r.Status != http.StatusOK {
+			t.Fatalf("%d: writer's release: %d %s", i, r.Status, r.Body)
+		}
+	}
 }
