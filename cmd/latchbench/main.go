@@ -277,6 +277,7 @@ func runScenarios(ctx context.Context, o *options) ([]Result, error) {
 		}
 	}
 	cpuPerDecision(results)
+	cpuBudget(results)
 	electionAgainstLock(results)
 	delete(want, "")
 	for name := range want {

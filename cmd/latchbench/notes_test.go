@@ -28,3 +28,25 @@ func TestElectionAgainstLockNotesTheRatio(t *testing.T) {
 		t.Errorf("election without lock: notes %q, want none", alone[0].Notes)
 	}
 }
+
+// Each scenario driven as the ceiling was notes its CPU a request beside
+// the ceiling's, and the ratio that CPU bounds it to; a scenario of another
+// load generator, or without a load generator's CPU, notes nothing.
+func TestCPUBudgetNotesEachScenarioAgainstTheCeiling(t *testing.T) {
+	results := []Result{
+		{Scenario: "ceiling", Driver: driverGo, Requests: 100000, Usage: usage{ServerCPUSeconds: 2, LoadgenCPUSeconds: 2}},
+		{Scenario: "gate", Driver: driverGo, Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, RedisCPUSeconds: 0.5, LoadgenCPUSeconds: 1.5}},
+		{Scenario: "lock", Driver: "wrk", Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, LoadgenCPUSeconds: 1}},
+		{Scenario: "nginx", Driver: driverGo, Requests: 50000},
+	}
+	cpuBudget(results)
+	want := []string{"CPU a request: server 30.0 µs, Redis 10.0 µs, load generator 30.0 µs: 70.0 µs against the ceiling's 40.0 (0.57)"}
+	if diff := cmp.Diff(want, results[1].Notes); diff != "" {
+		t.Errorf("gate's notes (-want +got):\n%s", diff)
+	}
+	for _, r := range []Result{results[0], results[2], results[3]} {
+		if r.Notes != nil {
+			t.Errorf("%s's notes = %q, want none", r.Scenario, r.Notes)
+		}
+	}
+}

@@ -173,3 +173,38 @@ func (m *meter) keepaliveReport(ctx context.Context) []string {
 	return []string{fmt.Sprintf("keep-alive: %.0f leases tracked, %.0f renewals, %.0f renewal failures, renewal lag p99 %s",
 		leases, renewals, failures, p99)}
 }
+
+// cpuBudget notes each scenario's CPU a request, the server's, Redis's and
+// the load generator's, beside the ceiling's, when the load generator that
+// drove it also drove the ceiling. On cores the three share, a closed loop
+// runs at the rate their CPU allows: the ceiling's CPU a request over the
+// scenario's is the ratio the CPU bounds it to, which is what a scenario
+// must cut, and where, to reach a higher one.
+func cpuBudget(results []Result) {
+	perRequest := func(r Result) (server, redis, loadgen float64, ok bool) {
+		if r.Requests <= 0 || r.Usage.ServerCPUSeconds <= 0 || r.Usage.LoadgenCPUSeconds <= 0 {
+			return 0, 0, 0, false
+		}
+		n := float64(r.Requests)
+		return r.Usage.ServerCPUSeconds / n * 1e6, r.Usage.RedisCPUSeconds / n * 1e6, r.Usage.LoadgenCPUSeconds / n * 1e6, true
+	}
+	var ceiling float64
+	var driver string
+	for _, r := range results {
+		if s, rd, l, ok := perRequest(r); ok && r.Scenario == "ceiling" {
+			ceiling, driver = s+rd+l, r.Driver
+		}
+	}
+	if ceiling == 0 {
+		return
+	}
+	for i, r := range results {
+		s, rd, l, ok := perRequest(r)
+		if !ok || r.Scenario == "ceiling" || r.Driver != driver {
+			continue
+		}
+		results[i].Notes = append(results[i].Notes, fmt.Sprintf(
+			"CPU a request: server %.1f µs, Redis %.1f µs, load generator %.1f µs: %.1f µs against the ceiling's %.1f (%.2f)",
+			s, rd, l, s+rd+l, ceiling, ceiling/(s+rd+l)))
+	}
+}
