@@ -244,7 +244,7 @@ func TestWrkScriptsRotateKeys(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var wrong []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var key string
 		switch r.URL.Path {
 		case "/v1/ratelimit/gate/bench3":
@@ -271,8 +271,7 @@ func TestWrkScriptsRotateKeys(t *testing.T) {
 		}
 		seen[key]++
 		mu.Unlock()
-	}))
-	t.Cleanup(srv.Close)
+	})
 	b := &bench{ips: 50, checkPolicy: "bench"}
 	var check *wrkLoad
 	for _, sc := range b.scenarios() {
@@ -284,7 +283,12 @@ func TestWrkScriptsRotateKeys(t *testing.T) {
 		mu.Lock()
 		clear(seen)
 		mu.Unlock()
+		// A server of its own for each load, closed (every request it was
+		// still answering done) before the keys are counted: a request of
+		// one load is never counted with the next.
+		srv := httptest.NewServer(handler)
 		run, err := d.run(t.Context(), srv.URL, 4, time.Second, *load)
+		srv.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
