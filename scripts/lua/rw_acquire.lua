@@ -204,7 +204,7 @@ if blocked then
       redis.call('PEXPIRE', Q, timeout + 1000)
     end
     if not busy then
-      if fair then rw_put(st, 'm', '1') else rw_drop(st, 'm') end
+      if fair then rw_put(st, 'm', '1') elseif st.m then rw_drop(st, 'm') end
     end
     rw_live(st, dl + 1000)
     rw_flush(st)
@@ -224,7 +224,7 @@ if deadline[tok] then
   if st.qn > 0 then rw_put(st, 'qn', st.qn) else rw_drop(st, 'qn') end
 end
 if not busy then
-  if fair then rw_put(st, 'm', '1') else rw_drop(st, 'm') end
+  if fair then rw_put(st, 'm', '1') elseif st.m then rw_drop(st, 'm') end
 end
 local ka = ARGV[6] == '1'
 if ARGV[14] ~= '1' then
