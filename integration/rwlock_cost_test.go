@@ -99,8 +99,10 @@ func TestRWLockRequestCost(t *testing.T) {
 		do   func(i int)
 		most float64
 	}{
-		{"a read lease taken and released on a free lock", func(int) { cycle("free-read", "read") }, 8},
-		{"a write lease taken and released on a free lock", func(int) { cycle("free-write", "write") }, 8},
+		// a grant and a release of 6 each, with the script: a grant on a free
+		// lock clears no fairness flag it does not find (6.5 before)
+		{"a read lease taken and released on a free lock", func(int) { cycle("free-read", "read") }, 6},
+		{"a write lease taken and released on a free lock", func(int) { cycle("free-write", "write") }, 6},
 		{"a read lease taken and released beside another reader", func(int) { cycle("shared", "read") }, 8},
 	} {
 		if got := perRequest(2, c.do); got > c.most {

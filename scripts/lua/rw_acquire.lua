@@ -53,13 +53,70 @@
 -- clock) is removed before anything is decided, so it never blocks anyone.
 -- The common grant reads S once and writes it once: the queue is read only
 -- while someone waits, and the readers one by one only when one may have
--- expired (lib/rw.lua).
---#include lib/rw.lua
---#include lib/lost.lua
+-- expired (lib/rw.lua). A new read lease of a lock nobody writes or waits
+-- for is granted by straight-line code before lib/rw.lua's helpers are
+-- defined, which changes exactly what the general code would.
+--#include lib/rw_fields.lua
 local S, W, Q, R, L, C = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tok, mode, fair = ARGV[1], ARGV[13], ARGV[4] == '1'
 local ttl = tonumber(ARGV[2])
-local st = rw_load(S, tok)
+local v = rw_fields(S, tok)
+
+-- The common read grant, in straight-line code before any helper is
+-- defined: a new read lease, not kept alive, of a lock without a writer
+-- (not even an expired one), without anyone queued (qn), and with no
+-- reader that may have expired (no reader, or rlo still ahead and the
+-- readers' fairness the caller's). It writes S as the grant at the end of
+-- this script does, in one HSET, a PEXPIREAT (to the new sx) only when S
+-- must live longer than it was set to, and an HDEL only of a fairness flag
+-- to clear. Each number it writes is formatted once, or is the caller's
+-- string (see acquire.lua).
+if mode == 'r' and ARGV[6] ~= '1' and not v[1] and not v[17] and (tonumber(v[15]) or 0) <= 0 then
+  local rc, rlo = tonumber(v[11]) or 0, tonumber(v[12])
+  if rc == 0 or (rlo and rlo > now_ms and (v[10] == '1') == fair) then
+    local fence = rw_t[1] .. string.sub('000000' .. rw_t[2], -6)
+    local last = tonumber(v[13])
+    if last and last >= tonumber(fence) then
+      fence = string.format('%d', last + 1)
+    end
+    local x = now_ms + ttl
+    local xs = string.format('%d', x)
+    local put = {'lf', fence, tok, '1,' .. ARGV[2] .. ',' .. fence .. ',0,0,0,' .. xs .. ',' .. ARGV[12],
+      'rc', rc == 0 and '1' or rc + 1}
+    local n = 6
+    if not rlo or x < rlo then
+      put[7], put[8], n = 'rlo', xs, 8
+    end
+    -- S outlives the lease by the fence retention
+    local keep = x + tonumber(ARGV[3])
+    local sx = keep > now_ms and (tonumber(v[14]) or 0) < keep and string.format('%d', keep)
+    if sx then
+      put[n + 1], put[n + 2], n = 'sx', sx, n + 2
+    end
+    if ARGV[14] ~= '1' then
+      -- an earlier lease's loss reason and registry entry (lib/lost.lua)
+      redis.call('HDEL', L, tok, '@' .. tok)
+      redis.call('ZREM', R, ARGV[9])
+    end
+    if rc == 0 then
+      if fair then
+        put[n + 1], put[n + 2] = 'm', '1'
+      elseif v[10] then
+        redis.call('HDEL', S, 'm')
+      end
+    end
+    redis.call('HSET', S, unpack(put))
+    if sx then
+      redis.call('PEXPIREAT', S, sx) -- sx is ahead of now_ms
+    end
+    redis.call('PUBLISH', C, 'acquired:' .. fence .. ':' .. ARGV[2])
+    return {1, 1, tonumber(fence), ttl, now_ms, 0, fair and 1 or 0, 0, 0}
+  end
+end
+
+--#include lib/rw.lua
+--#include lib/lost.lua
+local st = rw_load(S, tok, v)
 rw_prune(st)
 local writer = st.w
 local held_fair = st.m == '1'
@@ -204,7 +261,7 @@ if blocked then
       redis.call('PEXPIRE', Q, timeout + 1000)
     end
     if not busy then
-      if fair then rw_put(st, 'm', '1') else rw_drop(st, 'm') end
+      if fair then rw_put(st, 'm', '1') elseif st.m then rw_drop(st, 'm') end
     end
     rw_live(st, dl + 1000)
     rw_flush(st)
@@ -224,7 +281,7 @@ if deadline[tok] then
   if st.qn > 0 then rw_put(st, 'qn', st.qn) else rw_drop(st, 'qn') end
 end
 if not busy then
-  if fair then rw_put(st, 'm', '1') else rw_drop(st, 'm') end
+  if fair then rw_put(st, 'm', '1') elseif st.m then rw_drop(st, 'm') end
 end
 local ka = ARGV[6] == '1'
 if ARGV[14] ~= '1' then

@@ -12,6 +12,7 @@
 -- ARGV[3]  lock name (registry members are "rw/<token>:<name>")
 --
 -- Reply: the number of holders (tokens) evicted, 0 when the lock was free.
+--#include lib/rw_fields.lua
 --#include lib/rw.lua
 --#include lib/lost.lua
 local S, C, R, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

@@ -26,6 +26,7 @@
 --   {owner, fence, ttl_ms, mode} with mode 1 read, 2 write: a lease's fence
 --   is the Redis TIME of its grant in µs (see rw_acquire.lua), never its
 --   token. leases_truncated is 1 when more leases are held than listed.
+--#include lib/rw_fields.lua
 --#include lib/rw.lua
 local S, W, Q, L, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tok = ARGV[1]

@@ -21,11 +21,58 @@
 --   -1 = no such lease (expired or released) and nobody holds the lock,
 --   -2 = no such lease, and another token holds the lock;
 --   mode 1 = the read lease, 2 = the write lease.
---#include lib/rw.lua
---#include lib/lost.lua
+-- The common release of a read lease is straight-line code before
+-- lib/rw.lua's helpers are defined, which changes exactly what the general
+-- code would.
+--#include lib/rw_fields.lua
 local S, C, R, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tok, mode = ARGV[1], ARGV[2]
-local st = rw_load(S, tok)
+local v = rw_fields(S, tok)
+
+-- The common release, in straight-line code before any helper is defined:
+-- of the token's read lease, on a lock without a writer (not even an
+-- expired one) and with no reader that may have expired (rlo still ahead,
+-- so the token's lease has not either). It writes S as the general release
+-- below does: the hold count, or the reader's field and the count of
+-- readers, and for the last reader the retention.
+local rv, rc, rlo = v[17], tonumber(v[11]) or 0, tonumber(v[12])
+if mode ~= 'w' and rv and not v[1] and rc > 0 and rlo and rlo > now_ms then
+  -- rv is "n,l,f,ku,...": its hold count first, ku 0 unless kept alive
+  local c = string.find(rv, ',', 1, true)
+  local n = tonumber(string.sub(rv, 1, c - 1))
+  if n > 1 then
+    redis.call('HSET', S, tok, (n - 1) .. string.sub(rv, c))
+    return {1, n - 1, 1}
+  end
+  if not string.find(rv, '^%d+,%d+,%d+,0,') then
+    -- kept alive: no renewal may follow, and a released lease is not lost
+    redis.call('ZREM', R, ARGV[3])
+    redis.call('HDEL', L, tok, '@' .. tok)
+  end
+  if rc > 1 then
+    redis.call('HDEL', S, tok)
+    redis.call('HSET', S, 'rc', rc - 1)
+    return {1, 0, 1}
+  end
+  -- the last reader: S is kept for the retention only (the caller's
+  -- string, see acquire.lua), or while someone waits; with nobody waiting
+  -- it loses its fairness, as rw_free has it
+  local keep = ARGV[4]
+  if (tonumber(v[15]) or 0) > 0 then
+    redis.call('HDEL', S, tok, 'rc', 'rlo', 'sx')
+    keep = math.max(tonumber(keep), (tonumber(v[16]) or 0) - now_ms, 1)
+  else
+    redis.call('HDEL', S, tok, 'rc', 'rlo', 'sx', 'm')
+    if tonumber(keep) < 1 then keep = 1 end
+  end
+  redis.call('PEXPIRE', S, keep)
+  redis.call('PUBLISH', C, 'drained')
+  return {1, 0, 1}
+end
+
+--#include lib/rw.lua
+--#include lib/lost.lua
+local st = rw_load(S, tok, v)
 rw_prune(st)
 local writer = st.w
 if mode == '' then

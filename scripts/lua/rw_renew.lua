@@ -22,6 +22,7 @@
 --   those of the write lease when it was renewed, else the read lease's;
 --   mode 1 = read, 2 = write. A new TTL that ends a lease sooner publishes
 --   "shortened" on the channel.
+--#include lib/rw_fields.lua
 --#include lib/rw.lua
 --#include lib/lost.lua
 --#include lib/heartbeat.lua

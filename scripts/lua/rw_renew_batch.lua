@@ -16,6 +16,7 @@
 --   3 lost (reason says why), 4 dropped (no lease is kept alive).
 -- On Redis Cluster the registry is the shard of one hash slot, and a batch
 -- names its entries only, whose locks share that slot.
+--#include lib/rw_fields.lua
 --#include lib/rw.lua
 --#include lib/lost.lua
 --#include lib/keepalive.lua

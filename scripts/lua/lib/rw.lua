@@ -1,6 +1,6 @@
 -- lib/rw: the state of a read/write lock and the helpers of its scripts
--- (rw_*.lua), each of which includes this fragment after its header. It
--- changes nothing by itself.
+-- (rw_*.lua), each of which includes this fragment after lib/rw_fields.lua
+-- (the clock, now_ms, and the read of S). It changes nothing by itself.
 --
 -- A lock is one state hash S, alive while anyone holds or waits:
 --   w, wn, wf, wl, wx, wo  the writer: token, hold count, fence, lease TTL
@@ -28,12 +28,11 @@
 -- W maps a waiter's token to its deadline (ms); Q lists "r<token>" and
 -- "w<token>" in arrival order. Both exist only while someone waits.
 --
--- A script reads S once (rw_load, one HMGET), changes its copy (rw_put,
--- rw_drop) and writes it back once (rw_flush, one HDEL and one HSET at
--- most, and a PEXPIRE only when S must live longer than it was set to, or
--- once nobody holds it, for the retention only).
-local rw_t = redis.call('TIME')
-local now_ms = tonumber(rw_t[1]) * 1000 + math.floor(tonumber(rw_t[2]) / 1000)
+-- A script reads S once (rw_fields, one HMGET, into a state table with
+-- rw_load), changes its copy (rw_put, rw_drop) and writes it back once
+-- (rw_flush, one HDEL and one HSET at most, and a PEXPIRE only when S must
+-- live longer than it was set to, or once nobody holds it, for the
+-- retention only).
 
 -- rw_now_us is the Redis TIME in µs, as digits (a fence candidate).
 local function rw_now_us()
@@ -43,14 +42,13 @@ end
 -- rw_writer_fields are the writer's fields of S.
 local rw_writer_fields = {'w', 'wn', 'wf', 'wl', 'wx', 'wo', 'wku', 'wkh', 'wkb'}
 
--- rw_load reads S (and the field of token tok, when given) with one HMGET
--- into a state table: each field by its name (numbers as numbers, absent
--- ones false or nil), rc and qn 0 when absent, mine the field of tok.
--- Built without loops or tables of names: a script's Lua costs more than
--- its commands at this size.
-local function rw_load(S, tok)
-  local v = redis.call('HMGET', S, 'w', 'wn', 'wf', 'wl', 'wx', 'wo', 'wku', 'wkh', 'wkb', 'm', 'rc', 'rlo', 'lf',
-    'sx', 'qn', 'qx', tok or 'w')
+-- rw_load makes a state table of S's fields v as rw_fields read them
+-- (with the field of token tok, when given; read here when v is nil): each
+-- field by its name (numbers as numbers, absent ones false or nil), rc and
+-- qn 0 when absent, mine the field of tok. Built without loops or tables
+-- of names: a script's Lua costs more than its commands at this size.
+local function rw_load(S, tok, v)
+  v = v or rw_fields(S, tok)
   return {S = S, tok = tok, put = {}, del = {}, keep = 0,
     w = v[1], wn = tonumber(v[2]), wf = v[3], wl = tonumber(v[4]), wx = tonumber(v[5]), wo = v[6],
     wku = tonumber(v[7]), wkh = tonumber(v[8]), wkb = tonumber(v[9]), m = v[10], rc = tonumber(v[11]) or 0,
