@@ -86,9 +86,9 @@ local r = redis.call('HMGET', KEYS[2], '#u', '#e', '#x', '#c', '#p', tok)
 -- lib/lease_wait.lua's does: the waiters zset and the fair queue count 1
 -- each, the lost-lease reasons, named three times, 3, and the leases hash,
 -- named six times, 6. It is asked first when the hash may be legacy: it
--- has no '#u' while the capacity record has the m and no x that the
--- versions before this one wrote (lib/sem.lua); else before the grant of a
--- token that is not fresh (ARGV[14]). waiting is nil until it is asked.
+-- has no '#u' while the capacity record has an m and no x, as a legacy
+-- one's has (lib/sem.lua); else before the grant of a token that is not
+-- fresh (ARGV[14]). waiting is nil until it is asked.
 local fresh = ARGV[14] == '1'
 local waiting, reasons
 if not r[1] and cap[3] and not cap[4] then
@@ -114,9 +114,15 @@ end
 if held_fair ~= fair and (u > 0 or (waiting ~= false and redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf') > 0)) then
   return {-3, 0, 0, now_ms, 0, held_fair and 1 or 0, 0, 0, n, 0}
 end
--- '#c' is the capacity record's expiry only while both keys are kept
+-- '#c' is the capacity record's expiry only while both keys are kept. Beside
+-- a hash with no '#c', a record the last layout wrote says it in x, which a
+-- grant moves to '#c' (x is only out of date once the last lease's release
+-- has deleted the hash)
+local c_in = c_at ~= nil
 if not stored then
-  c_at = nil
+  c_at, c_in = nil, false
+elseif not c_at and r[1] then
+  c_at = tonumber(cap[4])
 end
 
 -- Fair mode: the queue's head, once the heads no longer registered
@@ -248,7 +254,7 @@ if leases_later then
   f[#f + 1] = '#x'
   f[#f + 1] = sem_str(lx)
 end
-if cap_later then
+if cap_later or not c_in then
   f[#f + 1] = '#c'
   f[#f + 1] = sem_str(cx)
 end

@@ -5,7 +5,8 @@
 -- KEYS[1]  capacity hash (fields: see sem_acquire.lua); kept after a
 --          renewal, as after a grant, for at least the lease's span and the
 --          fence retention, and KEYS[2] for the span (their expiries are
---          recorded in KEYS[2]: the record's is not read)
+--          recorded in KEYS[2]; the record is read only when KEYS[2] does
+--          not say its expiry yet)
 -- KEYS[2]  leases hash (see lib/sem.lua)
 -- KEYS[3]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[4]  lost-lease reasons of this semaphore (hash: token -> reason)
@@ -59,7 +60,10 @@ if ends < expiry then
 end
 local span_end = math.max(ends, untl)
 local lx, leases_later = sem_until(tonumber(r[4]), span_end, now_ms)
-local cx, cap_later = sem_until(tonumber(r[5]), span_end + tonumber(ARGV[5]))
+-- the record's expiry as '#c' has it, or, until a grant records it there,
+-- as the last layout's x (lib/sem.lua)
+local c_at = tonumber(r[5]) or tonumber(redis.call('HGET', KEYS[1], 'x'))
+local cx, cap_later = sem_until(c_at, span_end + tonumber(ARGV[5]))
 local f = {tok, table.concat({count, ends, fence, own, untl, hb, kb, owner}, ':')}
 local e = tonumber(r[3])
 if not e or ends < e then
@@ -71,7 +75,7 @@ if leases_later then
   f[#f + 1] = lx
 end
 -- the record's expiry is recorded only when it has one to move
-if cap_later and redis.call('PEXPIRE', KEYS[1], cx - now_ms) == 1 then
+if (cap_later and redis.call('PEXPIRE', KEYS[1], cx - now_ms) == 1) or (not cap_later and not r[5]) then
   f[#f + 1] = '#c'
   f[#f + 1] = cx
 end

@@ -106,9 +106,9 @@ func TestSemaphoreGrantForgetsTheTokensLostReason(t *testing.T) {
 // TestSemaphoreKeysWrittenBeforeTheLeasesKeptTheCapacity: a capacity
 // record that still has the m "0" and the expiry (x) the last layout
 // wrote, and a leases hash with no capacity or record expiry beside its
-// leases, are served as they are: a grant counts their lease, drops the
-// record's old fields and keeps the record for its lease, and the old
-// lease's release says the permits free.
+// leases, are served as they are: a grant counts their lease and drops the
+// record's old fields, never bringing the record's expiry forward, a
+// renewal moves it on, and the old lease's release says the permits free.
 func TestSemaphoreKeysWrittenBeforeTheLeasesKeptTheCapacity(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	svc := mustNew(t, rdb, locks.Config{FenceTTL: 10 * time.Minute}, store.Config{KeyPrefix: "lk:"})
@@ -118,14 +118,14 @@ func TestSemaphoreKeysWrittenBeforeTheLeasesKeptTheCapacity(t *testing.T) {
 	at := func(d time.Duration) string { return strconv.FormatInt(nowMS+d.Milliseconds(), 10) }
 	const fence = "1764000000000000"
 	const old = "oldtokenAAAAAAAAAAAAAA"
-	if err := rdb.HSet(ctx, k.Capacity, "p", 3, "f", fence, "m", "0", "x", at(11*time.Minute)).Err(); err != nil {
+	if err := rdb.HSet(ctx, k.Capacity, "p", 3, "f", fence, "m", "0", "x", at(20*time.Minute)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.HSet(ctx, k.Leases, old, "2:"+at(time.Minute)+":"+fence+":60000:0:0:0:",
 		"#u", 2, "#e", at(time.Minute), "#x", at(2*time.Minute)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rdb.PExpire(ctx, k.Capacity, 11*time.Minute)
+	rdb.PExpire(ctx, k.Capacity, 20*time.Minute) // as kept for a lease of 10m, released
 	rdb.PExpire(ctx, k.Leases, 2*time.Minute)
 
 	l := mustSem(t, svc, "pool", semReq(3, 1, 5*time.Minute))
@@ -137,8 +137,14 @@ func TestSemaphoreKeysWrittenBeforeTheLeasesKeptTheCapacity(t *testing.T) {
 	if err != nil || strings.Join(fields, " ") != "f p" {
 		t.Errorf("capacity record fields after the grant = %q, %v, want p and f", fields, err)
 	}
-	if ttl := rdb.PTTL(ctx, k.Capacity).Val(); ttl != 15*time.Minute {
-		t.Errorf("capacity record TTL after a 5m grant = %s, want the lease and the retention 15m0s", ttl)
+	if ttl := rdb.PTTL(ctx, k.Capacity).Val(); ttl != 20*time.Minute {
+		t.Errorf("capacity record TTL after a 5m grant = %s, want the 20m0s it had (never brought forward)", ttl)
+	}
+	if _, err := svc.RenewSemaphore(ctx, "pool", l.Token, 15*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, k.Capacity).Val(); ttl != 25*time.Minute {
+		t.Errorf("capacity record TTL after a 15m renewal = %s, want the lease and the retention 25m0s", ttl)
 	}
 	if n, err := svc.ReleaseSemaphore(ctx, "pool", old); err != nil || n != 2 {
 		t.Fatalf("release of the old lease = %d, %v, want its 2 permits", n, err)

@@ -15,7 +15,9 @@
 --         absent when not known: the record's expiry is only moved
 --         forward while the hash is kept, and the scripts that bring it
 --         back (a release or force-release of the last lease) delete the
---         hash, so the next grant sets the record's expiry again
+--         hash, so the next grant sets the record's expiry again. A hash
+--         written before it was kept has none: its record says it in a
+--         field x, which the next grant moves here
 --   '#p'  the capacity N as the capacity record has it (its p), so a
 --         release tells how many permits are free without reading the
 --         record; absent in a hash written before it was kept (a script
