@@ -11,19 +11,19 @@ import (
 
 // semCommands are the Redis commands (script calls and the commands they
 // run, as INFO commandstats counts them) a semaphore request may cost on
-// its common paths, beside leases held by other holders: a grant reads the
-// capacity record and the leases hash once each and writes them, a
-// release the same, a refusal only reads. The exclusive lock's acquire and
-// release cost 8 each.
+// its common paths, beside leases held by other holders, under a token the
+// service made: a grant reads the capacity record and the leases hash once
+// each and writes them, a release reads and writes the leases hash only, a
+// refusal only reads. The exclusive lock's acquire costs 9, its release 7.
 var semCommands = map[bool]struct{ grant, release, refusal int64 }{
-	// grant: EVALSHA, TIME, 2 reads, the waiter, the capacity record, the
-	// token's lost record, the lease, the record's expiry, PUBLISH;
-	// release: EVALSHA, TIME, 2 reads, the lease, the permits in use,
-	// PUBLISH (the last lease's costs one more: the capacity record's
+	// grant: EVALSHA, TIME, 2 reads, the capacity record, the lease, the
+	// record's expiry (once a millisecond: a later grant's lease ends
+	// later), PUBLISH; release: EVALSHA, TIME, the read, the lease, the
+	// permits in use, PUBLISH (the last lease's: the hash, and the record's
 	// expiry); refusal: EVALSHA, TIME, 2 reads
-	false: {grant: 10, release: 7, refusal: 4},
+	false: {grant: 8, release: 6, refusal: 4},
 	// and the fair queue's head
-	true: {grant: 11, release: 7, refusal: 5},
+	true: {grant: 9, release: 6, refusal: 5},
 }
 
 // background reports whether cmd (as INFO commandstats names it, a

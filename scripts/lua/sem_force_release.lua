@@ -18,7 +18,7 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('HEXISTS', KEYS[2], '#u') == 0 then
-  sem_upgrade(KEYS[2], now_ms) -- a legacy hash's leases are evicted too
+  sem_scan().upgrade(KEYS[2], now_ms) -- a legacy hash's leases are evicted too
 end
 local all = redis.call('HGETALL', KEYS[2])
 redis.call('DEL', KEYS[2])
@@ -42,9 +42,9 @@ local bump = t[1] .. string.sub('000000' .. t[2], -6)
 if last >= tonumber(bump) then
   bump = string.format('%d', last + 1)
 end
--- no lease is left: kept for the retention
+-- no lease is left: kept for the retention (the next grant sets its expiry
+-- again: what the leases hash knew of it went with the hash)
 redis.call('HSET', KEYS[1], 'f', bump)
-redis.call('HDEL', KEYS[1], 'x') -- the next grant sets the expiry again
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PUBLISH', KEYS[5], 'forced')
 return live

@@ -32,7 +32,7 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cap = redis.call('HMGET', KEYS[1], 'p', 'f', 'm')
 local all = redis.call('HGETALL', KEYS[2])
 -- a legacy hash (see lib/sem.lua) is read as a writing script upgrades it
-local legacy_end
+local legacy_end, scan
 if #all > 0 then
   legacy_end = true
   for i = 1, #all, 2 do
@@ -41,14 +41,15 @@ if #all > 0 then
     end
   end
   if legacy_end then
-    legacy_end = sem_legacy_end(KEYS[2], now_ms)
+    scan = sem_scan()
+    legacy_end = scan.legacy_end(KEYS[2], now_ms)
   end
 end
 local live, in_use, mine = {}, 0, nil
 for i = 1, #all, 2 do
   local tok, v = all[i], all[i + 1]
   if legacy_end then
-    v = sem_from_legacy(v, legacy_end)
+    v = scan.from_legacy(v, legacy_end)
   end
   local count, expiry, fence, _, untl, hb, kb, owner = sem_lease(v)
   if string.sub(tok, 1, 1) ~= '#' and count and tonumber(expiry) > now_ms then

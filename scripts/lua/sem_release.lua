@@ -1,7 +1,8 @@
 -- sem_release: give back the permits of a semaphore lease and wake the
 -- waiters.
 --
--- KEYS[1]  capacity hash (fields: see sem_acquire.lua)
+-- KEYS[1]  capacity hash (fields: see sem_acquire.lua); read only when the
+--          leases hash does not know the capacity ('#p')
 -- KEYS[2]  leases hash (see lib/sem.lua)
 -- KEYS[3]  keep-alive registry (zset); a kept-alive lease's entry is removed
 -- KEYS[4]  lost-lease reasons of this semaphore (hash: token -> reason)
@@ -20,24 +21,28 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok = ARGV[1]
-local r = sem_hmget(KEYS[2], now_ms, false, tok, '#e')
-local count, expiry, _, _, untl = sem_lease(r[2])
+local r = redis.call('HMGET', KEYS[2], '#u', tok, '#e', '#p')
+if not r[1] and r[2] and sem_scan().upgrade(KEYS[2], now_ms) then
+  r = redis.call('HMGET', KEYS[2], '#u', tok, '#e', '#p') -- a legacy hash, rewritten
+end
+-- the count, expiry and keep-alive deadline of tok's lease (lib/sem.lua)
+local count, expiry, untl = string.match(r[2] or '', '^(%d+):(%d+):%d+:%d+:(%d+):')
 if not count or tonumber(expiry) <= now_ms then
   return {-1, 0}
 end
 count = tonumber(count)
 local u = (tonumber(r[1]) or count) - count
-if u <= 0 then
-  redis.call('DEL', KEYS[2])
-else
+if u > 0 then
   redis.call('HDEL', KEYS[2], tok)
   local e = tonumber(r[3])
   if e and e <= now_ms then
     -- leases past their expiry go too, so the wake-up counts their permits free
-    u = sem_prune(KEYS[2], tok, now_ms)
+    u = sem_scan().prune(KEYS[2], tok, now_ms)
   else
-    redis.call('HSET', KEYS[2], '#u', u)
+    redis.call('HSET', KEYS[2], '#u', sem_str(u))
   end
+else
+  redis.call('DEL', KEYS[2])
 end
 if tonumber(untl) > 0 then
   -- a lease kept alive leaves the registry, and a released lease is not
@@ -46,14 +51,16 @@ if tonumber(untl) > 0 then
   redis.call('ZREM', KEYS[3], ARGV[2])
   lost_forget(KEYS[4], tok)
 end
-local p = tonumber(redis.call('HGET', KEYS[1], 'p'))
-local available = (p or 0) - u
-if u <= 0 and p then
+local p = r[4] or redis.call('HGET', KEYS[1], 'p')
+if u <= 0 then
   -- no lease is left: the capacity record outlives the last by the
-  -- retention, and drops its expiry's record (the next grant sets both), so
-  -- an idle name keeps the fewest bytes
-  redis.call('HDEL', KEYS[1], 'x')
+  -- retention, so an idle name is kept no longer (the next grant sets its
+  -- expiry again: what the leases hash knew of it went with the hash)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
-redis.call('PUBLISH', KEYS[5], 'released:' .. math.max(available, 0))
+local available = p
+if u ~= 0 or not p then
+  available = sem_str(math.max((tonumber(p) or 0) - u, 0))
+end
+redis.call('PUBLISH', KEYS[5], 'released:' .. available)
 return {1, count}

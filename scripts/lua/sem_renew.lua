@@ -4,7 +4,9 @@
 --
 -- KEYS[1]  capacity hash (fields: see sem_acquire.lua); kept after a
 --          renewal, as after a grant, for at least the lease's span and the
---          fence retention, and KEYS[2] for the span
+--          fence retention, and KEYS[2] for the span (their expiries are
+--          recorded in KEYS[2]; the record is read only when KEYS[2] does
+--          not say its expiry yet)
 -- KEYS[2]  leases hash (see lib/sem.lua)
 -- KEYS[3]  keep-alive registry (zset: member -> next renewal due, ms)
 -- KEYS[4]  lost-lease reasons of this semaphore (hash: token -> reason)
@@ -26,7 +28,10 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tok = ARGV[1]
-local r = sem_hmget(KEYS[2], now_ms, false, tok, '#e', '#x')
+local r = redis.call('HMGET', KEYS[2], '#u', tok, '#e', '#x', '#c')
+if not r[1] and r[2] and sem_scan().upgrade(KEYS[2], now_ms) then
+  r = redis.call('HMGET', KEYS[2], '#u', tok, '#e', '#x', '#c') -- a legacy hash, rewritten
+end
 local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[2])
 expiry = tonumber(expiry)
 if not count or expiry <= now_ms then
@@ -54,16 +59,28 @@ if ends < expiry then
   redis.call('PUBLISH', KEYS[5], 'shortened')
 end
 local span_end = math.max(ends, untl)
-local lx, leases_later = sem_until(tonumber(r[4]), span_end, sem_slack(span_end, now_ms))
-redis.call('HSET', KEYS[2], tok, table.concat({count, ends, fence, own, untl, hb, kb, owner}, ':'),
-  '#e', math.min(tonumber(r[3]) or ends, ends), '#x', lx)
+local lx, leases_later = sem_until(tonumber(r[4]), span_end, now_ms)
+-- the record's expiry as '#c' has it, or, until a grant records it there,
+-- as the last layout's x (lib/sem.lua)
+local c_at = tonumber(r[5]) or tonumber(redis.call('HGET', KEYS[1], 'x'))
+local cx, cap_later = sem_until(c_at, span_end + tonumber(ARGV[5]))
+local f = {tok, table.concat({count, ends, fence, own, untl, hb, kb, owner}, ':')}
+local e = tonumber(r[3])
+if not e or ends < e then
+  f[#f + 1] = '#e'
+  f[#f + 1] = ends
+end
+if leases_later then
+  f[#f + 1] = '#x'
+  f[#f + 1] = lx
+end
+-- the record's expiry is recorded only when it has one to move
+if (cap_later and redis.call('PEXPIRE', KEYS[1], cx - now_ms) == 1) or (not cap_later and not r[5]) then
+  f[#f + 1] = '#c'
+  f[#f + 1] = cx
+end
+redis.call('HSET', KEYS[2], unpack(f))
 if leases_later then
   redis.call('PEXPIRE', KEYS[2], lx - now_ms)
-end
-local cap = redis.call('HMGET', KEYS[1], 'p', 'x')
-local cx, cap_later = sem_until(tonumber(cap[2]), span_end + tonumber(ARGV[5]), 0)
-if cap[1] and cap_later then
-  redis.call('HSET', KEYS[1], 'x', cx)
-  redis.call('PEXPIRE', KEYS[1], cx - now_ms)
 end
 return {1, tonumber(count), tonumber(fence), pttl, now_ms, untl, hb}

@@ -27,7 +27,10 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return renew_entries(function(i, m)
   local leases, lost = KEYS[2 * i], KEYS[2 * i + 1]
   local tok = string.match(m, '^[a-z]+/([^:]+):')
-  local r = sem_hmget(leases, now_ms, false, tok, '#e')
+  local r = redis.call('HMGET', leases, '#u', tok, '#e')
+  if not r[1] and r[2] and sem_scan().upgrade(leases, now_ms) then
+    r = redis.call('HMGET', leases, '#u', tok, '#e') -- a legacy hash, rewritten
+  end
   local count, expiry, fence, own, untl, hb, kb, owner = sem_lease(r[2])
   expiry = tonumber(expiry)
   if not count or expiry <= now_ms or now_ms >= tonumber(untl) then

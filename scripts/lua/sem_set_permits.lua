@@ -5,7 +5,9 @@
 -- learns of the change on its next attempt.
 --
 -- KEYS[1]  capacity hash (fields: see sem_acquire.lua)
--- KEYS[2]  pub/sub channel that waiters of this semaphore listen on
+-- KEYS[2]  leases hash (see lib/sem.lua): the capacity it keeps ('#p') is
+--          changed too, when it keeps one
+-- KEYS[3]  pub/sub channel that waiters of this semaphore listen on
 -- ARGV[1]  permits: the new capacity N
 -- ARGV[2]  fence retention in milliseconds: the capacity record is kept
 --          for at least that long (longer when a lease needs it)
@@ -16,5 +18,8 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-redis.call('PUBLISH', KEYS[2], 'resized')
+if redis.call('HEXISTS', KEYS[2], '#p') == 1 then
+  redis.call('HSET', KEYS[2], '#p', ARGV[1])
+end
+redis.call('PUBLISH', KEYS[3], 'resized')
 return prev

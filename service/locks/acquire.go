@@ -85,6 +85,9 @@ type acquisition struct {
 	// ownToken: the service generated the token, so a grant nobody will
 	// learn of is released (see handOut and giveBack).
 	ownToken bool
+	// tried: an attempt of this acquire has run, and may have registered
+	// its token as a waiter.
+	tried bool
 }
 
 // attemptResult is the decoded reply of a primitive's acquire script.
@@ -392,6 +395,7 @@ func (s *Service) acquireWaiting(ctx context.Context, a acquisition) (lease Leas
 		ready = unlessClosed(ready)
 		tried := time.Now()
 		r, err = s.attempt(calls, a, waiterTimeout)
+		a.tried = true
 		if err != nil {
 			// The script may have run and registered (and queued) the
 			// caller although its answer is lost: leave, or a fair queue

@@ -232,7 +232,7 @@ func (p semaphore) acquireCall(a acquisition, waiterTimeout time.Duration) (*sto
 	s, k := p.s, a.k
 	req := SemaphoreRequest{AcquireRequest: a.req, Permits: p.permits, Count: p.count}
 	return semScripts.acquire, []string{k.lock, k.leases, k.waiters, k.queue, s.registryKey(k), k.lost, k.channel},
-		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout)
+		semAcquireArgs(s.cfg, req, k.regName(), waiterTimeout, a.ownToken && !a.tried)
 }
 
 // readAttempt reads sem_acquire.lua's reply into the shared machine's
@@ -414,7 +414,7 @@ func (s *Service) SetSemaphorePermits(ctx context.Context, name string, permits 
 		return SemaphoreState{}, err
 	}
 	k := s.semKeys(ctx, name)
-	if _, err := s.st.RunReplicated(ctx, semSetPermitsScript, []string{k.lock, k.channel},
+	if _, err := s.st.RunReplicated(ctx, semSetPermitsScript, []string{k.lock, k.leases, k.channel},
 		semSetPermitsArgs(s.cfg, permits)...); err != nil {
 		return SemaphoreState{}, err
 	}
@@ -651,14 +651,16 @@ const (
 )
 
 // semAcquireArgs is sem_acquire.lua's ARGV. waiterTimeout > 0 registers the
-// caller as a waiter for that long when it is not granted. Its release,
-// renew, inspect and leave scripts take the exclusive lock's ARGV
-// (scripts.go).
-func semAcquireArgs(cfg Config, req SemaphoreRequest, name string, waiterTimeout time.Duration) []any {
-	return append(acquireHead(make([]any, 0, 13), cfg, kindSem, req.AcquireRequest, name, waiterTimeout),
+// caller as a waiter for that long when it is not granted; fresh says the
+// service made the token for this acquire and no attempt under it has run,
+// so it is neither a waiter nor lost. Its release, renew, inspect and leave
+// scripts take the exclusive lock's ARGV (scripts.go).
+func semAcquireArgs(cfg Config, req SemaphoreRequest, name string, waiterTimeout time.Duration, fresh bool) []any {
+	return append(acquireHead(make([]any, 0, 14), cfg, kindSem, req.AcquireRequest, name, waiterTimeout),
 		req.Owner,   // ARGV[11] owner text, "" for none
 		req.Permits, // ARGV[12] permits N
 		req.Count,   // ARGV[13] count k
+		flag(fresh), // ARGV[14] "1": no waiter registration or lost reason of the token to clear
 	)
 }
 

@@ -19,7 +19,7 @@ func TestSemaphoreScriptArgsMatchTheirHeaders(t *testing.T) {
 		args    []any
 		entries int // batch entries in args
 	}{
-		{"sem_acquire.lua", lua.Source("sem_acquire"), semAcquireArgs(cfg, req, "pool", time.Second), 0},
+		{"sem_acquire.lua", lua.Source("sem_acquire"), semAcquireArgs(cfg, req, "pool", time.Second, true), 0},
 		{"sem_release.lua", lua.Source("sem_release"), releaseArgs(cfg, kindSem, "pool", req.Token), 0},
 		{"sem_renew.lua", lua.Source("sem_renew"), renewArgs(cfg, kindSem, "pool", req.Token, time.Second, 0), 0},
 		{"sem_inspect.lua", lua.Source("sem_inspect"), heldInspectArgs(kindSem, "pool", req.Token, MaxListedLeases), 0},
@@ -50,7 +50,7 @@ func TestSharedArgsCarryTheKindsMember(t *testing.T) {
 	}{
 		{"acquire ARGV[9]", acquireArgs(cfg, kindMutex, req.AcquireRequest, "pool", 0, false, 0)[8], registryMember(tok, "pool")},
 		{"rw_acquire ARGV[9]", rwAcquireArgs(cfg, req.AcquireRequest, "pool", 0, false, false)[8], kindRW.member(tok, "pool")},
-		{"sem_acquire ARGV[9]", semAcquireArgs(cfg, req, "pool", 0)[8], semMember(tok, "pool")},
+		{"sem_acquire ARGV[9]", semAcquireArgs(cfg, req, "pool", 0, false)[8], semMember(tok, "pool")},
 		{"sem_release ARGV[2]", releaseArgs(cfg, kindSem, "pool", tok)[1], semMember(tok, "pool")},
 		{"sem_renew ARGV[4]", renewArgs(cfg, kindSem, "pool", tok, 0, 0)[3], semMember(tok, "pool")},
 		{"rw_renew ARGV[4]", rwRenewArgs(cfg, "pool", tok, "", 0)[3], kindRW.member(tok, "pool")},
