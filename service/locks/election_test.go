@@ -325,11 +325,7 @@ func TestElectionRefusalsChangeNothing(t *testing.T) {
 func TestElectionWakeUps(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	svc := mustNew(t, rdb, locks.Config{})
-	sub := rdb.PSubscribe(t.Context(), "*")
-	t.Cleanup(func() { _ = sub.Close() })
-	if _, err := sub.Receive(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeAll(t, rdb)
 	a := mustCampaign(t, svc, "primary", locks.AcquireRequest{TTL: 9 * time.Second})
 	if _, err := svc.Proclaim(t.Context(), "primary", a.Token, "x"); err != nil {
 		t.Fatal(err)

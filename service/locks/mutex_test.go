@@ -526,11 +526,7 @@ func TestValidBoundsAreAccepted(t *testing.T) {
 func TestWakeUps(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	svc := mustNew(t, rdb, locks.Config{})
-	sub := rdb.PSubscribe(t.Context(), "*")
-	t.Cleanup(func() { _ = sub.Close() })
-	if _, err := sub.Receive(t.Context()); err != nil { // the subscription confirmation
-		t.Fatal(err)
-	}
+	sub := subscribeAll(t, rdb)
 
 	l := mustAcquire(t, svc, "orders", locks.AcquireRequest{})
 	mustAcquire(t, svc, "orders", locks.AcquireRequest{Token: l.Token, TTL: 5 * time.Second})

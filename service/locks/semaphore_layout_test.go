@@ -19,11 +19,7 @@ import (
 func TestSemaphoreReleaseSaysThePermitsTheAdminSet(t *testing.T) {
 	_, rdb := newTestRedis(t)
 	svc := mustNew(t, rdb, locks.Config{})
-	sub := rdb.PSubscribe(t.Context(), "*")
-	t.Cleanup(func() { _ = sub.Close() })
-	if _, err := sub.Receive(t.Context()); err != nil { // the subscription confirmation
-		t.Fatal(err)
-	}
+	sub := subscribeAll(t, rdb)
 	a := mustSem(t, svc, "pool", semReq(4, 2, time.Minute))
 	b := mustSem(t, svc, "pool", semReq(4, 1, time.Minute))
 	if _, err := svc.SetSemaphorePermits(t.Context(), "pool", 6); err != nil {

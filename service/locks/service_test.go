@@ -36,6 +36,18 @@ func newTestRedis(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
 	return m, rdb
 }
 
+// subscribeAll subscribes to every channel of rdb and waits for the
+// subscription's confirmation, so no message published after it is missed.
+func subscribeAll(t *testing.T, rdb *redis.Client) *redis.PubSub {
+	t.Helper()
+	sub := rdb.PSubscribe(t.Context(), "*")
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 // newService builds a Service on a store on rdb configured by the first of
 // scfg (defaults when none), without loading its scripts. The store's
 // metrics go to cfg.Registerer unless scfg names another.
