@@ -62,15 +62,18 @@ func TestRWLockAttemptCostDoesNotGrowWithItsQueue(t *testing.T) {
 
 // TestRWLockRequestCost: a read/write lock's request costs Redis a handful
 // of commands, as the exclusive lock's does (counting those the scripts
-// run, INFO commandstats on every primary, averaged over 20 requests so
-// that the sampler's background reads are a fraction of one): a grant
+// run, INFO commandstats on every primary, averaged over 100 requests so
+// that the sampler's background reads are a fraction of one; an exact
+// budget allows a tenth of a command a request for them, as the
+// semaphore's do): a grant
 // reads the state hash once and writes it once, reads the queue only when
 // someone waits, and the readers one by one only once one may have expired.
 // Before the readers' expiries were folded into the state hash a contended
 // request cost 40 commands.
 func TestRWLockRequestCost(t *testing.T) {
 	e := newTestEnv(t)
-	const n = 20
+	const n = 100
+	const slack = 0.1 // a request's share of the background calls
 	perRequest := func(requests int, do func(i int)) float64 {
 		t.Helper()
 		before := redisCalls(t, e.RDB)
@@ -105,7 +108,7 @@ func TestRWLockRequestCost(t *testing.T) {
 		{"a write lease taken and released on a free lock", func(int) { cycle("free-write", "write") }, 6},
 		{"a read lease taken and released beside another reader", func(int) { cycle("shared", "read") }, 8},
 	} {
-		if got := perRequest(2, c.do); got > c.most {
+		if got := perRequest(2, c.do); got > c.most+slack {
 			t.Errorf("%s: %.1f Redis commands a request, want at most %.0f", c.what, got, c.most)
 		} else {
 			t.Logf("%s: %.1f Redis commands a request", c.what, got)
