@@ -122,15 +122,19 @@ func (s *Service) decideLimits(ctx context.Context, set *policySet, pol Policy, 
 		return Decision{}, err
 	}
 	ctr := s.countersFor(set, pol)
-	// A single-limit decision's answer per limit and reply stay on the
-	// stack: only a multi-limit policy's answer carries its Limits.
+	// A single-limit decision's answer per limit, and the reply of any
+	// decision of one limit, stay on the stack: only a multi-limit
+	// policy's answer carries its Limits.
 	var one [1]LimitDecision
 	var reply [multiReplyPer]int64
 	lds, v := one[:], reply[:]
 	var multi []LimitDecision
 	if pol.Multi() {
 		multi = make([]LimitDecision, len(sp.limits))
-		lds, v = multi, make([]int64, multiReplyPer*len(sp.limits))
+		lds = multi
+		if len(sp.limits) > 1 {
+			v = make([]int64, multiReplyPer*len(sp.limits))
+		}
 	}
 	for i, l := range sp.limits {
 		lds[i] = LimitDecision{Name: l.Name, Key: keys.at(i), Limit: l.Limit.Limit, Window: l.Window}

@@ -10,7 +10,8 @@ import (
 )
 
 // keyList is the keys of one decision, one per limit of its policy: one
-// key for a single-limit policy, which needs no slice, many otherwise.
+// key for a policy of one limit (a single-limit policy, or a limits: list
+// of one), which needs no slice, many otherwise.
 type keyList struct {
 	one  string
 	many []string // nil for a single-limit policy
@@ -44,26 +45,48 @@ func limitKeys(pol Policy, req Request) (keyList, error) {
 		return keyList{one: req.Key}, nil
 	}
 	keys := req.Keys
+	if keys == nil && len(pol.Limits) == 1 { // one key: no slice
+		k := keyOfLimit(pol.Limits[0], req.Key)
+		if err := checkLimitKey(pol.Limits[0], k); err != nil {
+			return keyList{}, err
+		}
+		return keyList{one: k}, nil
+	}
 	if keys == nil {
 		keys = make([]string, len(pol.Limits))
 		for i, l := range pol.Limits {
-			keys[i] = req.Key
-			if l.Key == KeyConst {
-				keys[i] = ConstKey
-			}
+			keys[i] = keyOfLimit(l, req.Key)
 		}
 	}
 	if len(keys) != len(pol.Limits) {
 		return keyList{}, fmt.Errorf("ratelimit: policy %s has %d limits, the request %d keys", pol.Name, len(pol.Limits), len(keys))
 	}
 	for i, k := range keys {
-		if err := ValidateRateLimitKey("key", k); err != nil {
-			var ve *store.ValidationError
-			errors.As(err, &ve)
-			return keyList{}, invalid("key", "format", "key of limit %s: %s", pol.Limits[i].Name, ve.Detail)
+		if err := checkLimitKey(pol.Limits[i], k); err != nil {
+			return keyList{}, err
 		}
 	}
 	return keyList{many: keys}, nil
+}
+
+// keyOfLimit is limit l's key in a request giving key for every limit:
+// key, or ConstKey for a "const" limit.
+func keyOfLimit(l NamedLimit, key string) string {
+	if l.Key == KeyConst {
+		return ConstKey
+	}
+	return key
+}
+
+// checkLimitKey checks limit l's key k. Returns a *ValidationError naming
+// the limit otherwise.
+func checkLimitKey(l NamedLimit, k string) error {
+	if err := ValidateRateLimitKey("key", k); err != nil {
+		var ve *store.ValidationError
+		errors.As(err, &ve)
+		return invalid("key", "format", "key of limit %s: %s", l.Name, ve.Detail)
+	}
+	return nil
 }
 
 // Complete returns req, a request under p, completed from its From as
@@ -115,32 +138,46 @@ func (p Policy) sourceKeys(src Source) (keyList, error) {
 		}
 		return keyList{one: k}, err
 	}
+	var ip string // the client's address, found once for all
+	if len(p.Limits) == 1 { // one key: no slice
+		k, err := p.limitSourceKey(src, p.Limits[0], &ip)
+		return keyList{one: k}, err
+	}
 	keys := make([]string, len(p.Limits))
-	var ip string
 	for i, l := range p.Limits {
 		var err error
-		switch l.Key {
-		case KeyConst:
-			keys[i] = ConstKey
-		case KeyIP:
-			if ip == "" {
-				ip, err = clientKey(src)
-			}
-			keys[i] = ip
-		case KeyPath:
-			keys[i], err = pathKey(src, p, l)
-		default:
-			h := l.KeyHeader()
-			keys[i], err = headerKey(src, h)
-			if err == nil && keys[i] == "" {
-				err = invalid(h, "required", "limit %s of policy %s takes its key from the %s header, which is missing", l.Name, p.Name, h)
-			}
-		}
-		if err != nil {
+		if keys[i], err = p.limitSourceKey(src, l, &ip); err != nil {
 			return keyList{}, err
 		}
 	}
 	return keyList{many: keys}, nil
+}
+
+// limitSourceKey is the key of p's limit l taken from src; ip caches the
+// client's address for the limits after it. Returns a *ValidationError as
+// sourceKeys does.
+func (p Policy) limitSourceKey(src Source, l NamedLimit, ip *string) (string, error) {
+	switch l.Key {
+	case KeyConst:
+		return ConstKey, nil
+	case KeyIP:
+		if *ip == "" {
+			k, err := clientKey(src)
+			if err != nil {
+				return "", err
+			}
+			*ip = k
+		}
+		return *ip, nil
+	case KeyPath:
+		return pathKey(src, p, l)
+	}
+	h := l.KeyHeader()
+	k, err := headerKey(src, h)
+	if err == nil && k == "" {
+		err = invalid(h, "required", "limit %s of policy %s takes its key from the %s header, which is missing", l.Name, p.Name, h)
+	}
+	return k, err
 }
 
 // clientKey is the client's address of src as a key. Returns a
@@ -208,6 +245,9 @@ func redisKeys(prefix string, buckets *bucketCache, pol Policy, keys keyList) ke
 		return keyList{one: rateLimitKey(prefix, buckets, pol, keys.one)}
 	}
 	shared := pol.SharedHashTag()
+	if keys.many == nil { // a limits: list of one
+		return keyList{one: multiKey(prefix, pol, shared, 0, keys.one)}
+	}
 	out := make([]string, len(keys.many))
 	for i, k := range keys.many {
 		out[i] = multiKey(prefix, pol, shared, i, k)
@@ -297,7 +337,7 @@ func (s *Service) KeysAt(pol Policy, keys []string, at time.Time) []string {
 // policy for the given limit keys, in the policy's order, in the shared
 // namespace.
 func (s *Service) MultiKeys(pol Policy, keys []string) []string {
-	return redisKeys(s.prefix, s.buckets, pol, keyList{many: keys}).many
+	return redisKeys(s.prefix, s.buckets, pol, keyList{many: keys}).all()
 }
 
 // ValidatePolicyName checks a policy name: 1-64 characters of

@@ -352,3 +352,47 @@ func TestMultiLimitMetricsFollowReloads(t *testing.T) {
 		t.Errorf("limit a allowed %v, want 1 carried over", got)
 	}
 }
+
+// TestOneLimitPolicyAllocatesAsTheShortForm counts the allocations of a
+// decision under a limits: list of one limit against the same limit in the
+// short form, by Check and by Gate: the one-limit list keeps its key, its
+// Redis key and its reply off the heap as the short form does, and makes
+// only the answer's Limits (which the short form's answer does not carry).
+// Counts, not times: the store's own allocations are the same for both.
+func TestOneLimitPolicyAllocatesAsTheShortForm(t *testing.T) {
+	short := fixed("short", 1_000_000_000, time.Hour)
+	one := multi("one", nl("per-ip", ratelimit.KeyIP, ratelimit.FixedWindow, 1_000_000_000, time.Hour))
+	svc, _ := newTestService(t, rlConfig(ratelimit.DefaultCacheSize, short, one))
+	ctx := t.Context()
+	src := testSource{client: "192.0.2.1", gate: true}
+	allocs := func(policy string) (check, gate float64) {
+		req := ratelimit.Request{Policy: policy, Key: "192.0.2.1"}
+		decideCheck := func() {
+			if _, err := svc.Check(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		decideGate := func() {
+			if _, _, err := svc.Gate(ctx, policy, src); err != nil {
+				t.Fatal(err)
+			}
+		}
+		decideCheck() // warm up: the scripts loaded, the metrics' series made
+		decideGate()
+		return testing.AllocsPerRun(200, decideCheck), testing.AllocsPerRun(200, decideGate)
+	}
+	allocs("short")
+	allocs("one")
+	shortCheck, shortGate := allocs("short")
+	oneCheck, oneGate := allocs("one")
+	t.Logf("allocations a decision: check %.0f (short form %.0f), gate %.0f (short form %.0f)", oneCheck, shortCheck, oneGate, shortGate)
+	if oneCheck > shortCheck+1 {
+		t.Errorf("a one-limit policy's check allocates %.0f times, the short form's %.0f: want at most one more (the answer's Limits)", oneCheck, shortCheck)
+	}
+	if oneGate > shortGate+1 {
+		t.Errorf("a one-limit policy's gate decision allocates %.0f times, the short form's %.0f: want at most one more (the answer's Limits)", oneGate, shortGate)
+	}
+	if d := mustCheck(t, svc, ratelimit.Request{Policy: "one", Key: "192.0.2.1"}); len(d.Limits) != 1 || d.Limits[0].Key != "192.0.2.1" {
+		t.Errorf("one-limit decision's Limits = %+v, want the limit per-ip on key 192.0.2.1", d.Limits)
+	}
+}
