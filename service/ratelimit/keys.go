@@ -138,7 +138,8 @@ func (p Policy) sourceKeys(src Source) (keyList, error) {
 		}
 		return keyList{one: k}, err
 	}
-	var ip string // the client's address, found once for all
+	// ip is the client's address, found once for all.
+	var ip string
 	if len(p.Limits) == 1 { // one key: no slice
 		k, err := p.limitSourceKey(src, p.Limits[0], &ip)
 		return keyList{one: k}, err
