@@ -25,6 +25,7 @@
 --#include lib/fixed_window.lua
 --#include lib/batch.lua
 
+local st = {}
 return decide_batch(function(key, limit, window, cost)
-  return decide_now(fixed_window(key, limit, window, cost))
+  return decide_now(st, fixed_window(st, key, limit, window, cost))
 end, 3)

@@ -44,6 +44,7 @@
 --#include lib/sliding_window.lua
 --#include lib/batch.lua
 
+local st = {}
 return decide_batch(function(key, limit, window, cost)
-  return decide_now(sliding_window(key, limit, window, cost))
+  return decide_now(st, sliding_window(st, key, limit, window, cost))
 end, 3)

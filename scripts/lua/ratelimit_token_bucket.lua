@@ -66,6 +66,7 @@
 --#include lib/token_bucket.lua
 --#include lib/batch.lua
 
+local st = {}
 return decide_batch(function(key, limit, window, burst, cost)
-  return decide_now(token_bucket(key, limit, window, burst, cost))
+  return decide_now(st, token_bucket(st, key, limit, window, burst, cost))
 end, 4)

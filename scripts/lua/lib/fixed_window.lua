@@ -21,7 +21,26 @@ local function fw_expire(key, window_arg, expire_at)
   end
 end
 
-local function fixed_window(key, limit_arg, window_arg, cost_arg, lease, expire_at)
+-- fw_write counts what fixed_window allowed, from what it left in st.
+local function fw_write(st)
+  local key, cost, lease = st.key, st.cost, st.lease
+  local grant = cost
+  local n
+  if lease and lease > cost then
+    grant = math.min(lease, st.limit - st.count)
+    n = redis.call('INCRBY', key, string.format('%d', grant))
+  else
+    n = redis.call('INCRBY', key, st.cost_arg)
+  end
+  local reset = st.ttl
+  if n == grant then
+    fw_expire(key, st.window_arg, st.expire_at)
+    reset = tonumber(st.window_arg)
+  end
+  return st.limit - n, reset, grant
+end
+
+local function fixed_window(st, key, limit_arg, window_arg, cost_arg, lease, expire_at)
   local limit = tonumber(limit_arg)
   local cost = tonumber(cost_arg)
 
@@ -41,20 +60,15 @@ local function fixed_window(key, limit_arg, window_arg, cost_arg, lease, expire_
     return 0, math.max(limit - count, 0), ttl, ttl + 1
   end
 
-  return 2, limit - count, math.max(ttl, 0), 0, function()
-    local grant = cost
-    local n
-    if lease and lease > cost then
-      grant = math.min(lease, limit - count)
-      n = redis.call('INCRBY', key, string.format('%d', grant))
-    else
-      n = redis.call('INCRBY', key, cost_arg)
-    end
-    local reset = ttl
-    if n == grant then
-      fw_expire(key, window_arg, expire_at)
-      reset = tonumber(window_arg)
-    end
-    return limit - n, reset, grant
-  end
+  st.write = fw_write
+  st.key = key
+  st.limit = limit
+  st.count = count
+  st.cost = cost
+  st.cost_arg = cost_arg
+  st.ttl = ttl
+  st.window_arg = window_arg
+  st.lease = lease
+  st.expire_at = expire_at
+  return 2, limit - count, math.max(ttl, 0), 0
 end

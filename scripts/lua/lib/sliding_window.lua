@@ -15,15 +15,40 @@ end
 -- encode returns the integer form, or the text form from 9e18 on, where the
 -- integer may not fit Redis's signed 64 bits (at most 9.22e18). Redis would
 -- keep such a number as a string anyway, and the text is about as long.
+-- The call's formats by digit count, built once each.
+local sw_formats = {}
+
 local function encode(w, c, p)
   local n = #string.format('%d', math.max(c, p))
-  local s = string.format('%d%0' .. n .. 'd%0' .. n .. 'd%d', w, c, p, n)
+  local f = sw_formats[n]
+  if not f then
+    f = '%d%0' .. n .. 'd%0' .. n .. 'd%d'
+    sw_formats[n] = f
+  end
+  local s = string.format(f, w, c, p, n)
   if #s < 19 or (#s == 19 and tonumber(s) < 9e18) then return s end
   return string.format('%d:%d:%d', w, c, p)
 end
 
+-- sw_reset is the time until the full limit is back, elapsed into the
+-- current window, with counts cc (current) and pp (previous).
+local function sw_reset(window, elapsed, cc, pp)
+  if cc > 0 then return math.ceil(2 * window - elapsed) end
+  if pp > 0 then return math.ceil(window - elapsed) end
+  return 0
+end
+
+-- sw_write counts what sliding_window allowed, from what it left in st.
+local function sw_write(st)
+  local cost, p, window = st.cost, st.p, st.window
+  local cc = st.c + cost
+  -- SET replaces the key whatever its type, so an old hash goes in this write.
+  redis.call('SET', st.key, encode(st.cur, cc, p), 'PX', 2 * window)
+  return math.max(math.floor(st.limit - st.est - cost), 0), sw_reset(window, st.elapsed, cc, p)
+end
+
 -- sliding_window is the check (see lib/check.lua).
-local function sliding_window(key, limit_arg, window_arg, cost_arg)
+local function sliding_window(st, key, limit_arg, window_arg, cost_arg)
   local limit = tonumber(limit_arg)
   local window = tonumber(window_arg)
   local cost = tonumber(cost_arg)
@@ -59,12 +84,6 @@ local function sliding_window(key, limit_arg, window_arg, cost_arg)
     c, p = 0, 0
   end
 
-  local function reset_ms(cc, pp)
-    if cc > 0 then return math.ceil(2 * window - elapsed) end
-    if pp > 0 then return math.ceil(window - elapsed) end
-    return 0
-  end
-
   local est = p * (window - elapsed) / window + c
   if est + cost > limit then
     local retry
@@ -78,13 +97,18 @@ local function sliding_window(key, limit_arg, window_arg, cost_arg)
       retry = (window - elapsed) + at
     end
     local remaining = math.max(math.floor(limit - est), 0)
-    return 0, remaining, reset_ms(c, p), math.ceil(retry) + 1
+    return 0, remaining, sw_reset(window, elapsed, c, p), math.ceil(retry) + 1
   end
 
-  return 2, math.max(math.floor(limit - est), 0), reset_ms(c, p), 0, function()
-    local cc = c + cost
-    -- SET replaces the key whatever its type, so an old hash goes in this write.
-    redis.call('SET', key, encode(cur, cc, p), 'PX', 2 * window)
-    return math.max(math.floor(limit - est - cost), 0), reset_ms(cc, p)
-  end
+  st.write = sw_write
+  st.key = key
+  st.limit = limit
+  st.window = window
+  st.cost = cost
+  st.cur = cur
+  st.elapsed = elapsed
+  st.c = c
+  st.p = p
+  st.est = est
+  return 2, math.max(math.floor(limit - est), 0), sw_reset(window, elapsed, c, p), 0
 end

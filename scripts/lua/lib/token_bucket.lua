@@ -4,7 +4,46 @@
 
 local max_ahead = 315360000000000 -- 10 years of 365 days, in microseconds
 
-local function token_bucket(key, limit_arg, window_arg, burst_arg, cost_arg)
+-- A time span is (us, ticks), a tick 1/unit µs. tb_sub returns a - b, for
+-- a >= b.
+local function tb_sub(unit, a_us, a_ticks, b_us, b_ticks)
+  if a_ticks < b_ticks then return a_us - b_us - 1, a_ticks - b_ticks + unit end
+  return a_us - b_us, a_ticks - b_ticks
+end
+
+-- tb_ms returns a span in milliseconds, rounded up.
+local function tb_ms(us, ticks)
+  if ticks > 0 then us = us + 1 end
+  return math.ceil(us / 1000)
+end
+
+-- tb_tokens returns the whole tokens in a span of tokens of interval ticks:
+-- floor(span / interval).
+local function tb_tokens(unit, interval, us, ticks)
+  return (muldiv(us, unit, ticks, interval))
+end
+
+-- tb_write counts what token_bucket allowed, from what it left in st.
+local function tb_write(st)
+  local unit, new_us, new_ticks = st.unit, st.new_us, st.new_ticks
+  -- The TAT in nanoseconds, the part below 1 ns rounded up.
+  local tat_us = now_us + new_us
+  local tat_ns
+  if unit <= 1000 then
+    tat_ns = math.ceil(new_ticks * 1000 / unit)
+  else
+    tat_ns = (muldiv(new_ticks, 1000, unit - 1, unit))
+  end
+  if tat_ns == 1000 then
+    tat_us = tat_us + 1
+    tat_ns = 0
+  end
+  local reset = tb_ms(new_us, new_ticks)
+  redis.call('SET', st.key, string.format('%d%03d', tat_us, tat_ns), 'PX', string.format('%d', reset))
+  return tb_tokens(unit, st.interval, tb_sub(unit, st.tol_us, st.tol_ticks, new_us, new_ticks)), reset
+end
+
+local function token_bucket(st, key, limit_arg, window_arg, burst_arg, cost_arg)
   local limit = tonumber(limit_arg)
   local window = tonumber(window_arg) * 1000 -- microseconds
   local burst = tonumber(burst_arg)
@@ -15,23 +54,6 @@ local function token_bucket(key, limit_arg, window_arg, burst_arg, cost_arg)
   if limit > 1000 and window * 1000 >= limit then
     unit = 1000
     interval = (muldiv(window, 1000, limit - 1, limit))
-  end
-
-  -- A time span is (us, ticks). sub returns a - b, for a >= b.
-  local function sub(a_us, a_ticks, b_us, b_ticks)
-    if a_ticks < b_ticks then return a_us - b_us - 1, a_ticks - b_ticks + unit end
-    return a_us - b_us, a_ticks - b_ticks
-  end
-
-  -- ms returns a span in milliseconds, rounded up.
-  local function ms(us, ticks)
-    if ticks > 0 then us = us + 1 end
-    return math.ceil(us / 1000)
-  end
-
-  -- tokens returns the whole tokens in a span: floor(span / interval).
-  local function tokens(us, ticks)
-    return (muldiv(us, unit, ticks, interval))
   end
 
   local tol_us, tol_ticks = muldiv(burst, interval, 0, unit) -- how far the TAT may run ahead of now
@@ -77,33 +99,26 @@ local function token_bucket(key, limit_arg, window_arg, burst_arg, cost_arg)
     new_ticks = new_ticks - unit
   end
 
+  local within = off_us < tol_us or (off_us == tol_us and off_ticks <= tol_ticks)
   if new_us > tol_us or (new_us == tol_us and new_ticks > tol_ticks) then
     local remaining = 0
-    if off_us < tol_us or (off_us == tol_us and off_ticks <= tol_ticks) then
-      remaining = tokens(sub(tol_us, tol_ticks, off_us, off_ticks))
+    if within then
+      remaining = tb_tokens(unit, interval, tb_sub(unit, tol_us, tol_ticks, off_us, off_ticks))
     end
-    return 0, remaining, ms(off_us, off_ticks), ms(sub(new_us, new_ticks, tol_us, tol_ticks)) + 1
+    return 0, remaining, tb_ms(off_us, off_ticks), tb_ms(tb_sub(unit, new_us, new_ticks, tol_us, tol_ticks)) + 1
   end
 
   local now_remaining = 0
-  if off_us < tol_us or (off_us == tol_us and off_ticks <= tol_ticks) then
-    now_remaining = tokens(sub(tol_us, tol_ticks, off_us, off_ticks))
+  if within then
+    now_remaining = tb_tokens(unit, interval, tb_sub(unit, tol_us, tol_ticks, off_us, off_ticks))
   end
-  return 2, now_remaining, ms(off_us, off_ticks), 0, function()
-    -- The TAT in nanoseconds, the part below 1 ns rounded up.
-    local tat_us = now_us + new_us
-    local tat_ns
-    if unit <= 1000 then
-      tat_ns = math.ceil(new_ticks * 1000 / unit)
-    else
-      tat_ns = (muldiv(new_ticks, 1000, unit - 1, unit))
-    end
-    if tat_ns == 1000 then
-      tat_us = tat_us + 1
-      tat_ns = 0
-    end
-    local reset = ms(new_us, new_ticks)
-    redis.call('SET', key, string.format('%d%03d', tat_us, tat_ns), 'PX', string.format('%d', reset))
-    return tokens(sub(tol_us, tol_ticks, new_us, new_ticks)), reset
-  end
+  st.write = tb_write
+  st.key = key
+  st.unit = unit
+  st.interval = interval
+  st.new_us = new_us
+  st.new_ticks = new_ticks
+  st.tol_us = tol_us
+  st.tol_ticks = tol_ticks
+  return 2, now_remaining, tb_ms(off_us, off_ticks), 0
 end
