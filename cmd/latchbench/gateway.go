@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -64,7 +65,7 @@ func (b *bench) gatewayScenarios() []scenario {
 				if b.nginxBin == "" {
 					return Result{}, fmt.Errorf("no nginx (give -nginx with -start)")
 				}
-				return b.runGateway(ctx, "nginx", func(ctx context.Context) (string, string, func(), error) {
+				return b.runGateway(ctx, "nginx", func(ctx context.Context) (gateway, error) {
 					return startNginx(ctx, b.nginxBin, b.base)
 				})
 			},
@@ -76,7 +77,7 @@ func (b *bench) gatewayScenarios() []scenario {
 				if b.caddyBin == "" {
 					return Result{}, fmt.Errorf("no caddy (give -caddy with -start)")
 				}
-				return b.runGateway(ctx, "caddy", func(ctx context.Context) (string, string, func(), error) {
+				return b.runGateway(ctx, "caddy", func(ctx context.Context) (gateway, error) {
 					return startCaddy(ctx, b.caddyBin, b.base)
 				})
 			},
@@ -109,24 +110,34 @@ func cpuPerDecision(results []Result) {
 	}
 }
 
+// gateway is a gateway scenario's running gateway: the URLs of the gateway
+// alone and of its gated front, its main process (nginx's workers are its
+// children) and the function that stops it.
+type gateway struct {
+	alone, gated string
+	pid          int
+	stop         func()
+}
+
 // runGateway runs paired rounds through a gateway that start started:
 // the gateway alone (its ceiling in this scenario: the same gateway proxying
 // to the same app, keeping its connections to it as its documentation
 // recommends, the baseline a user would compare with), then the gateway
 // asking the gate before each request. The ratio is the median of
-// gated / alone over the rounds.
-func (b *bench) runGateway(ctx context.Context, name string, start func(context.Context) (alone, gated string, stop func(), err error)) (Result, error) {
+// gated / alone over the rounds; a note gives each side's CPU a request
+// (gatewayCPU).
+func (b *bench) runGateway(ctx context.Context, name string, start func(context.Context) (gateway, error)) (Result, error) {
 	o := b.run
 	if o == nil {
 		return Result{}, fmt.Errorf("%s: the gateway scenarios need -start or -url", name)
 	}
-	alone, gated, stop, err := start(ctx)
+	gw, err := start(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	defer stop()
+	defer gw.stop()
 	if o.wrk != nil {
-		return b.runGatewayWrk(ctx, name, alone, gated)
+		return b.runGatewayWrk(ctx, name, gw)
 	}
 	op := func(url string) func(context.Context, *worker) {
 		return func(ctx context.Context, w *worker) {
@@ -138,11 +149,15 @@ func (b *bench) runGateway(ctx context.Context, name string, start func(context.
 	var elapsed time.Duration
 	var ratios []float64
 	var aloneRPS []float64
+	var cpu gatewayCPU
 	for r := 0; r < o.rounds && ctx.Err() == nil; r++ {
-		as, ae := runLoad(ctx, alone, o.conns, slice, op(alone))
+		t0 := b.cpuNow(ctx, gw)
+		as, ae := runLoad(ctx, gw.alone, o.conns, slice, op(gw.alone))
 		a := summarize(name+"-alone", as, ae)
-		gs, ge := runLoad(ctx, gated, o.conns, slice, op(gated))
+		t1 := b.cpuNow(ctx, gw)
+		gs, ge := runLoad(ctx, gw.gated, o.conns, slice, op(gw.gated))
 		g := summarize(name, gs, ge)
+		cpu.add(t0, t1, b.cpuNow(ctx, gw), a.Requests, g.Requests, 0, 0)
 		all, elapsed = append(all, gs...), elapsed+ge
 		if a.RPS > 0 && g.RPS > 0 {
 			ratios = append(ratios, g.RPS/a.RPS)
@@ -152,7 +167,105 @@ func (b *bench) runGateway(ctx context.Context, name string, start func(context.
 	res := summarize(name, all, elapsed)
 	setRoundRatios(&res, ratios, nil)
 	res.Notes = append(res.Notes, fmt.Sprintf("ratio to %s alone (%.0f req/s, median of rounds), not to /healthz", name, median(aloneRPS)))
+	res.Notes = append(res.Notes, cpu.note(name)...)
 	return res, nil
+}
+
+// cpuParts is the CPU seconds used so far by each part of a gateway
+// scenario: the gateway (its processes), Latchkey, Redis and the load
+// generator (this process; wrk's is added per run).
+type cpuParts struct{ gateway, server, redis, loadgen float64 }
+
+// cpuNow reads cpuParts: the gateway's from /proc, the rest as the meter
+// reads them.
+func (b *bench) cpuNow(ctx context.Context, gw gateway) cpuParts {
+	s := b.run.meter.read(ctx)
+	p := cpuParts{gateway: procTreeCPUSeconds(gw.pid), server: s.serverCPU, loadgen: s.loadgenCPU}
+	for _, n := range s.redis {
+		p.redis += n.cpu
+	}
+	return p
+}
+
+// gatewayCPU sums a gateway scenario's CPU over its rounds: of the rounds
+// of the gateway alone and of the gated ones, with their requests.
+type gatewayCPU struct {
+	alone, gated         cpuParts
+	aloneReqs, gatedReqs int
+	aloneWrk, gatedWrk   float64 // wrk's CPU, when it drove the rounds
+}
+
+// add counts one round: t0 before the gateway alone, t1 between it and the
+// gated run, t2 after; the requests of each and wrk's CPU in each.
+func (c *gatewayCPU) add(t0, t1, t2 cpuParts, aloneReqs, gatedReqs int, aloneWrk, gatedWrk float64) {
+	c.alone.gateway += t1.gateway - t0.gateway
+	c.alone.server += t1.server - t0.server
+	c.alone.redis += t1.redis - t0.redis
+	c.alone.loadgen += t1.loadgen - t0.loadgen + aloneWrk
+	c.gated.gateway += t2.gateway - t1.gateway
+	c.gated.server += t2.server - t1.server
+	c.gated.redis += t2.redis - t1.redis
+	c.gated.loadgen += t2.loadgen - t1.loadgen + gatedWrk
+	c.aloneReqs += aloneReqs
+	c.gatedReqs += gatedReqs
+}
+
+// note says what a request costs each part alone and gated, in µs, and the
+// ratio that CPU bounds gated ÷ alone to on cores they all share: what the
+// gate adds to every request is Latchkey's and Redis's CPU and the
+// gateway's own for the subrequest.
+func (c gatewayCPU) note(name string) []string {
+	if c.aloneReqs == 0 || c.gatedReqs == 0 || c.alone.gateway <= 0 {
+		return nil
+	}
+	us := func(sec float64, n int) float64 { return sec / float64(n) * 1e6 }
+	aGw, aLg := us(c.alone.gateway, c.aloneReqs), us(c.alone.loadgen, c.aloneReqs)
+	gGw, gSrv, gRd, gLg := us(c.gated.gateway, c.gatedReqs), us(c.gated.server, c.gatedReqs), us(c.gated.redis, c.gatedReqs), us(c.gated.loadgen, c.gatedReqs)
+	alone, gated := aGw+aLg, gGw+gSrv+gRd+gLg
+	return []string{fmt.Sprintf("CPU a request: %s alone: %s %.1f µs, load generator %.1f µs: %.1f µs; gated: %s %.1f µs, Latchkey %.1f µs, Redis %.1f µs, load generator %.1f µs: %.1f µs; the CPU bounds gated ÷ alone to %.2f",
+		name, name, aGw, aLg, alone, name, gGw, gSrv, gRd, gLg, gated, alone/gated)}
+}
+
+// procTreeCPUSeconds is the user and system CPU of process pid and its
+// children (nginx's workers), from /proc (0 where it cannot be read).
+// Linux counts it in clock ticks of 1/100 s (USER_HZ).
+func procTreeCPUSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	const userHZ = 100
+	ticks := func(stat string) (ppid int, t float64, ok bool) {
+		// The command name, in parentheses, may hold spaces: the fields
+		// follow its closing parenthesis.
+		i := strings.LastIndexByte(stat, ')')
+		if i < 0 {
+			return 0, 0, false
+		}
+		f := strings.Fields(stat[i+1:])
+		if len(f) < 13 { // state ppid ... utime(12) stime(13), from field 3
+			return 0, 0, false
+		}
+		ppid, _ = strconv.Atoi(f[1])
+		u, _ := strconv.ParseFloat(f[11], 64)
+		s, _ := strconv.ParseFloat(f[12], 64)
+		return ppid, u + s, true
+	}
+	var total float64
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if ppid, t, ok := ticks(string(stat)); ok && (id == pid || ppid == pid) {
+			total += t
+		}
+	}
+	return total / userHZ
 }
 
 // gatewaySetup reads the shipped configuration at path and makes a
@@ -176,10 +289,10 @@ func gatewaySetup(name, path string) (conf []byte, dir string, ports [3]int, err
 // startNginx runs nginx with the shipped configuration in front of the
 // Latchkey at latchkey, and returns the URLs of nginx alone and of the
 // gated location.
-func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string, stop func(), err error) {
+func startNginx(ctx context.Context, bin, latchkey string) (gateway, error) {
 	conf, dir, ports, err := gatewaySetup("nginx", filepath.Join("deploy", "nginx", "nginx.conf"))
 	if err != nil {
-		return "", "", nil, err
+		return gateway{}, err
 	}
 	lk := strings.TrimPrefix(latchkey, "http://")
 	tmp := filepath.Join(dir, "tmp")
@@ -199,7 +312,7 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
 		"\nhttp {", "\n"+extra).Replace(string(conf))
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(c), 0o644); err != nil {
-		return "", "", nil, err
+		return gateway{}, err
 	}
 	global := fmt.Sprintf("daemon off; master_process on; worker_processes auto; pid %s/nginx.pid; error_log %s/error.log warn;", dir, dir)
 	cmd := exec.Command(bin, "-p", tmp, "-c", path, "-g", global)
@@ -212,10 +325,10 @@ func startNginx(ctx context.Context, bin, latchkey string) (alone, gated string,
 // the app") and the same app behind reverse_proxy without forward_auth
 // (Caddy keeps its upstream connections by default). It returns the URLs
 // of Caddy alone and of the gated site.
-func startCaddy(ctx context.Context, bin, latchkey string) (alone, gated string, stop func(), err error) {
+func startCaddy(ctx context.Context, bin, latchkey string) (gateway, error) {
 	conf, dir, ports, err := gatewaySetup("caddy", filepath.Join("deploy", "caddy", "Caddyfile"))
 	if err != nil {
-		return "", "", nil, err
+		return gateway{}, err
 	}
 	c := string(conf) + fmt.Sprintf(`
 http://127.0.0.1:%[1]d {
@@ -228,7 +341,7 @@ http://127.0.0.1:%[2]d {
 `, ports[0], ports[2])
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(c), 0o644); err != nil {
-		return "", "", nil, err
+		return gateway{}, err
 	}
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "LATCHKEY="+strings.TrimPrefix(latchkey, "http://"),
@@ -240,29 +353,32 @@ http://127.0.0.1:%[2]d {
 }
 
 // launchGateway starts a gateway scenario's cmd, whose files are in dir and
-// which listens on ports (gatewaySetup's), and returns the URLs of the
-// gateway alone and of its gated front once the front answers with the
-// gate's headers, and the function that stops it and removes dir. log,
-// when not nil, is the process's output, quoted when it does not answer.
-func launchGateway(ctx context.Context, name string, cmd *exec.Cmd, dir string, ports [3]int, log *strings.Builder) (alone, gated string, stop func(), err error) {
+// which listens on ports (gatewaySetup's), and returns the gateway once its
+// gated front answers with the gate's headers. log, when not nil, is the
+// process's output, quoted when it does not answer.
+func launchGateway(ctx context.Context, name string, cmd *exec.Cmd, dir string, ports [3]int, log *strings.Builder) (gateway, error) {
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+		return gateway{}, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	stop = func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		_ = os.RemoveAll(dir)
+	gw := gateway{
+		alone: fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
+		gated: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		pid:   cmd.Process.Pid,
+		stop: func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+			_ = os.RemoveAll(dir)
+		},
 	}
-	alone, gated = fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	if err := waitGated(ctx, gated); err != nil {
-		stop()
+	if err := waitGated(ctx, gw.gated); err != nil {
+		gw.stop()
 		if log != nil {
-			return "", "", nil, fmt.Errorf("%s: %w; its output: %s", name, err, log.String())
+			return gateway{}, fmt.Errorf("%s: %w; its output: %s", name, err, log.String())
 		}
-		return "", "", nil, fmt.Errorf("%s: %w", name, err)
+		return gateway{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return alone, gated, stop, nil
+	return gw, nil
 }
 
 // waitGated waits until the gated front at gated answers / with the gate's

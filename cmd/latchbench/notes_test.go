@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -37,7 +39,7 @@ func TestCPUBudgetNotesEachScenarioAgainstTheCeiling(t *testing.T) {
 		{Scenario: "ceiling", Driver: driverGo, Requests: 100000, Usage: usage{ServerCPUSeconds: 2, LoadgenCPUSeconds: 2}},
 		{Scenario: "gate", Driver: driverGo, Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, RedisCPUSeconds: 0.5, LoadgenCPUSeconds: 1.5}},
 		{Scenario: "lock", Driver: "wrk", Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, LoadgenCPUSeconds: 1}},
-		{Scenario: "nginx", Driver: driverGo, Requests: 50000},
+		{Scenario: "nginx", Driver: driverGo, Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, LoadgenCPUSeconds: 1}},
 	}
 	cpuBudget(results)
 	want := []string{"CPU a request: server 30.0 µs, Redis 10.0 µs, load generator 30.0 µs: 70.0 µs against the ceiling's 40.0 (0.57)"}
@@ -48,5 +50,42 @@ func TestCPUBudgetNotesEachScenarioAgainstTheCeiling(t *testing.T) {
 		if r.Notes != nil {
 			t.Errorf("%s's notes = %q, want none", r.Scenario, r.Notes)
 		}
+	}
+}
+
+// A gateway scenario notes what a request costs each part, alone and
+// gated, and the ratio of gated ÷ alone that CPU bounds it to; without the
+// gateway's CPU (its processes unreadable) it notes nothing.
+func TestGatewayCPUNotesEachSide(t *testing.T) {
+	var c gatewayCPU
+	t0 := cpuParts{gateway: 10, server: 100, redis: 50, loadgen: 20}
+	t1 := cpuParts{gateway: 12, server: 100, redis: 50, loadgen: 21}       // alone: 100,000 requests
+	t2 := cpuParts{gateway: 15.5, server: 103, redis: 50.5, loadgen: 21.5} // gated: 50,000 requests
+	c.add(t0, t1, t2, 100000, 50000, 0.5, 0.5)
+	want := []string{"CPU a request: nginx alone: nginx 20.0 µs, load generator 15.0 µs: 35.0 µs; " +
+		"gated: nginx 70.0 µs, Latchkey 60.0 µs, Redis 10.0 µs, load generator 20.0 µs: 160.0 µs; the CPU bounds gated ÷ alone to 0.22"}
+	if diff := cmp.Diff(want, c.note("nginx")); diff != "" {
+		t.Errorf("nginx's CPU note (-want +got):\n%s", diff)
+	}
+	if got := (gatewayCPU{aloneReqs: 1, gatedReqs: 1}).note("nginx"); got != nil {
+		t.Errorf("without the gateway's CPU: note %q, want none", got)
+	}
+}
+
+// procTreeCPUSeconds counts a process's CPU with its children's: this test
+// process's own, at least, less the ticks' rounding; none for no process.
+func TestProcTreeCPUSecondsCountsTheProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc: not Linux")
+	}
+	for i := 0; ownCPUSeconds() < 0.05; i++ {
+		_ = fmt.Sprint(i) // work, until the process has used some CPU
+	}
+	own := ownCPUSeconds()
+	if got := procTreeCPUSeconds(os.Getpid()); got < own-0.02 {
+		t.Errorf("procTreeCPUSeconds(self) = %.2f s, want at least this process's %.2f s", got, own)
+	}
+	if got := procTreeCPUSeconds(0); got != 0 {
+		t.Errorf("procTreeCPUSeconds(0) = %v, want 0", got)
 	}
 }

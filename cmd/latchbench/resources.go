@@ -200,7 +200,9 @@ func cpuBudget(results []Result) {
 	}
 	for i, r := range results {
 		s, rd, l, ok := perRequest(r)
-		if !ok || r.Scenario == "ceiling" || r.Driver != driver {
+		// The gateways' ratio is to the gateway alone, and their note says
+		// each side's CPU (gatewayCPU).
+		if !ok || r.Scenario == "ceiling" || r.Scenario == "nginx" || r.Scenario == "caddy" || r.Driver != driver {
 			continue
 		}
 		results[i].Notes = append(results[i].Notes, fmt.Sprintf(

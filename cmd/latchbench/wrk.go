@@ -412,23 +412,27 @@ func runWrkScenario(ctx context.Context, o *options, sc scenario) (Result, error
 	return res, nil
 }
 
-// runGatewayWrk is runGateway's paired rounds driven by wrk: the gateway
-// alone (at alone), then gated (at gated), GET / each.
-func (b *bench) runGatewayWrk(ctx context.Context, name, alone, gated string) (Result, error) {
+// runGatewayWrk is runGateway's paired rounds driven by wrk: gw alone,
+// then gated, GET / each, with each side's CPU noted.
+func (b *bench) runGatewayWrk(ctx context.Context, name string, gw gateway) (Result, error) {
 	o := b.run
 	slice := o.duration / time.Duration(o.rounds)
 	root := wrkLoad{script: "plain.lua", path: "/"}
 	var alones, gateds []wrkRun
 	var cpu float64
+	var parts gatewayCPU
 	for r := 0; r < o.rounds && ctx.Err() == nil; r++ {
-		a, err := o.wrk.run(ctx, alone, o.conns, slice, root)
+		t0 := b.cpuNow(ctx, gw)
+		a, err := o.wrk.run(ctx, gw.alone, o.conns, slice, root)
 		if err != nil {
 			return Result{}, err
 		}
-		g, err := o.wrk.run(ctx, gated, o.conns, slice, root)
+		t1 := b.cpuNow(ctx, gw)
+		g, err := o.wrk.run(ctx, gw.gated, o.conns, slice, root)
 		if err != nil {
 			return Result{}, err
 		}
+		parts.add(t0, t1, b.cpuNow(ctx, gw), a.Requests, g.Requests, a.CPUSeconds, g.CPUSeconds)
 		alones, gateds = append(alones, a), append(gateds, g)
 		cpu += a.CPUSeconds + g.CPUSeconds
 	}
@@ -439,5 +443,6 @@ func (b *bench) runGatewayWrk(ctx context.Context, name, alone, gated string) (R
 	}
 	res.Usage.LoadgenCPUSeconds = cpu
 	res.Notes = append(res.Notes, fmt.Sprintf("ratio to %s alone (%.0f req/s, median of rounds), not to /healthz", name, median(rps)))
+	res.Notes = append(res.Notes, parts.note(name)...)
 	return res, nil
 }
