@@ -119,10 +119,14 @@ type Result struct {
 	RPSRatioMax float64 `json:"rps_ratio_max,omitempty"`
 	// Driver is the load generator that sent the requests: driverGo or
 	// driverWrk.
-	Driver      string   `json:"load_generator"`
-	Description string   `json:"description"`
-	Usage       usage    `json:"usage"`
-	Notes       []string `json:"notes,omitempty"`
+	Driver      string `json:"load_generator"`
+	Description string `json:"description"`
+	Usage       usage  `json:"usage"`
+	// CeilingCPUus is the CPU a request (the server's, Redis's and the
+	// load generator's, µs) of the ceiling rounds paired with this
+	// scenario's; 0 for a scenario without them.
+	CeilingCPUus float64  `json:"paired_ceiling_cpu_us_per_request,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
 }
 
 // The load generators a Result names.

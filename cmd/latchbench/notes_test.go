@@ -31,25 +31,44 @@ func TestElectionAgainstLockNotesTheRatio(t *testing.T) {
 	}
 }
 
-// Each scenario driven as the ceiling was notes its CPU a request beside
-// the ceiling's, and the ratio that CPU bounds it to; a scenario of another
-// load generator, or without a load generator's CPU, notes nothing.
+// Each scenario notes its CPU a request beside its paired ceiling rounds'
+// (or, without them, the ceiling row's when the same load generator drove
+// both), and the ratio that CPU bounds it to; a scenario of another load
+// generator without paired rounds, one without a load generator's CPU, and
+// the gateways (whose own note compares them with the gateway alone) note
+// nothing.
 func TestCPUBudgetNotesEachScenarioAgainstTheCeiling(t *testing.T) {
 	results := []Result{
 		{Scenario: "ceiling", Driver: driverGo, Requests: 100000, Usage: usage{ServerCPUSeconds: 2, LoadgenCPUSeconds: 2}},
 		{Scenario: "gate", Driver: driverGo, Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, RedisCPUSeconds: 0.5, LoadgenCPUSeconds: 1.5}},
+		{Scenario: "check", Driver: driverGo, Requests: 50000, CeilingCPUus: 35,
+			Usage: usage{ServerCPUSeconds: 1.5, RedisCPUSeconds: 0.5, LoadgenCPUSeconds: 1.5}},
 		{Scenario: "lock", Driver: "wrk", Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, LoadgenCPUSeconds: 1}},
-		{Scenario: "nginx", Driver: driverGo, Requests: 50000, Usage: usage{ServerCPUSeconds: 1.5, LoadgenCPUSeconds: 1}},
+		{Scenario: "nginx", Driver: driverGo, Requests: 50000, CeilingCPUus: 35, Usage: usage{ServerCPUSeconds: 1.5, LoadgenCPUSeconds: 1}},
 	}
 	cpuBudget(results)
-	want := []string{"CPU a request: server 30.0 µs, Redis 10.0 µs, load generator 30.0 µs: 70.0 µs against the ceiling's 40.0 (0.57)"}
-	if diff := cmp.Diff(want, results[1].Notes); diff != "" {
-		t.Errorf("gate's notes (-want +got):\n%s", diff)
+	want := map[string][]string{
+		"gate":  {"CPU a request: server 30.0 µs, Redis 10.0 µs, load generator 30.0 µs: 70.0 µs against the ceiling's 40.0 (0.57)"},
+		"check": {"CPU a request: server 30.0 µs, Redis 10.0 µs, load generator 30.0 µs: 70.0 µs against its paired ceiling rounds' 35.0 (0.50)"},
 	}
-	for _, r := range []Result{results[0], results[2], results[3]} {
-		if r.Notes != nil {
-			t.Errorf("%s's notes = %q, want none", r.Scenario, r.Notes)
+	for _, r := range results {
+		if diff := cmp.Diff(want[r.Scenario], r.Notes); diff != "" {
+			t.Errorf("%s's notes (-want +got):\n%s", r.Scenario, diff)
 		}
+	}
+}
+
+// The paired ceiling rounds' CPU a request sums every part of every round
+// over their requests.
+func TestPairedCeilingsCPUPerRequest(t *testing.T) {
+	var c pairedCeilings
+	if got := c.perRequest(); got != 0 {
+		t.Errorf("no rounds: %v µs a request, want 0", got)
+	}
+	c.add(usage{ServerCPUSeconds: 1, RedisCPUSeconds: 0.1, LoadgenCPUSeconds: 0.9}, 40000)
+	c.add(usage{ServerCPUSeconds: 0.5, LoadgenCPUSeconds: 0.5}, 20000)
+	if got, want := c.perRequest(), 50.0; got != want {
+		t.Errorf("two rounds: %v µs a request, want %v (3 s over 60,000 requests)", got, want)
 	}
 }
 

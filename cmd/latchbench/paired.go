@@ -18,10 +18,13 @@ func runPaired(ctx context.Context, o *options, sc scenario) Result {
 	var elapsed time.Duration
 	var used usage
 	var rpsRatios, p99Ratios []float64
+	var ceilings pairedCeilings
 	for r := 0; r < o.rounds && ctx.Err() == nil; r++ {
+		start := o.meter.read(ctx)
 		cs, ce := runLoad(ctx, o.b.base, o.conns, slice, o.ceilingOp)
 		ceiling := summarize("ceiling", cs, ce)
 		before := o.meter.read(ctx)
+		ceilings.add(o.meter.usage(start, before, ceiling.Requests), ceiling.Requests)
 		ss, se := runLoad(ctx, o.b.base, o.conns, slice, sc.op)
 		round := summarize(sc.name, ss, se)
 		used = addUsage(used, o.meter.usage(before, o.meter.read(ctx), round.Requests), r == 0)
@@ -34,8 +37,31 @@ func runPaired(ctx context.Context, o *options, sc scenario) Result {
 	res := summarize(sc.name, all, elapsed)
 	res.Description = sc.description
 	res.Usage = perRequest(used, res.Requests)
+	res.CeilingCPUus = ceilings.perRequest()
 	setRoundRatios(&res, rpsRatios, p99Ratios)
 	return res
+}
+
+// pairedCeilings sums the CPU and requests of a scenario's paired ceiling
+// rounds.
+type pairedCeilings struct {
+	cpu      float64 // seconds: the server's, Redis's and the load generator's
+	requests int
+}
+
+// add counts one ceiling round's usage u (its load generator's CPU
+// included) and requests.
+func (c *pairedCeilings) add(u usage, requests int) {
+	c.cpu += u.ServerCPUSeconds + u.RedisCPUSeconds + u.LoadgenCPUSeconds
+	c.requests += requests
+}
+
+// perRequest is the rounds' CPU a request in µs, 0 without requests.
+func (c pairedCeilings) perRequest() float64 {
+	if c.requests == 0 {
+		return 0
+	}
+	return c.cpu / float64(c.requests) * 1e6
 }
 
 // perRequest is the rounds' summed usage with its Redis commands per

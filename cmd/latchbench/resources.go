@@ -175,11 +175,14 @@ func (m *meter) keepaliveReport(ctx context.Context) []string {
 }
 
 // cpuBudget notes each scenario's CPU a request, the server's, Redis's and
-// the load generator's, beside the ceiling's, when the load generator that
-// drove it also drove the ceiling. On cores the three share, a closed loop
-// runs at the rate their CPU allows: the ceiling's CPU a request over the
-// scenario's is the ratio the CPU bounds it to, which is what a scenario
-// must cut, and where, to reach a higher one.
+// the load generator's, beside the ceiling's: that of the ceiling rounds
+// paired with it when it has them (CeilingCPUus), else the ceiling row's
+// when the load generator that drove it also drove the ceiling. On cores
+// the three share, a closed loop runs at the rate their CPU allows: the
+// ceiling's CPU a request over the scenario's is the ratio the CPU bounds it
+// to, which is what a scenario must cut, and where, to reach a higher one.
+// The paired rounds are the fairer figure: the ceiling's CPU a request
+// falls as its rate rises, and the ceiling row runs in a spell of its own.
 func cpuBudget(results []Result) {
 	perRequest := func(r Result) (server, redis, loadgen float64, ok bool) {
 		if r.Requests <= 0 || r.Usage.ServerCPUSeconds <= 0 || r.Usage.LoadgenCPUSeconds <= 0 {
@@ -195,18 +198,22 @@ func cpuBudget(results []Result) {
 			ceiling, driver = s+rd+l, r.Driver
 		}
 	}
-	if ceiling == 0 {
-		return
-	}
 	for i, r := range results {
 		s, rd, l, ok := perRequest(r)
 		// The gateways' ratio is to the gateway alone, and their note says
 		// each side's CPU (gatewayCPU).
-		if !ok || r.Scenario == "ceiling" || r.Scenario == "nginx" || r.Scenario == "caddy" || r.Driver != driver {
+		if !ok || r.Scenario == "ceiling" || r.Scenario == "nginx" || r.Scenario == "caddy" {
 			continue
 		}
+		against, what := r.CeilingCPUus, "its paired ceiling rounds'"
+		if against <= 0 {
+			if ceiling == 0 || r.Driver != driver {
+				continue
+			}
+			against, what = ceiling, "the ceiling's"
+		}
 		results[i].Notes = append(results[i].Notes, fmt.Sprintf(
-			"CPU a request: server %.1f µs, Redis %.1f µs, load generator %.1f µs: %.1f µs against the ceiling's %.1f (%.2f)",
-			s, rd, l, s+rd+l, ceiling, ceiling/(s+rd+l)))
+			"CPU a request: server %.1f µs, Redis %.1f µs, load generator %.1f µs: %.1f µs against %s %.1f (%.2f)",
+			s, rd, l, s+rd+l, what, against, against/(s+rd+l)))
 	}
 }

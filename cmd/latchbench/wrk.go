@@ -390,12 +390,17 @@ func runWrkScenario(ctx context.Context, o *options, sc scenario) (Result, error
 	slice := o.duration / time.Duration(o.rounds)
 	var ceilings, rounds []wrkRun
 	var used usage
+	var paired pairedCeilings
 	for r := 0; r < o.rounds && ctx.Err() == nil; r++ {
+		start := o.meter.read(ctx)
 		c, err := d.run(ctx, base, o.conns, slice, wrkCeiling)
 		if err != nil {
 			return Result{}, err
 		}
 		before := o.meter.read(ctx)
+		cu := o.meter.usage(start, before, c.Requests)
+		cu.LoadgenCPUSeconds += c.CPUSeconds
+		paired.add(cu, c.Requests)
 		s, err := d.run(ctx, base, o.conns, slice, *sc.wrk)
 		if err != nil {
 			return Result{}, err
@@ -409,6 +414,7 @@ func runWrkScenario(ctx context.Context, o *options, sc scenario) (Result, error
 	res := wrkPaired(sc.name, ceilings, rounds)
 	res.Description = sc.description
 	res.Usage = perRequest(used, res.Requests)
+	res.CeilingCPUus = paired.perRequest()
 	return res, nil
 }
 
