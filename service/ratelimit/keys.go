@@ -14,7 +14,7 @@ import (
 // of one), which needs no slice, many otherwise.
 type keyList struct {
 	one  string
-	many []string // nil for a single-limit policy
+	many []string // nil for a policy of one limit
 }
 
 // at returns limit i's key.
