@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/textproto"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,5 +214,55 @@ func TestCheckCompletesFromTheSource(t *testing.T) {
 	}
 	if stats := svc.PolicyStats(t.Context())["costly"]; stats.SinceStart.Allowed != 3 {
 		t.Errorf("views: %+v, want the gate's decision and the checks' counted", stats)
+	}
+}
+
+// TestOneLimitListTakesItsKeyAsAListOfMany: a limits: list of one limit,
+// which travels without a key slice, takes its key from each source as the
+// same limit does in a longer list, counts it under the key Keys names,
+// and refuses a missing header or a bad key the same way.
+func TestOneLimitListTakesItsKeyAsAListOfMany(t *testing.T) {
+	fw := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 10, Window: time.Minute}
+	var pols []ratelimit.Policy
+	sources := []string{"ip", "header:X-Api-Key", "const", "path"}
+	for _, key := range sources {
+		name := strings.NewReplacer(":", "-", "X-Api-Key", "key").Replace(key)
+		pols = append(pols,
+			ratelimit.Policy{Name: "one-" + name, Limits: []ratelimit.NamedLimit{{Name: "l", Key: key, Limit: fw}}},
+			ratelimit.Policy{Name: "two-" + name, Limits: []ratelimit.NamedLimit{{Name: "l", Key: key, Limit: fw}, {Name: "other", Key: "const", Limit: fw}}})
+	}
+	svc, m := newTestService(t, rlConfig(0, pols...))
+	good := testSource{client: "192.0.2.7", gate: true, path: "orders/42", headers: map[string][]string{"X-Api-Key": {"k-1"}}}
+	for _, key := range sources {
+		name := strings.NewReplacer(":", "-", "X-Api-Key", "key").Replace(key)
+		t.Run(name, func(t *testing.T) {
+			one, _, err := svc.Gate(t.Context(), "one-"+name, good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			two, _, err := svc.Gate(t.Context(), "two-"+name, good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(one.Limits) != 1 || one.Limits[0].Key != two.Limits[0].Key || one.Limits[0].Remaining != 9 {
+				t.Errorf("one-limit list: limits %+v, want one limit on key %q with 9 left", one.Limits, two.Limits[0].Key)
+			}
+			p, _ := svc.Policy("one-" + name)
+			rkey := svc.Keys(p, []string{one.Limits[0].Key})[0]
+			if v, err := m.Get(rkey); err != nil || v != "1" {
+				t.Errorf("counter %s = %q (%v), want 1", rkey, v, err)
+			}
+			if d := mustCheck(t, svc, ratelimit.Request{Policy: "one-" + name, Key: "192.0.2.7"}); len(d.Limits) != 1 {
+				t.Errorf("check: limits %+v, want one", d.Limits)
+			}
+		})
+	}
+	_, _, errOne := svc.Gate(t.Context(), "one-header-key", testSource{client: "192.0.2.7", gate: true})
+	_, _, errTwo := svc.Gate(t.Context(), "two-header-key", testSource{client: "192.0.2.7", gate: true})
+	if !errors.Is(errOne, store.ErrInvalid) || errOne == nil || errTwo == nil || strings.ReplaceAll(errTwo.Error(), "two-", "one-") != errOne.Error() {
+		t.Errorf("missing header: one-limit list %v, longer list %v; want the same refusal", errOne, errTwo)
+	}
+	if _, err := svc.Check(t.Context(), ratelimit.Request{Policy: "one-ip", Key: "has space"}); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "limit l") {
+		t.Errorf("bad key: %v, want a validation error naming limit l", err)
 	}
 }
