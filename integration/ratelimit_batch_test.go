@@ -64,9 +64,13 @@ func TestMultiBatchScriptKeepsEachDecisionToItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := redis.NewScript(lua.Source("ratelimit_multi_batch")).Run(t.Context(), rdb, keys,
-		2, 1, "fw", 2, 60000, 0, 0, "tb", 5, 60000, 5, 0, // allowed: a1 (2 a minute) and a2 count 1
-		2, 1, "fw", 5, 60000, 0, 0, "sw", 5, 60000, 0, 0, // a list, then b2: fails alone
-		3, 2, "fw", 2, 60000, 0, 0, "sw", 5, 60000, 0, 0, "tb", 5, 60000, 5, 0, // cost 2: a1 has 1 left
+		3,                                             // three sets of limits, then each decision's set and cost
+		2, "fw", 2, 60000, 0, 0, "tb", 5, 60000, 5, 0, // 1: a fixed window of 2 a minute, a token bucket
+		2, "fw", 5, 60000, 0, 0, "sw", 5, 60000, 0, 0, // 2: a fixed window of 5, a sliding window
+		3, "fw", 2, 60000, 0, 0, "sw", 5, 60000, 0, 0, "tb", 5, 60000, 5, 0, // 3: all three
+		1, 1, // allowed: a1 (2 a minute) and a2 count 1
+		2, 1, // a list, then b2: fails alone
+		3, 2, // cost 2: a1 has 1 left
 	).Slice()
 	if err != nil || len(res) != 5*7 {
 		t.Fatalf("reply %v, %v; want 35 entries", res, err)

@@ -11,17 +11,23 @@
 -- grant), no peek, no calendar window (whose period ratelimit_multi.lua
 -- checks against the Redis clock); those go to ratelimit_multi.lua.
 --
--- Decision j has n_j limits; its keys follow those of the decisions before
--- it in KEYS, and its 2 + 5 n_j entries those of the decisions before it in
--- ARGV. With K and A the keys and ARGV entries of the decisions before j:
--- KEYS[K+i]        the key of limit i of decision j (distinct per limit)
--- ARGV[A+1]        n_j, the number of its limits, >= 1
--- ARGV[A+2]        its cost, 1 <= cost <= every limit's capacity
--- ARGV[A+2+5i-4]   algorithm of limit i: fw, sw or tb
--- ARGV[A+2+5i-3]   limit i's limit (as each single script takes it)
--- ARGV[A+2+5i-2]   limit i's window in milliseconds
--- ARGV[A+2+5i-1]   tb: limit i's burst; fw: 0 (no lease); sw: ignored
--- ARGV[A+2+5i]     1 = limit i is in shadow mode, 0 = it is enforced
+-- The decisions' limits come first, once per set of limits (a policy's:
+-- every decision of a policy has the same, and Redis makes a Lua string of
+-- every entry of a call), then two entries per decision.
+-- ARGV[1]          S, the number of sets of limits, >= 1
+-- then, for each set s, 1 + 5 n_s entries from ARGV[P_s]:
+-- ARGV[P_s]        n_s, the number of its limits, >= 1
+-- ARGV[P_s+5i-4]   algorithm of limit i: fw, sw or tb
+-- ARGV[P_s+5i-3]   limit i's limit (as each single script takes it)
+-- ARGV[P_s+5i-2]   limit i's window in milliseconds
+-- ARGV[P_s+5i-1]   tb: limit i's burst; fw: 0 (no lease); sw: ignored
+-- ARGV[P_s+5i]     1 = limit i is in shadow mode, 0 = it is enforced
+-- then, for each decision j, from ARGV[D_j] on:
+-- ARGV[D_j]        s_j, the set of its limits (1 to S)
+-- ARGV[D_j+1]      its cost, 1 <= cost <= every limit's capacity
+-- Decision j has n_(s_j) limits; its keys follow those of the decisions
+-- before it in KEYS: with K the keys of the decisions before j, KEYS[K+i]
+-- is the key of its limit i (distinct per limit).
 --
 -- Reply: five entries per limit of each decision, in order, as
 -- ratelimit_multi.lua answers one decision (status, remaining, reset_ms,
@@ -39,10 +45,18 @@
 --#include lib/multi.lua
 
 local out = {}
-local k, a, o = 0, 0, 0
+local set_at, set_n = {}, {}
+local a = 1
+for set = 1, tonumber(ARGV[1]) do
+  set_at[set] = a + 1
+  set_n[set] = tonumber(ARGV[a + 1])
+  a = a + 1 + 5 * set_n[set]
+end
+local k, o = 0, 0
 while a < #ARGV do
-  local n = tonumber(ARGV[a + 1])
-  local ok, err = pcall(decide_limits, n, k, nil, a + 2, ARGV[a + 2], false, out, o)
+  local set = tonumber(ARGV[a + 1])
+  local n = set_n[set]
+  local ok, err = pcall(decide_limits, n, k, nil, set_at[set], ARGV[a + 2], false, out, o)
   if not ok then
     -- Redis raises a table {err = text}, the embedded store a string. One
     -- assignment each: gopher-lua (the embedded store) gets a multiple
@@ -54,7 +68,7 @@ while a < #ARGV do
     end
   end
   k = k + n
-  a = a + 2 + 5 * n
+  a = a + 2
   o = o + 5 * n
 end
 return out

@@ -60,9 +60,9 @@ const maxSenders, stallDivisor = 8, 8
 type decisionCall struct {
 	key      string   // its key: the first of keys for a multi-limit decision
 	keys     []string // a multi-limit decision's keys, one per limit; nil for one key
-	args     [4]any   // its script's ARGV entries: the first nargs are used,
-	nargs    int
-	more     []any // then these (a multi-limit decision's limits, shared)
+	args     [4]any   // its script's ARGV entries: the first nargs are used
+	nargs    int      // (a multi-limit decision's: its cost)
+	more     []any    // a multi-limit decision's limits, its policy's: shared, sent once a call
 	deadline time.Time
 	gone     atomic.Bool // the caller stopped waiting
 	done     chan decisionResult
@@ -114,14 +114,15 @@ func (b *decisionBatcher) decide(ctx context.Context, key string, args ...any) (
 	return r.v, r.err
 }
 
-// decideMulti queues one multi-limit decision on keys, one per limit, with
-// the ARGV entries head and then limits (shared: never modified), and waits
-// for its reply entries, multiReplyPer per limit, not yet read. Returns the
-// errors decide returns.
-func (b *decisionBatcher) decideMulti(ctx context.Context, keys []string, head [2]any, limits []any) ([]any, error) {
+// decideMulti queues one multi-limit decision of cost on keys, one per
+// limit, under limits, five ARGV entries per limit (limitArgs; its
+// policy's: shared, never modified, and sent once per call for all the
+// call's decisions that share them), and waits for its reply entries,
+// multiReplyPer per limit, not yet read. Returns the errors decide returns.
+func (b *decisionBatcher) decideMulti(ctx context.Context, keys []string, cost int64, limits []any) ([]any, error) {
 	c := decisionCalls.Get().(*decisionCall)
 	c.key, c.keys, c.more = keys[0], keys, limits
-	c.nargs = copy(c.args[:], head[:])
+	c.args[0], c.nargs = cost, 1
 	r := b.wait(ctx, c)
 	b.s.st.CountErr(b.sc.Name(), r.kind)
 	return r.multi, r.err
@@ -301,22 +302,16 @@ func slotGroups(live []*decisionCall) [][]*decisionCall {
 // callGroup runs one script call for live, decisions whose keys share a
 // slot, bounded by ctx, and answers each decision.
 func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
-	nkeys, nargs, nreply := 0, 0, 0
-	for _, c := range live {
-		nkeys += max(len(c.keys), 1)
-		nargs += c.nargs + len(c.more)
-		nreply += c.replyLen()
+	var keys []string
+	var args []any
+	if live[0].keys == nil {
+		keys, args = singleCallArgs(live)
+	} else {
+		keys, args = multiCallArgs(live)
 	}
-	keys := make([]string, 0, nkeys)
-	args := make([]any, 0, nargs)
+	nreply := 0
 	for _, c := range live {
-		if c.keys != nil {
-			keys = append(keys, c.keys...)
-		} else {
-			keys = append(keys, c.key)
-		}
-		args = append(args, c.args[:c.nargs]...)
-		args = append(args, c.more...)
+		nreply += c.replyLen()
 	}
 	res, err := b.s.st.EvalSha(ctx, b.rdb, b.sc, keys, args...)
 	if err != nil && b.cluster && b.s.st.Rerouted(ctx, keys, err) {
@@ -348,4 +343,58 @@ func (b *decisionBatcher) callGroup(ctx context.Context, live []*decisionCall) {
 		o += n
 		c.done <- r
 	}
+}
+
+// singleCallArgs are the KEYS and ARGV of one call of a single-limit
+// algorithm's script for live: each decision's key and entries in turn.
+func singleCallArgs(live []*decisionCall) ([]string, []any) {
+	nargs := 0
+	for _, c := range live {
+		nargs += c.nargs
+	}
+	keys := make([]string, 0, len(live))
+	args := make([]any, 0, nargs)
+	for _, c := range live {
+		keys = append(keys, c.key)
+		args = append(args, c.args[:c.nargs]...)
+	}
+	return keys, args
+}
+
+// multiCallArgs are the KEYS and ARGV of one call of
+// ratelimit_multi_batch.lua for live, multi-limit decisions: every
+// decision's keys in turn; in ARGV each set of limits the decisions use
+// once (a policy's, told apart by identity), then each decision's set and
+// cost.
+func multiCallArgs(live []*decisionCall) ([]string, []any) {
+	nkeys, nargs := 0, 1+2*len(live)
+	sets := make([][]any, 0, 4)
+	for _, c := range live {
+		nkeys += len(c.keys)
+		if setOf(sets, c) == len(sets) {
+			sets = append(sets, c.more)
+			nargs += 1 + len(c.more)
+		}
+	}
+	keys := make([]string, 0, nkeys)
+	args := make([]any, 0, nargs)
+	args = append(args, int64(len(sets)))
+	for _, s := range sets {
+		args = append(args, int64(len(s)/5))
+		args = append(args, s...)
+	}
+	for _, c := range live {
+		keys = append(keys, c.keys...)
+		args = append(args, int64(setOf(sets, c)+1), c.args[0])
+	}
+	return keys, args
+}
+
+// setOf is the index in sets of c's limits, or len(sets).
+func setOf(sets [][]any, c *decisionCall) int {
+	j := 0
+	for j < len(sets) && &sets[j][0] != &c.more[0] {
+		j++
+	}
+	return j
 }

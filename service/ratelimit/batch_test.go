@@ -20,11 +20,12 @@ import (
 
 // gatedClient holds its first script call until release is called (or the
 // call's context ends), so that the decisions behind it queue up, and
-// records the keys of every call that reaches it.
+// records the keys and the ARGV of every call that reaches it.
 type gatedClient struct {
 	*redis.Client
 	mu      sync.Mutex
 	calls   [][]string
+	argv    [][]any
 	entered chan struct{} // closed when the first call is held
 	gate    chan struct{}
 	// deaf makes the held call wait for release alone, as a client that puts
@@ -50,6 +51,7 @@ func newGatedRedis(t *testing.T) (*gatedClient, *miniredis.Miniredis) {
 func (c *gatedClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	c.mu.Lock()
 	c.calls = append(c.calls, slices.Clone(keys))
+	c.argv = append(c.argv, slices.Clone(args))
 	first := len(c.calls) == 1
 	c.mu.Unlock()
 	if first {
@@ -73,6 +75,13 @@ func (c *gatedClient) release() {
 	default:
 		close(c.gate)
 	}
+}
+
+// callArgs returns the ARGV of each script call so far.
+func (c *gatedClient) callArgs() [][]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.argv)
 }
 
 // callKeys returns the keys of each script call so far.

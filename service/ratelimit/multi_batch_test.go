@@ -180,6 +180,57 @@ func TestMultiLimitBatchKeepsEachDecisionToItself(t *testing.T) {
 	}
 }
 
+// TestMultiLimitBatchSendsEachPolicysLimitsOnce: decisions of two
+// multi-limit policies, interleaved in one batch, go in one call that
+// carries each policy's limits once and each decision's policy and cost,
+// and each decision counts under its own policy's limits.
+func TestMultiLimitBatchSendsEachPolicysLimitsOnce(t *testing.T) {
+	two := multi("two",
+		nl("per-ip", "ip", ratelimit.FixedWindow, 100, time.Minute),
+		nl("global", "const", ratelimit.FixedWindow, 10, time.Minute))
+	three := multi("three",
+		nl("per-ip", "ip", ratelimit.FixedWindow, 100, time.Minute),
+		nl("per-key", "header:X-Api-Key", ratelimit.SlidingWindow, 100, time.Minute),
+		nl("global", "const", ratelimit.TokenBucket, 20, time.Hour))
+	two.Fail, three.Fail = ratelimit.FailClosed, ratelimit.FailClosed
+	c, _ := newGatedRedis(t)
+	svc := mustNew(t, c, heldConfig(nil, two, three))
+	first := holdFirstCall(t, svc, c, "two") // counts 1 in two's global limit
+	var chans []<-chan asyncDecision
+	for i, policy := range []string{"two", "three", "two", "three"} {
+		chans = append(chans, decideAsync(t.Context(), svc, ratelimit.Request{Policy: policy, Key: fmt.Sprint("k", i)}))
+		waitQueuedMulti(t, svc, i+1) // in this order in the batch
+	}
+	c.release()
+	if r := receive(t, first); r.err != nil || !r.d.Allowed {
+		t.Fatalf("first decision: %+v, %v; want allowed", r.d, r.err)
+	}
+	var globals []int64
+	for i, ch := range chans {
+		r := receive(t, ch)
+		if r.err != nil || !r.d.Allowed || r.d.Limits[0].Remaining != 99 {
+			t.Fatalf("decision %d: %+v, %v; want allowed, its per-ip limit counting 1", i, r.d, r.err)
+		}
+		globals = append(globals, r.d.Limits[len(r.d.Limits)-1].Remaining)
+	}
+	// two's global counts on from the first decision, three's from none.
+	if want := []int64{8, 19, 7, 18}; !slices.Equal(globals, want) {
+		t.Errorf("global remaining by decision = %v, want %v", globals, want)
+	}
+	calls, argv := c.callKeys(), c.callArgs()
+	if len(calls) != 2 || len(calls[1]) != 2+3+2+3 {
+		t.Fatalf("script calls by keys = %v, want the four queued decisions in one call (10 keys)", calls)
+	}
+	// ARGV: the count of sets, each set once (its n, then 5 entries a
+	// limit), then a set and a cost per decision.
+	if got, want := len(argv[1]), 1+(1+5*2)+(1+5*3)+2*4; got != want || fmt.Sprint(argv[1][0]) != "2" {
+		t.Errorf("the batch's ARGV: %d entries, starting %v; want %d, starting 2 (sets)", got, argv[1][0], want)
+	}
+	if got := fmt.Sprint(argv[1][len(argv[1])-8:]...); got != fmt.Sprint(1, 1, 2, 1, 1, 1, 2, 1) {
+		t.Errorf("the decisions' entries = %s, want set 1, 2, 1, 2, each at cost 1", got)
+	}
+}
+
 // TestMultiBatchScriptDecidesEachDecision runs ratelimit_multi_batch.lua
 // on the embedded store with three decisions: the first allowed, the
 // second's key a list (it fails alone), the third denied by a limit the
@@ -189,15 +240,23 @@ func TestMultiBatchScriptDecidesEachDecision(t *testing.T) {
 	if _, err := m.Push("list", "v"); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"a1", "a2", "list", "a1", "c2", "c3"}
+	keys := []string{"a1", "a2", "list", "a1", "c2", "c3", "d1", "a2"}
 	args := []any{
-		2, 1, "fw", 2, 60000, 0, 0, "tb", 5, 60000, 5, 0, // decision 1: fw a1 (2 a minute), tb a2
-		1, 1, "fw", 5, 60000, 0, 0, // decision 2: fw on a list
-		3, 2, "fw", 2, 60000, 0, 0, "sw", 5, 60000, 0, 0, "tb", 5, 60000, 5, 0, // decision 3, cost 2: a1 has 1 left
+		3,                                             // three sets of limits:
+		2, "fw", 2, 60000, 0, 0, "tb", 5, 60000, 5, 0, // 1: a fixed window of 2 a minute, a token bucket
+		1, "fw", 5, 60000, 0, 0, // 2: a fixed window of 5
+		3, "fw", 2, 60000, 0, 0, "sw", 5, 60000, 0, 0, "tb", 5, 60000, 5, 0, // 3: all three
+		1, 1, // decision 1, set 1: a1 and a2
+		2, 1, // decision 2, set 2: on a list
+		3, 2, // decision 3, set 3, cost 2: a1 has 1 left
+		1, 1, // decision 4, set 1 again: d1 and a2, a2 counting on from decision 1
 	}
 	res, err := redis.NewScript(lua.Source("ratelimit_multi_batch")).Run(t.Context(), rdb, keys, args...).Slice()
-	if err != nil || len(res) != 5*6 {
-		t.Fatalf("reply %v, %v; want 30 entries", res, err)
+	if err != nil || len(res) != 5*8 {
+		t.Fatalf("reply %v, %v; want 40 entries", res, err)
+	}
+	if want := []any{int64(1), int64(1), int64(60000), int64(0), int64(1), int64(1), int64(3)}; !slices.Equal(res[30:37], want) {
+		t.Errorf("decision 4: %v, want both limits counted, 1 and 3 left", res[30:40])
 	}
 	if want := []any{int64(1), int64(1), int64(60000), int64(0), int64(1), int64(1), int64(4)}; !slices.Equal(res[0:7], want) {
 		t.Errorf("decision 1: %v, want both limits counted, 1 and 4 left", res[0:10])

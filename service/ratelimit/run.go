@@ -136,10 +136,7 @@ func (s *Service) runLimits(ctx context.Context, ctr *decisionCounters, sp limit
 // timeout from the moment it is queued. Returns the batcher's errors (see
 // decisionBatcher.decide).
 func (s *Service) runBatched(ctx context.Context, sp limitSpec, rkeys []string, cost int64, out []int64) error {
-	e, err := s.multi.decideMulti(ctx, rkeys, [2]any{
-		int64(len(sp.limits)), // ARGV[A+1] n: the limits
-		cost,                  // ARGV[A+2] cost
-	}, sp.args) // ARGV[A+2+5i-4 .. A+2+5i]: limitArgs of each
+	e, err := s.multi.decideMulti(ctx, rkeys, cost, sp.args) // sp.args: limitArgs of each
 	if err != nil {
 		return err
 	}
