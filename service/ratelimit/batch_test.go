@@ -264,6 +264,30 @@ func TestDecisionScriptsDecideEachKey(t *testing.T) {
 	}
 }
 
+// TestTokenBucketBatchTakesEachDecisionsOwnLimit: in one call of the token
+// bucket's script, decisions of different limits, bursts and costs, one
+// after another, are each decided under their own, as alone: what the
+// script derives from a decision's limit is not carried to the next.
+func TestTokenBucketBatchTakesEachDecisionsOwnLimit(t *testing.T) {
+	_, rdb := newTestRedis(t)
+	res, err := redis.NewScript(lua.Source("ratelimit_token_bucket")).Run(t.Context(), rdb,
+		[]string{"a", "b", "c", "d", "e"},
+		5, 60000, 5, 1, // a: 5 a minute, cost 1
+		1000, 60000, 1000, 1, // b: 1,000 a minute
+		5, 60000, 5, 2, // c: 5 a minute, cost 2
+		5, 60000, 3, 2, // d: a burst of 3, cost 2
+		5, 60000, 5, 1, // e: as a
+	).Slice()
+	if err != nil || len(res) != 20 {
+		t.Fatalf("reply %v, %v; want 20 entries", res, err)
+	}
+	for i, want := range []int64{4, 999, 3, 1, 4} {
+		if res[4*i] != int64(1) || res[4*i+1] != want {
+			t.Errorf("decision %d: %v, want allowed with %d remaining", i+1, res[4*i:4*i+4], want)
+		}
+	}
+}
+
 // TestDecisionCallerThatLeavesIsNotSent: a caller whose context ends while
 // its decision is queued gets its context's error at once, and its decision
 // is not sent (it spends nothing).

@@ -3,8 +3,11 @@
 -- the key's value. Needs now_ms (lib/clock.lua).
 -- decode returns w, c and p from either string form, or nil.
 local function decode(v)
-  local w, c, p = string.match(v, '^(%d+):(%d+):(%d+)$')
-  if w then return tonumber(w), tonumber(c), tonumber(p) end
+  if string.find(v, ':', 1, true) then
+    local w, c, p = string.match(v, '^(%d+):(%d+):(%d+)$')
+    if w then return tonumber(w), tonumber(c), tonumber(p) end
+    return nil
+  end
   if not string.match(v, '^%d+$') then return nil end
   local n = tonumber(string.sub(v, -1))
   if n < 1 or #v < 2 * n + 2 then return nil end

@@ -43,7 +43,11 @@ local function tb_write(st)
   return tb_tokens(unit, st.interval, tb_sub(unit, st.tol_us, st.tol_ticks, new_us, new_ticks)), reset
 end
 
-local function token_bucket(st, key, limit_arg, window_arg, burst_arg, cost_arg)
+-- tb_params puts in st what token_bucket derives from its arguments alone
+-- (the tick, a token's ticks, the tolerance and the request's step), once
+-- for the decisions of a call that reuse st with the same arguments: the
+-- decisions of one policy, most of a batch.
+local function tb_params(st, limit_arg, window_arg, burst_arg, cost_arg)
   local limit = tonumber(limit_arg)
   local window = tonumber(window_arg) * 1000 -- microseconds
   local burst = tonumber(burst_arg)
@@ -58,6 +62,31 @@ local function token_bucket(st, key, limit_arg, window_arg, burst_arg, cost_arg)
 
   local tol_us, tol_ticks = muldiv(burst, interval, 0, unit) -- how far the TAT may run ahead of now
   local step_us, step_ticks = muldiv(cost, interval, 0, unit) -- what this request takes
+  -- One assignment each: gopher-lua (the embedded store) gets a multiple
+  -- assignment of table fields wrong.
+  st.tb_unit = unit
+  st.tb_interval = interval
+  st.tb_tol_us = tol_us
+  st.tb_tol_ticks = tol_ticks
+  st.tb_step_us = step_us
+  st.tb_step_ticks = step_ticks
+  st.tb_limit_arg = limit_arg
+  st.tb_window_arg = window_arg
+  st.tb_burst_arg = burst_arg
+  st.tb_cost_arg = cost_arg
+end
+
+local function token_bucket(st, key, limit_arg, window_arg, burst_arg, cost_arg)
+  if st.tb_limit_arg ~= limit_arg or st.tb_window_arg ~= window_arg or st.tb_burst_arg ~= burst_arg
+    or st.tb_cost_arg ~= cost_arg then
+    tb_params(st, limit_arg, window_arg, burst_arg, cost_arg)
+  end
+  local unit = st.tb_unit
+  local interval = st.tb_interval
+  local tol_us = st.tb_tol_us
+  local tol_ticks = st.tb_tol_ticks
+  local step_us = st.tb_step_us
+  local step_ticks = st.tb_step_ticks
 
   -- off: how far the stored TAT is ahead of now; 0 for a full bucket.
   local off_us, off_ticks = 0, 0
