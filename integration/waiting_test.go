@@ -365,7 +365,9 @@ func TestWaitForKeepaliveLease(t *testing.T) {
 	}
 	got := make(chan response, 1)
 	go func() {
-		got <- e.send(t.Context(), "POST", "/v1/locks/kept", `{"ttl":"1s","wait":"30s","keepalive":true,"max_hold":"1m"}`)
+		// 3s, renewed every second: on a busy machine a 1s TTL, renewed
+		// every 333ms, can run out between two late renewals.
+		got <- e.send(t.Context(), "POST", "/v1/locks/kept", `{"ttl":"3s","wait":"30s","keepalive":true,"max_hold":"1m"}`)
 	}()
 	e.waitForWaiters(t, "kept", 1)
 	e.release(t, "kept", holder)
